@@ -1,0 +1,75 @@
+"""A test agent whose behaviour the message text scripts, so every server path can be exercised.
+
+The text is a `;`-separated list of steps, run in order:
+
+- `say:<text>`      one thinking chunk
+- `chunks:<n>`      n thinking chunks `chunk-0 ` ... `chunk-(n-1) `
+- `tool:<name>`     a tool_use, then a tool_result whose output is 300 characters long
+- `ask:<question>`  approval_required, then wait for the answer and say `answer:<its text>`
+- `sleep:<secs>`    wait (cancel stops it)
+- `fail:<text>`     an error event: the task fails with that text
+- `crash`           raise an exception inside the adapter
+- `stats`           finish with a summary and stats (the `result` artifact)
+- `stop`            end the event stream without done or error
+
+After the last step, `done` is emitted. Any other text is echoed like the echo agent does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from .base import Agent, AgentEvent, AgentRequest, AgentRun, Skill
+
+
+class ScriptedRun(AgentRun):
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        yield AgentEvent.init(model="scripted", session_id=f"session-{self.request.task_id}")
+        summary: str | None = None
+        stats: dict[str, int] | None = None
+        for step in self.request.message.text().split(";"):
+            verb, _, arg = step.strip().partition(":")
+            if verb == "say":
+                yield AgentEvent.thinking(arg)
+            elif verb == "chunks":
+                for i in range(int(arg)):
+                    yield AgentEvent.thinking(f"chunk-{i} ")
+            elif verb == "tool":
+                yield AgentEvent.tool_use(arg, {"path": "README.md"})
+                yield AgentEvent.tool_result("x" * 300, name=arg)
+            elif verb == "ask":
+                yield AgentEvent.approval_required(arg)
+                answer = await self.wait_answer()
+                yield AgentEvent.thinking(f"answer:{answer.text()}")
+            elif verb == "sleep":
+                await asyncio.sleep(float(arg))
+            elif verb == "fail":
+                yield AgentEvent.error(arg)
+                return
+            elif verb == "crash":
+                raise RuntimeError("scripted crash")
+            elif verb == "stats":
+                summary, stats = "all steps ran", {"steps": 1, "turns": 2}
+            elif verb == "stop":
+                return
+            else:
+                yield AgentEvent.thinking(step)
+        yield AgentEvent.done(summary=summary, stats=stats)
+
+
+class ScriptedAgent(Agent):
+    name = "Scripted Test Agent"
+    description = "Follows a script in the message text; used by the test suite."
+    skills = (
+        Skill(
+            id="script",
+            name="Scripted steps",
+            description="Runs say/chunks/tool/ask/sleep/fail steps named in the message text.",
+            tags=("test",),
+            examples=("tool:Read;ask:Proceed?;say:done",),
+        ),
+    )
+
+    def start(self, request: AgentRequest) -> AgentRun:
+        return ScriptedRun(request)

@@ -1,0 +1,1 @@
+"""HTTP edge: JSON-RPC, REST aliases, SSE, the agent card, health."""

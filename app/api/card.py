@@ -1,0 +1,113 @@
+"""The agent card at `/.well-known/agent-card.json` (and the `agent.json` alias), cache-friendly.
+
+The card is built once at start-up from the settings and the active agent; it advertises only what
+works: streaming and state-transition history yes, push notifications and an extended card not yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import format_datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.agents.base import Agent
+from app.protocol import v03
+from app.settings import Settings
+
+from .deps import components
+
+router = APIRouter()
+
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, OPTIONS",
+    "Access-Control-Allow-Headers": "*",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+def _server_version() -> str:
+    try:
+        return version("a2a-coding-server")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(slots=True, frozen=True)
+class Card:
+    body: bytes
+    etag: str
+    last_modified: str
+    max_age: int
+
+
+def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
+    url = f"{settings.public_url}/a2a/jsonrpc"
+    card: dict[str, Any] = {
+        "protocolVersion": v03.PROTOCOL_VERSION,
+        "name": agent.name,
+        "description": agent.description or f"{agent.name} behind the A2A protocol",
+        "url": url,
+        "preferredTransport": "JSONRPC",
+        "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],
+        "version": _server_version(),
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": False,
+            "stateTransitionHistory": True,
+        },
+        "defaultInputModes": list(agent.input_modes),
+        "defaultOutputModes": list(agent.output_modes),
+        "skills": [
+            {
+                "id": s.id,
+                "name": s.name,
+                "description": s.description,
+                "tags": list(s.tags),
+                "examples": list(s.examples),
+            }
+            for s in agent.skills
+        ],
+        "supportsAuthenticatedExtendedCard": False,
+    }
+    body = orjson.dumps(card)
+    return Card(
+        body=body,
+        etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
+        last_modified=format_datetime(built_at, usegmt=True),
+        max_age=settings.card_max_age_s,
+    )
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return "*" in tags or any(t.removeprefix("W/") == etag for t in tags)
+
+
+async def get_card(request: Request) -> Response:
+    card: Card = components(request).card
+    headers = {
+        **CORS,
+        "ETag": card.etag,
+        "Last-Modified": card.last_modified,
+        "Cache-Control": f"public, max-age={card.max_age}",
+    }
+    inm = request.headers.get("if-none-match")
+    if inm is not None and _matches(inm, card.etag):
+        return Response(status_code=304, headers=headers)
+    return Response(card.body, media_type="application/json", headers=headers)
+
+
+async def card_preflight(request: Request) -> Response:
+    return Response(status_code=204, headers=CORS)
+
+
+for _path in ("/.well-known/agent-card.json", "/.well-known/agent.json"):
+    router.add_api_route(_path, get_card, methods=["GET"], include_in_schema=False)
+    router.add_api_route(_path, card_preflight, methods=["OPTIONS"], include_in_schema=False)

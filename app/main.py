@@ -1,0 +1,94 @@
+"""The app factory: wires store, bus, task service, runner and agent in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from app.agents.base import Agent
+from app.agents.loader import load_agent
+from app.api import card, health, jsonrpc, rest
+from app.api.deps import Components
+from app.bus.memory import MemoryBus
+from app.protocol.model import utcnow
+from app.runner.runner import Runner
+from app.settings import Settings, get_settings
+from app.store.db import create_engine
+from app.store.repo import Repository
+from app.store.writer import Writer
+from app.tasks.service import TaskService
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    agent = agent or load_agent(settings.agent_adapter)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.database_url)
+        writer = Writer(engine)
+        writer.start()
+        bus = MemoryBus()
+        service = TaskService(Repository(engine), writer, bus, settings.blocking_timeout_s)
+        runner = Runner(
+            service,
+            agent,
+            max_concurrent=settings.max_concurrent_tasks,
+            timeout_s=settings.agent_timeout_s,
+            cancel_grace_s=settings.cancel_grace_s,
+        )
+        app.state.engine = engine
+        app.state.runner = runner
+        app.state.components = Components(
+            settings=settings,
+            service=service,
+            card=card.build_card(settings, agent, utcnow()),
+        )
+        await service.recover()
+        try:
+            yield
+        finally:
+            await runner.aclose()
+            await writer.stop()
+            await bus.aclose()
+            await agent.aclose()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="A2A coding-agent server",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.include_router(card.router)
+    app.include_router(jsonrpc.router)
+    app.include_router(rest.router)
+    app.include_router(health.router)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        body = {"error": {"code": exc.status_code, "message": str(exc.detail)}}
+        return Response(orjson.dumps(body), exc.status_code, media_type="application/json")
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        body = {"error": {"code": 400, "message": "Invalid request"}}
+        return Response(orjson.dumps(body), 400, media_type="application/json")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        body = {"error": {"code": 500, "message": "Internal error"}}
+        return Response(orjson.dumps(body), 500, media_type="application/json")
+
+    return app

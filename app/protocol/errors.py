@@ -1,0 +1,116 @@
+"""A2A errors: each carries its JSON-RPC code, its REST status and its v1.0 `reason`.
+
+Raised anywhere below `api/`; only `api/` turns them into wire errors. The message is always written for
+the client: internals never go into it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class A2AError(Exception):
+    code: ClassVar[int] = -32603
+    http_status: ClassVar[int] = 500
+    reason: ClassVar[str] = "INTERNAL"
+    default_message: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None, data: Any = None) -> None:
+        self.message = message or self.default_message
+        self.data = data
+        super().__init__(self.message)
+
+
+class JSONParseError(A2AError):
+    code = -32700
+    http_status = 400
+    reason = "PARSE_ERROR"
+    default_message = "Invalid JSON payload"
+
+
+class InvalidRequestError(A2AError):
+    code = -32600
+    http_status = 400
+    reason = "INVALID_REQUEST"
+    default_message = "Request payload validation error"
+
+
+class MethodNotFoundError(A2AError):
+    code = -32601
+    http_status = 404
+    reason = "METHOD_NOT_FOUND"
+    default_message = "Method not found"
+
+
+class InvalidParamsError(A2AError):
+    code = -32602
+    http_status = 400
+    reason = "INVALID_PARAMS"
+    default_message = "Invalid parameters"
+
+
+class InternalError(A2AError):
+    pass
+
+
+class TaskNotFoundError(A2AError):
+    code = -32001
+    http_status = 404
+    reason = "TASK_NOT_FOUND"
+    default_message = "Task not found"
+
+
+class TaskNotCancelableError(A2AError):
+    code = -32002
+    http_status = 400
+    reason = "TASK_NOT_CANCELABLE"
+    default_message = "Task cannot be canceled"
+
+
+class PushNotificationNotSupportedError(A2AError):
+    code = -32003
+    http_status = 400
+    reason = "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    default_message = "Push Notification is not supported"
+
+
+class UnsupportedOperationError(A2AError):
+    code = -32004
+    http_status = 400
+    reason = "UNSUPPORTED_OPERATION"
+    default_message = "This operation is not supported"
+
+
+class ContentTypeNotSupportedError(A2AError):
+    code = -32005
+    http_status = 400
+    reason = "CONTENT_TYPE_NOT_SUPPORTED"
+    default_message = "Incompatible content types"
+
+
+class InvalidAgentResponseError(A2AError):
+    code = -32006
+    http_status = 500
+    reason = "INVALID_AGENT_RESPONSE"
+    default_message = "Invalid agent response"
+
+
+class ExtendedAgentCardNotConfiguredError(A2AError):
+    code = -32007
+    http_status = 400
+    reason = "EXTENDED_AGENT_CARD_NOT_CONFIGURED"
+    default_message = "Authenticated Extended Card is not configured"
+
+
+class ExtensionSupportRequiredError(A2AError):
+    code = -32008
+    http_status = 400
+    reason = "EXTENSION_SUPPORT_REQUIRED"
+    default_message = "A required extension was not declared by the client"
+
+
+class VersionNotSupportedError(A2AError):
+    code = -32009
+    http_status = 400
+    reason = "VERSION_NOT_SUPPORTED"
+    default_message = "This protocol version is not supported"

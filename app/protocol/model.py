@@ -1,0 +1,364 @@
+"""The canonical domain model: one shape for every wire version.
+
+Codecs in this package translate wire JSON (v0.3 today) to and from these objects; nothing below `api/`
+sees wire shapes. The storage form (`to_store`/`from_store`) is a compact, version-neutral JSON that the
+store writes and reads; it never leaves the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class TaskState(StrEnum):
+    """Task states; the values are the v0.3 wire names."""
+
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def interrupted(self) -> bool:
+        return self in INTERRUPTED_STATES
+
+
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED})
+INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+class Role(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(ts: datetime) -> str:
+    """ISO-8601 UTC with millisecond precision and a `Z`, as v1.0 requires and v0.3 clients accept."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def parse_iso(value: str) -> datetime:
+    ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+@dataclass(slots=True)
+class Part:
+    """A flat part: exactly one of text, raw, url or data is set (the v1.0 shape)."""
+
+    text: str | None = None
+    raw: bytes | None = None
+    url: str | None = None
+    data: Any = None
+    media_type: str | None = None
+    filename: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.text is not None:
+            return "text"
+        if self.raw is not None or self.url is not None:
+            return "file"
+        return "data"
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.text is not None:
+            out["text"] = self.text
+        elif self.raw is not None:
+            out["raw"] = base64.b64encode(self.raw).decode()
+        elif self.url is not None:
+            out["url"] = self.url
+        else:
+            out["data"] = self.data
+        if self.media_type:
+            out["mediaType"] = self.media_type
+        if self.filename:
+            out["filename"] = self.filename
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+    @classmethod
+    def from_store(cls, d: dict[str, Any]) -> Part:
+        raw = d.get("raw")
+        return cls(
+            text=d.get("text"),
+            raw=base64.b64decode(raw) if raw is not None else None,
+            url=d.get("url"),
+            data=d.get("data"),
+            media_type=d.get("mediaType"),
+            filename=d.get("filename"),
+            metadata=d.get("metadata"),
+        )
+
+
+@dataclass(slots=True)
+class Message:
+    message_id: str
+    role: Role
+    parts: list[Part]
+    context_id: str | None = None
+    task_id: str | None = None
+    reference_task_ids: list[str] = field(default_factory=list)
+    extensions: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        return "\n".join(p.text for p in self.parts if p.text is not None)
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "messageId": self.message_id,
+            "role": self.role.value,
+            "parts": [p.to_store() for p in self.parts],
+        }
+        if self.context_id:
+            out["contextId"] = self.context_id
+        if self.task_id:
+            out["taskId"] = self.task_id
+        if self.reference_task_ids:
+            out["referenceTaskIds"] = self.reference_task_ids
+        if self.extensions:
+            out["extensions"] = self.extensions
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+    @classmethod
+    def from_store(cls, d: dict[str, Any]) -> Message:
+        return cls(
+            message_id=d["messageId"],
+            role=Role(d["role"]),
+            parts=[Part.from_store(p) for p in d["parts"]],
+            context_id=d.get("contextId"),
+            task_id=d.get("taskId"),
+            reference_task_ids=d.get("referenceTaskIds", []),
+            extensions=d.get("extensions", []),
+            metadata=d.get("metadata"),
+        )
+
+
+@dataclass(slots=True)
+class TaskStatus:
+    state: TaskState
+    timestamp: datetime
+    message: Message | None = None
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state.value, "timestamp": iso(self.timestamp)}
+        if self.message is not None:
+            out["message"] = self.message.to_store()
+        return out
+
+    @classmethod
+    def from_store(cls, d: dict[str, Any]) -> TaskStatus:
+        msg = d.get("message")
+        return cls(
+            state=TaskState(d["state"]),
+            timestamp=parse_iso(d["timestamp"]),
+            message=Message.from_store(msg) if msg else None,
+        )
+
+
+@dataclass(slots=True)
+class Artifact:
+    artifact_id: str
+    parts: list[Part]
+    name: str | None = None
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
+    extensions: list[str] = field(default_factory=list)
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "artifactId": self.artifact_id,
+            "parts": [p.to_store() for p in self.parts],
+        }
+        if self.name is not None:
+            out["name"] = self.name
+        if self.description is not None:
+            out["description"] = self.description
+        if self.metadata:
+            out["metadata"] = self.metadata
+        if self.extensions:
+            out["extensions"] = self.extensions
+        return out
+
+    @classmethod
+    def from_store(cls, d: dict[str, Any]) -> Artifact:
+        return cls(
+            artifact_id=d["artifactId"],
+            parts=[Part.from_store(p) for p in d["parts"]],
+            name=d.get("name"),
+            description=d.get("description"),
+            metadata=d.get("metadata"),
+            extensions=d.get("extensions", []),
+        )
+
+
+@dataclass(slots=True)
+class StateTransition:
+    state: TaskState
+    timestamp: datetime
+
+
+@dataclass(slots=True)
+class Task:
+    id: str
+    context_id: str
+    status: TaskStatus
+    history: list[Message] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+    transitions: list[StateTransition] = field(default_factory=list)
+
+    def with_history(self, history_length: int | None) -> Task:
+        """A shallow copy holding at most the `history_length` most recent messages (None: all)."""
+        if history_length is None or history_length >= len(self.history):
+            history = list(self.history)
+        elif history_length <= 0:
+            history = []
+        else:
+            history = self.history[-history_length:]
+        return Task(
+            id=self.id,
+            context_id=self.context_id,
+            status=self.status,
+            history=history,
+            artifacts=list(self.artifacts),
+            metadata=self.metadata,
+            transitions=list(self.transitions),
+        )
+
+
+@dataclass(slots=True)
+class StatusUpdate:
+    task_id: str
+    context_id: str
+    status: TaskStatus
+    final: bool = False
+    metadata: dict[str, Any] | None = None
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status.to_store(), "final": self.final}
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+
+@dataclass(slots=True)
+class ArtifactUpdate:
+    task_id: str
+    context_id: str
+    artifact: Artifact
+    append: bool = False
+    last_chunk: bool = False
+    metadata: dict[str, Any] | None = None
+
+    def to_store(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "artifact": self.artifact.to_store(),
+            "append": self.append,
+            "lastChunk": self.last_chunk,
+        }
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+
+Event = StatusUpdate | ArtifactUpdate
+
+
+@dataclass(slots=True, frozen=True)
+class EventRecord:
+    """An event as it sits in the task's log: its per-task sequence number decides its order."""
+
+    seq: int
+    event: Event
+
+
+def event_from_store(task_id: str, context_id: str, kind: str, body: dict[str, Any]) -> Event:
+    if kind == "status":
+        return StatusUpdate(
+            task_id=task_id,
+            context_id=context_id,
+            status=TaskStatus.from_store(body["status"]),
+            final=body.get("final", False),
+            metadata=body.get("metadata"),
+        )
+    return ArtifactUpdate(
+        task_id=task_id,
+        context_id=context_id,
+        artifact=Artifact.from_store(body["artifact"]),
+        append=body.get("append", False),
+        last_chunk=body.get("lastChunk", False),
+        metadata=body.get("metadata"),
+    )
+
+
+def event_kind(event: Event) -> str:
+    return "status" if isinstance(event, StatusUpdate) else "artifact"
+
+
+@dataclass(slots=True)
+class SendConfig:
+    """What the client asked of a send, independent of wire version."""
+
+    blocking: bool = True
+    history_length: int | None = None
+    accepted_output_modes: list[str] = field(default_factory=list)
+
+
+def fold_artifact(artifacts: list[Artifact], update: ArtifactUpdate) -> None:
+    """Apply an artifact-update to a task's artifact list: append parts or replace the artifact."""
+    art = update.artifact
+    for i, existing in enumerate(artifacts):
+        if existing.artifact_id == art.artifact_id:
+            if update.append:
+                existing.parts.extend(p for p in art.parts if p.text != "")
+                if art.metadata:
+                    existing.metadata = {**(existing.metadata or {}), **art.metadata}
+            else:
+                artifacts[i] = Artifact(
+                    artifact_id=art.artifact_id,
+                    parts=list(art.parts),
+                    name=art.name,
+                    description=art.description,
+                    metadata=art.metadata,
+                    extensions=list(art.extensions),
+                )
+            return
+    artifacts.append(
+        Artifact(
+            artifact_id=art.artifact_id,
+            parts=list(art.parts),
+            name=art.name,
+            description=art.description,
+            metadata=art.metadata,
+            extensions=list(art.extensions),
+        )
+    )

@@ -1,0 +1,282 @@
+"""The v0.3 wire codec: JSON-RPC params in, `kind`-tagged JSON out.
+
+Input is validated with pydantic models that mirror the v0.3 JSON Schema (unknown fields ignored); a
+validation failure becomes InvalidParamsError naming the field. Output is built by hand from the domain
+model because it is on the hot path of every response and event.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InvalidParamsError
+from .model import (
+    Artifact,
+    ArtifactUpdate,
+    Event,
+    Message,
+    Part,
+    Role,
+    SendConfig,
+    StatusUpdate,
+    Task,
+    TaskStatus,
+    iso,
+)
+
+PROTOCOL_VERSION = "0.3.0"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _TextPart(_In):
+    kind: Literal["text"]
+    text: str
+    metadata: dict[str, Any] | None = None
+
+
+class _FileWithBytes(_In):
+    bytes: str
+    mimeType: str | None = None
+    name: str | None = None
+
+    @field_validator("bytes")
+    @classmethod
+    def _base64(cls, v: str) -> str:
+        try:
+            base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("must be base64-encoded") from exc
+        return v
+
+
+class _FileWithUri(_In):
+    uri: str = Field(min_length=1)
+    mimeType: str | None = None
+    name: str | None = None
+
+
+class _FilePart(_In):
+    kind: Literal["file"]
+    file: _FileWithBytes | _FileWithUri
+    metadata: dict[str, Any] | None = None
+
+
+class _DataPart(_In):
+    kind: Literal["data"]
+    data: dict[str, Any]
+    metadata: dict[str, Any] | None = None
+
+
+_PartIn = Annotated[_TextPart | _FilePart | _DataPart, Field(discriminator="kind")]
+
+
+class _MessageIn(_In):
+    kind: Literal["message"] = "message"
+    messageId: str = Field(min_length=1, max_length=256)
+    role: Literal["user", "agent"]
+    parts: list[_PartIn] = Field(min_length=1)
+    contextId: str | None = Field(default=None, min_length=1, max_length=256)
+    taskId: str | None = Field(default=None, min_length=1, max_length=256)
+    referenceTaskIds: list[str] = Field(default_factory=list)
+    extensions: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+
+class _SendConfigIn(_In):
+    blocking: bool | None = None
+    historyLength: int | None = Field(default=None, ge=0)
+    acceptedOutputModes: list[str] | None = None
+    pushNotificationConfig: dict[str, Any] | None = None
+
+
+class _SendParamsIn(_In):
+    message: _MessageIn
+    configuration: _SendConfigIn | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class _TaskQueryIn(_In):
+    id: str = Field(min_length=1)
+    historyLength: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] | None = None
+
+
+class _TaskIdIn(_In):
+    id: str = Field(min_length=1)
+    metadata: dict[str, Any] | None = None
+
+
+def _validate(model: type[M], params: Any) -> M:
+    if not isinstance(params, dict):
+        raise InvalidParamsError("params must be an object")
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:5]:
+            where = ".".join(str(p) for p in err["loc"]) or "params"
+            problems.append(f"{where}: {err['msg']}")
+        raise InvalidParamsError("Invalid params: " + "; ".join(problems)) from None
+
+
+def _part_in(p: _TextPart | _FilePart | _DataPart) -> Part:
+    if isinstance(p, _TextPart):
+        return Part(text=p.text, metadata=p.metadata)
+    if isinstance(p, _DataPart):
+        return Part(data=p.data, metadata=p.metadata)
+    f = p.file
+    if isinstance(f, _FileWithBytes):
+        return Part(
+            raw=base64.b64decode(f.bytes),
+            media_type=f.mimeType,
+            filename=f.name,
+            metadata=p.metadata,
+        )
+    return Part(url=f.uri, media_type=f.mimeType, filename=f.name, metadata=p.metadata)
+
+
+def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
+    """`message/send` and `message/stream` params → domain message and configuration."""
+    p = _validate(_SendParamsIn, params)
+    m = p.message
+    message = Message(
+        message_id=m.messageId,
+        role=Role(m.role),
+        parts=[_part_in(x) for x in m.parts],
+        context_id=m.contextId,
+        task_id=m.taskId,
+        reference_task_ids=m.referenceTaskIds,
+        extensions=m.extensions,
+        metadata=m.metadata,
+    )
+    cfg = p.configuration
+    config = SendConfig(
+        blocking=cfg.blocking is not False if cfg else True,
+        history_length=cfg.historyLength if cfg else None,
+        accepted_output_modes=(cfg.acceptedOutputModes or []) if cfg else [],
+    )
+    push = cfg.pushNotificationConfig if cfg else None
+    return message, config, push
+
+
+def decode_task_query(params: Any) -> tuple[str, int | None]:
+    p = _validate(_TaskQueryIn, params)
+    return p.id, p.historyLength
+
+
+def decode_task_id(params: Any) -> tuple[str, dict[str, Any] | None]:
+    p = _validate(_TaskIdIn, params)
+    return p.id, p.metadata
+
+
+def encode_part(p: Part) -> dict[str, Any]:
+    if p.text is not None:
+        out: dict[str, Any] = {"kind": "text", "text": p.text}
+    elif p.raw is not None or p.url is not None:
+        f: dict[str, Any] = (
+            {"bytes": base64.b64encode(p.raw).decode()} if p.raw is not None else {"uri": p.url}
+        )
+        if p.media_type:
+            f["mimeType"] = p.media_type
+        if p.filename:
+            f["name"] = p.filename
+        out = {"kind": "file", "file": f}
+    else:
+        data = p.data if isinstance(p.data, dict) else {"value": p.data}
+        out = {"kind": "data", "data": data}
+    if p.metadata:
+        out["metadata"] = p.metadata
+    return out
+
+
+def encode_message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": "message",
+        "messageId": m.message_id,
+        "role": m.role.value,
+        "parts": [encode_part(p) for p in m.parts],
+    }
+    if m.context_id:
+        out["contextId"] = m.context_id
+    if m.task_id:
+        out["taskId"] = m.task_id
+    if m.reference_task_ids:
+        out["referenceTaskIds"] = m.reference_task_ids
+    if m.extensions:
+        out["extensions"] = m.extensions
+    if m.metadata:
+        out["metadata"] = m.metadata
+    return out
+
+
+def encode_status(s: TaskStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": s.state.value, "timestamp": iso(s.timestamp)}
+    if s.message is not None:
+        out["message"] = encode_message(s.message)
+    return out
+
+
+def encode_artifact(a: Artifact) -> dict[str, Any]:
+    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
+    if a.name is not None:
+        out["name"] = a.name
+    if a.description is not None:
+        out["description"] = a.description
+    if a.metadata:
+        out["metadata"] = a.metadata
+    if a.extensions:
+        out["extensions"] = a.extensions
+    return out
+
+
+def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
+    view = t.with_history(history_length)
+    out: dict[str, Any] = {
+        "kind": "task",
+        "id": t.id,
+        "contextId": t.context_id,
+        "status": encode_status(t.status),
+        "history": [encode_message(m) for m in view.history],
+        "artifacts": [encode_artifact(a) for a in t.artifacts],
+    }
+    metadata = dict(t.metadata or {})
+    if t.transitions:
+        metadata["stateTransitions"] = [
+            {"state": tr.state.value, "timestamp": iso(tr.timestamp)} for tr in t.transitions
+        ]
+    if metadata:
+        out["metadata"] = metadata
+    return out
+
+
+def encode_event(e: Event) -> dict[str, Any]:
+    if isinstance(e, StatusUpdate):
+        out: dict[str, Any] = {
+            "kind": "status-update",
+            "taskId": e.task_id,
+            "contextId": e.context_id,
+            "status": encode_status(e.status),
+            "final": e.final,
+        }
+    else:
+        assert isinstance(e, ArtifactUpdate)
+        out = {
+            "kind": "artifact-update",
+            "taskId": e.task_id,
+            "contextId": e.context_id,
+            "artifact": encode_artifact(e.artifact),
+            "append": e.append,
+            "lastChunk": e.last_chunk,
+        }
+    if e.metadata:
+        out["metadata"] = e.metadata
+    return out

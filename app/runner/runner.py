@@ -1,0 +1,125 @@
+"""Runs agents for tasks in this process: at most `max_concurrent` at once, each under a timeout.
+
+Tasks beyond the limit wait `submitted`. A run that raises, times out or stops without a result
+ends its task `failed` with a reason a client can read; a cancel stops the run's coroutine (and, through
+`AgentRun.cancel`, the process an adapter owns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from app.agents.base import Agent, AgentEventKind, AgentRequest, AgentRun
+from app.protocol.model import Message, Role, TaskState
+from app.tasks.service import TaskService
+
+from .mapping import EventMapper, response_artifact_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    task: asyncio.Task[None]
+    run: AgentRun | None = None
+
+
+class Runner:
+    def __init__(
+        self,
+        service: TaskService,
+        agent: Agent,
+        max_concurrent: int,
+        timeout_s: float,
+        cancel_grace_s: float,
+    ) -> None:
+        self._service = service
+        self._agent = agent
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._timeout_s = timeout_s
+        self._grace_s = cancel_grace_s
+        self._runs: dict[str, _Entry] = {}
+        service.executor = self
+
+    @property
+    def running(self) -> int:
+        return len(self._runs)
+
+    def start(self, task_id: str) -> None:
+        if task_id in self._runs:
+            return
+        entry = _Entry(asyncio.create_task(self._run(task_id), name=f"run-{task_id}"))
+        self._runs[task_id] = entry
+
+    async def stop(self, task_id: str) -> None:
+        """Stop the task's run: ask the agent to cancel, then cancel its coroutine."""
+        entry = self._runs.get(task_id)
+        if entry is None:
+            return
+        if entry.run is not None:
+            with contextlib.suppress(Exception):
+                await entry.run.cancel()
+        entry.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(entry.task), self._grace_s + 1)
+
+    async def answer(self, task_id: str, message: Message) -> None:
+        """Hand the user's answer to the waiting run; with no run here (a restart), start a new one."""
+        entry = self._runs.get(task_id)
+        if entry is not None and entry.run is not None:
+            await entry.run.answer(message)
+        elif entry is None:
+            self.start(task_id)
+
+    async def aclose(self) -> None:
+        for task_id in list(self._runs):
+            await self.stop(task_id)
+
+    async def _run(self, task_id: str) -> None:
+        try:
+            async with self._slots:
+                await self._run_agent(task_id)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._runs.pop(task_id, None)
+
+    async def _run_agent(self, task_id: str) -> None:
+        live = self._service.live(task_id)
+        if live is None or live.task.status.state.terminal:
+            return
+        task = live.task
+        last_user = max((i for i, m in enumerate(task.history) if m.role is Role.USER), default=None)
+        if last_user is None:
+            await self._service.fail(task_id, "The task has no user message to work on.")
+            return
+        request = AgentRequest(
+            task_id=task_id,
+            context_id=task.context_id,
+            message=task.history[last_user],
+            history=task.history[:last_user],
+        )
+        rid = response_artifact_id(task_id)
+        mapper = EventMapper(task_id, task.context_id, any(a.artifact_id == rid for a in task.artifacts))
+        try:
+            run = self._agent.start(request)
+            self._runs[task_id].run = run
+            async with asyncio.timeout(self._timeout_s):
+                async for ev in run.events():
+                    if task.status.state is TaskState.SUBMITTED and ev.kind is not (AgentEventKind.INIT):
+                        await self._service.apply(task_id, [mapper.status_working()])
+                    if await self._service.apply(task_id, mapper.map(ev)):
+                        return
+            await self._service.fail(task_id, "The agent stopped without reporting a result.")
+        except TimeoutError:
+            await self._service.fail(
+                task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped."
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("agent run for task %s failed", task_id)
+            await self._service.fail(task_id, f"The agent failed: {type(exc).__name__}: {exc}")

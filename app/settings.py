@@ -1,0 +1,81 @@
+"""Settings from the environment (and `.env`), validated once at start-up."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=41242, ge=1, le=65535)
+    public_url: str = ""
+    """What the agent card advertises; defaults to http://localhost:$PORT."""
+
+    database_url: str = "sqlite+aiosqlite:///./data/a2a.db"
+    redis_url: str | None = None
+    """Unset: the in-process bus (single node)."""
+
+    agent_adapter: str = "echo"
+    """`echo`, `scripted`, or `module:attr` naming a user's Agent."""
+
+    agent_timeout_s: float = Field(default=3600.0, gt=0)
+    """Longest an agent run may take before its task fails with a timeout."""
+    cancel_grace_s: float = Field(default=5.0, ge=0)
+    """How long a cancelled agent gets after SIGTERM before SIGKILL."""
+    sse_keepalive_s: float = Field(default=15.0, gt=0)
+    """Interval of SSE keep-alive comments on idle streams."""
+    blocking_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest a blocking `message/send` waits; then it returns the task as it stands."""
+    max_concurrent_tasks: int = Field(default=64, ge=1)
+    """Agents this process runs at once; further tasks wait `submitted`."""
+    card_max_age_s: int = Field(default=300, ge=0)
+    log_level: str = "info"
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, v: str) -> str:
+        if v.startswith("postgresql://") or v.startswith("postgres://"):
+            v = "postgresql+asyncpg://" + v.split("://", 1)[1]
+        if not (v.startswith("sqlite+aiosqlite://") or v.startswith("postgresql+asyncpg://")):
+            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.lower()
+        if v not in {"critical", "error", "warning", "info", "debug"}:
+            raise ValueError("must be one of critical, error, warning, info, debug")
+        return v
+
+    @model_validator(mode="after")
+    def _default_public_url(self) -> Settings:
+        if not self.public_url:
+            self.public_url = f"http://localhost:{self.port}"
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, the repository, and the group-commit writer."""

@@ -1,0 +1,93 @@
+"""Tables: tasks, messages (history), artifacts (append-only chunks) and the event log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Timestamp = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JsonType, list[Any]: JsonType, datetime: Timestamp}
+
+
+class TaskRow(Base):
+    """A task's current status; history, artifacts and events hang off it."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    context_id: Mapped[str] = mapped_column(String(256), index=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    state: Mapped[str] = mapped_column(String(32))
+    status: Mapped[dict[str, Any]]
+    transitions: Mapped[list[Any]]
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata")
+    last_seq: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (
+        Index("ix_tasks_owner_updated", "owner", "updated_at"),
+        Index("ix_tasks_state", "state"),
+    )
+
+
+class MessageRow(Base):
+    """One message of a task's history; (owner, message_id) is the idempotency key."""
+
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    message_id: Mapped[str] = mapped_column(String(256))
+    role: Mapped[str] = mapped_column(String(16))
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("owner", "message_id", name="uq_messages_owner_message"),)
+
+
+class ArtifactRow(Base):
+    """One artifact-update as it arrived: folded in seq order, the rows give the task's artifacts.
+
+    Append-only so that a long stream of chunks costs one small insert each, never a rewrite.
+    """
+
+    __tablename__ = "artifacts"
+
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(String(256))
+    append: Mapped[bool] = mapped_column(Boolean)
+    body: Mapped[dict[str, Any]]
+
+
+class EventRow(Base):
+    """The append-only event log: every status and artifact update, numbered per task."""
+
+    __tablename__ = "events"
+
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]

@@ -1,0 +1,144 @@
+"""Group commit: every event is committed before it is published, many tasks share one transaction.
+
+Callers hand a `Write` (the rows one step of one task produces) to `Writer.commit` and wait. A single
+flusher drains whatever has queued since its last flush into one transaction, so under load a commit's
+round trips and fsync are shared by many requests, and an idle server still commits each write at once.
+A batch that breaks a constraint is retried write by write, so only the offending write fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import bindparam, insert, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .models import ArtifactRow, EventRow, MessageRow, TaskRow
+
+log = logging.getLogger(__name__)
+
+_tasks = TaskRow.__table__
+_update_task = (
+    update(_tasks)
+    .where(_tasks.c.id == bindparam("_id"))
+    .values(
+        state=bindparam("state"),
+        status=bindparam("status"),
+        transitions=bindparam("transitions"),
+        last_seq=bindparam("last_seq"),
+        updated_at=bindparam("updated_at"),
+    )
+)
+
+
+class DuplicateMessageError(Exception):
+    """The (owner, messageId) pair is already stored: the caller sent the same message again."""
+
+
+@dataclass(slots=True)
+class Write:
+    """The rows one step of one task adds or changes."""
+
+    new_task: dict[str, Any] | None = None
+    task_update: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Writer:
+    def __init__(self, engine: AsyncEngine, max_batch: int = 512) -> None:
+        self._engine = engine
+        self._max_batch = max_batch
+        self._pending: list[tuple[Write, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._idle = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="store-writer")
+
+    async def stop(self) -> None:
+        """Flush what is queued, then stop."""
+        if self._task is None:
+            return
+        self._closing = True
+        self._wake.set()
+        await self._idle.wait()
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self._task = None
+
+    async def commit(self, write: Write) -> None:
+        """Return once `write` is durable; raise DuplicateMessageError on a repeated messageId."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((write, fut))
+        self._wake.set()
+        await fut
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._pending[: self._max_batch]
+                del self._pending[: self._max_batch]
+                await self._flush_batch(batch)
+            if self._closing:
+                self._idle.set()
+
+    async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]]) -> None:
+        try:
+            await self._flush([w for w, _ in batch])
+        except IntegrityError:
+            if len(batch) == 1:
+                _settle(batch[0][1], DuplicateMessageError())
+                return
+            for item in batch:
+                await self._flush_batch([item])
+            return
+        except Exception as exc:
+            log.exception("store write failed")
+            for _, fut in batch:
+                _settle(fut, exc)
+            return
+        for _, fut in batch:
+            _settle(fut, None)
+
+    async def _flush(self, writes: list[Write]) -> None:
+        new_tasks = [w.new_task for w in writes if w.new_task is not None]
+        messages = [m for w in writes for m in w.messages]
+        events = [e for w in writes for e in w.events]
+        artifacts = [a for w in writes for a in w.artifacts]
+        updates: dict[str, dict[str, Any]] = {}
+        for w in writes:
+            if w.task_update is not None:
+                updates[w.task_update["_id"]] = w.task_update
+        async with self._engine.begin() as conn:
+            if new_tasks:
+                await conn.execute(insert(TaskRow), new_tasks)
+            if messages:
+                await conn.execute(insert(MessageRow), messages)
+            if events:
+                await conn.execute(insert(EventRow), events)
+            if artifacts:
+                await conn.execute(insert(ArtifactRow), artifacts)
+            if updates:
+                await conn.execute(_update_task, list(updates.values()))
+
+
+def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)

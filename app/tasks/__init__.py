@@ -1,0 +1,1 @@
+"""The task service: lifecycle, idempotency, context rules, event application."""
