@@ -1,0 +1,65 @@
+"""Fixtures: a real server process per database backend (SQLite and PostgreSQL), and clients for it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.server import ServerProcess
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+async def _fresh_pg_database(base_url: str) -> str:
+    """A new, empty database on the test PostgreSQL; its URL."""
+    name = f"a2a_{uuid.uuid4().hex[:12]}"
+    dsn = base_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+async def database_url(backend: str, tmp: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp / 'a2a.db'}"
+    pg = os.environ.get("TEST_POSTGRES_URL")
+    if not pg:
+        pytest.skip("TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    return await _fresh_pg_database(pg)
+
+
+async def make_server(backend: str, tmp: Path, **env: str) -> ServerProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    server = ServerProcess(await database_url(backend, tmp), tmp / "server.log", **env)
+    server.migrate()
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+async def server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    """A server shared by the tests of one backend, running the scripted test agent."""
+    srv = await make_server(request.param, tmp_path_factory.mktemp(f"server-{request.param}"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def client(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def backend_tmp(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path

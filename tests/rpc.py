@@ -1,0 +1,49 @@
+"""Small helpers for speaking v0.3 JSON-RPC to the server in tests."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import httpx
+
+_ids = itertools.count(1)
+
+
+def text_message(text: str, **fields: Any) -> dict[str, Any]:
+    msg = {
+        "kind": "message",
+        "messageId": str(uuid.uuid4()),
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    msg.update(fields)
+    return msg
+
+
+async def call(client: httpx.AsyncClient, method: str, params: Any = None, **extra: Any) -> dict:
+    """Send one JSON-RPC request and return the whole response object (result or error)."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": next(_ids), "method": method}
+    if params is not None:
+        body["params"] = params
+    body.update(extra)
+    resp = await client.post("/a2a/jsonrpc", json=body)
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert data["id"] == body["id"]
+    return data
+
+
+async def result(client: httpx.AsyncClient, method: str, params: Any = None) -> Any:
+    data = await call(client, method, params)
+    assert "error" not in data, data
+    return data["result"]
+
+
+async def send(client: httpx.AsyncClient, text: str, **config: Any) -> dict[str, Any]:
+    """`message/send` with a text message; `config` goes into configuration. Returns the task."""
+    params: dict[str, Any] = {"message": text_message(text)}
+    if config:
+        params["configuration"] = config
+    return await result(client, "message/send", params)
