@@ -1,0 +1,369 @@
+"""Interop: the official Python A2A client (`a2a-sdk` 1.3.0) drives the real server over JSON-RPC.
+
+The client is built the way an SDK user builds one: `ClientFactory.create_from_url` fetches our agent
+card, sees `protocolVersion: 0.3.0` with a JSONRPC interface, and picks its v0.3 compat JSON-RPC
+transport. Every call then goes through the SDK's own request building and response parsing, so a
+wire-shape mismatch between the server and the SDK fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
+from a2a.helpers import get_message_text, get_text_parts, new_text_message
+from a2a.types import (
+    Artifact,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskState,
+)
+
+from tests.server import ServerProcess
+
+RESPONSE = "assistant-response"
+WAIT_S = 30  # an upper bound for a condition that normally holds within milliseconds
+
+S = TaskState
+ORDER = [S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING, S.TASK_STATE_COMPLETED]
+
+
+# ---- fixtures -----------------------------------------------------------------------------------
+
+
+class Wire:
+    """What the SDK put on the wire: (JSON-RPC method, A2A-Version header) per POST."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    async def record(self, request: httpx.Request) -> None:
+        if request.method == "POST":
+            body = json.loads(request.content)
+            self.calls.append((body["method"], request.headers.get("A2A-Version")))
+
+
+@pytest.fixture
+def wire() -> Wire:
+    return Wire()
+
+
+@asynccontextmanager
+async def sdk_client(server: ServerProcess, wire: Wire, *, streaming: bool) -> AsyncIterator[Client]:
+    """An SDK client made from our agent card; `streaming=False` makes `send_message` a plain send."""
+    async with httpx.AsyncClient(timeout=WAIT_S, event_hooks={"request": [wire.record]}) as http:
+        factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+        client = await factory.create_from_url(server.base_url)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+@pytest.fixture
+async def sdk(server: ServerProcess, wire: Wire) -> AsyncIterator[Client]:
+    """Non-streaming client: `send_message` is `message/send`, one Task back."""
+    async with sdk_client(server, wire, streaming=False) as client:
+        yield client
+
+
+@pytest.fixture
+async def sdk_stream(server: ServerProcess, wire: Wire) -> AsyncIterator[Client]:
+    """Streaming client: `send_message` is `message/stream`, events until the server ends the stream."""
+    async with sdk_client(server, wire, streaming=True) as client:
+        yield client
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+def user_message(text: str, *, task_id: str | None = None, context_id: str | None = None) -> Message:
+    return new_text_message(text, task_id=task_id, context_id=context_id, role=Role.ROLE_USER)
+
+
+def send_request(msg: Message, *, return_immediately: bool = False) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=msg, configuration=SendMessageConfiguration(return_immediately=return_immediately)
+    )
+
+
+async def send_for_task(client: Client, msg: Message, *, return_immediately: bool = False) -> Task:
+    """A non-streaming send: exactly one StreamResponse carrying the task."""
+    events = [e async for e in client.send_message(send_request(msg, return_immediately=return_immediately))]
+    assert len(events) == 1, events
+    assert events[0].HasField("task"), events[0]
+    return events[0].task
+
+
+def artifact_named(task: Task, name: str) -> Artifact:
+    found = [a for a in task.artifacts if a.name == name]
+    assert len(found) == 1, [a.name for a in task.artifacts]
+    return found[0]
+
+
+def text_of(artifact: Artifact) -> str:
+    return "".join(get_text_parts(artifact.parts))
+
+
+def kind(ev: StreamResponse) -> str:
+    return ev.WhichOneof("payload")
+
+
+def state_of(ev: StreamResponse) -> TaskState | None:
+    if ev.HasField("task"):
+        return ev.task.status.state
+    if ev.HasField("status_update"):
+        return ev.status_update.status.state
+    return None
+
+
+class Stream:
+    """Reads an SDK event stream step by step, each step bounded in time, and keeps what it read."""
+
+    def __init__(self, client: Client, request: SendMessageRequest) -> None:
+        self.gen = client.send_message(request)
+        self.events: list[StreamResponse] = []
+
+    async def next(self) -> StreamResponse:
+        async with asyncio.timeout(WAIT_S):
+            ev = await anext(self.gen)
+        self.events.append(ev)
+        return ev
+
+    async def until(self, cond: Callable[[StreamResponse], bool]) -> StreamResponse:
+        while True:
+            ev = await self.next()
+            if cond(ev):
+                return ev
+
+    async def rest(self) -> list[StreamResponse]:
+        """Everything until the server ends the stream."""
+        start = len(self.events)
+        async with asyncio.timeout(WAIT_S):
+            async for ev in self.gen:
+                self.events.append(ev)
+        return self.events[start:]
+
+    async def aclose(self) -> None:
+        await self.gen.aclose()
+
+
+@asynccontextmanager
+async def open_stream(client: Client, msg: Message) -> AsyncIterator[Stream]:
+    stream = Stream(client, send_request(msg))
+    try:
+        yield stream
+    finally:
+        await stream.aclose()
+
+
+def fold(events: list[StreamResponse]) -> tuple[TaskState, dict[str, str]]:
+    """What a client rebuilds from a stream: the last state and each artifact's text by name."""
+    assert events[0].HasField("task")
+    state = events[0].task.status.state
+    names = {a.artifact_id: a.name for a in events[0].task.artifacts}
+    texts = {a.artifact_id: text_of(a) for a in events[0].task.artifacts}
+    for ev in events[1:]:
+        if ev.HasField("status_update"):
+            state = ev.status_update.status.state
+        elif ev.HasField("artifact_update"):
+            up = ev.artifact_update
+            aid = up.artifact.artifact_id
+            if up.append:
+                assert aid in texts, f"append to unknown artifact {aid}"
+                texts[aid] += text_of(up.artifact)
+            else:
+                names[aid] = up.artifact.name
+                texts[aid] = text_of(up.artifact)
+    return state, {names[aid]: text for aid, text in texts.items()}
+
+
+# ---- tests --------------------------------------------------------------------------------------
+
+
+async def test_sdk_picks_the_v03_jsonrpc_transport(sdk: Client, server: ServerProcess, wire: Wire) -> None:
+    transport = sdk._transport  # type: ignore[attr-defined]
+    assert type(transport) is CompatJsonRpcTransport
+    assert transport.url.endswith("/a2a/jsonrpc")
+    card = transport.agent_card
+    assert [(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces][0] == (
+        "JSONRPC",
+        "0.3.0",
+    )
+    assert card.capabilities.streaming
+
+    await send_for_task(sdk, user_message("say:hi"))
+    assert wire.calls == [("message/send", "0.3")]
+
+
+async def test_send_blocking_completes_with_echoed_text(sdk: Client, wire: Wire) -> None:
+    text = "hello from the official sdk"
+    task = await send_for_task(sdk, user_message(text))
+
+    assert task.id and task.context_id
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert text_of(artifact_named(task, RESPONSE)) == text
+    assert [get_message_text(m) for m in task.history if m.role == Role.ROLE_USER] == [text]
+    assert wire.calls == [("message/send", "0.3")]
+
+
+async def test_stream_delivers_task_then_updates_until_completed(sdk_stream: Client, wire: Wire) -> None:
+    async with open_stream(sdk_stream, user_message("chunks:5")) as stream:
+        events = await stream.rest()
+
+    assert wire.calls == [("message/stream", "0.3")]
+    assert kind(events[0]) == "task", "the stream opens with the task"
+    assert all(kind(e) in ("status_update", "artifact_update") for e in events[1:])
+    task_id = events[0].task.id
+    assert all(getattr(e, kind(e)).task_id == task_id for e in events[1:]), (
+        "every update names the streamed task"
+    )
+
+    states = [s for s in map(state_of, events) if s is not None]
+    assert states[-1] == TaskState.TASK_STATE_COMPLETED
+    assert kind(events[-1]) == "status_update", "the completed status is the last event"
+    assert [ORDER.index(s) for s in states] == sorted(ORDER.index(s) for s in states), states
+
+    state, texts = fold(events)
+    assert state == TaskState.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "".join(f"chunk-{i} " for i in range(5))
+
+
+async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: Client, wire: Wire) -> None:
+    """Everything after the pause is produced while the stream is open: its order is exact."""
+    async with open_stream(sdk_stream, user_message("ask:Stream on?;chunks:3")) as stream:
+        first = await stream.next()
+        assert kind(first) == "task"
+        task = first.task
+        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            await stream.until(lambda e: state_of(e) == TaskState.TASK_STATE_INPUT_REQUIRED)
+        paused_at = len(stream.events)
+
+        answered = await send_for_task(
+            sdk,
+            user_message("yes", task_id=task.id, context_id=task.context_id),
+            return_immediately=True,
+        )
+        assert answered.id == task.id
+        after = await stream.rest()
+
+    shape = [
+        (kind(e), state_of(e))
+        if kind(e) == "status_update"
+        else (kind(e), e.artifact_update.append, e.artifact_update.last_chunk)
+        for e in after
+    ]
+    assert shape == [
+        ("status_update", TaskState.TASK_STATE_WORKING),
+        ("artifact_update", False, False),  # answer:yes opens the response artifact
+        ("artifact_update", True, False),
+        ("artifact_update", True, False),
+        ("artifact_update", True, False),
+        ("artifact_update", True, True),  # the closing chunk
+        ("status_update", TaskState.TASK_STATE_COMPLETED),
+    ], shape
+    assert after[1].artifact_update.artifact.name == RESPONSE
+    assert [text_of(e.artifact_update.artifact) for e in after[1:6]] == [
+        "answer:yes",
+        "chunk-0 ",
+        "chunk-1 ",
+        "chunk-2 ",
+        "",
+    ]
+    state, texts = fold(stream.events)
+    assert state == TaskState.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
+    assert paused_at >= 1
+    assert [m for m, _ in wire.calls] == ["message/stream", "message/send"]
+
+
+async def test_get_task_with_history(sdk: Client, wire: Wire) -> None:
+    sent = await send_for_task(sdk, user_message("say:hello"))
+
+    got = await sdk.get_task(GetTaskRequest(id=sent.id))
+    assert got.id == sent.id
+    assert got.context_id == sent.context_id
+    assert got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert text_of(artifact_named(got, RESPONSE)) == "hello"
+    assert len(got.history) == 1
+    assert got.history[0].role == Role.ROLE_USER
+    assert get_message_text(got.history[0]) == "say:hello"
+    assert got.history[0].task_id == sent.id
+    assert wire.calls == [("message/send", "0.3"), ("tasks/get", "0.3")]
+
+
+async def test_cancel_a_running_task(sdk_stream: Client, sdk: Client) -> None:
+    async with open_stream(sdk_stream, user_message("sleep:30")) as stream:
+        first = await stream.next()
+        task_id = first.task.id
+        if first.task.status.state != TaskState.TASK_STATE_WORKING:
+            await stream.until(lambda e: state_of(e) == TaskState.TASK_STATE_WORKING)
+
+        canceled = await sdk.cancel_task(CancelTaskRequest(id=task_id))
+        assert canceled.id == task_id
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+
+        after = await stream.rest()
+    assert after, "the stream reports the cancel"
+    assert kind(after[-1]) == "status_update"
+    assert state_of(after[-1]) == TaskState.TASK_STATE_CANCELED
+
+    got = await sdk.get_task(GetTaskRequest(id=task_id))
+    assert got.status.state == TaskState.TASK_STATE_CANCELED
+    with pytest.raises(TaskNotCancelableError):
+        await sdk.cancel_task(CancelTaskRequest(id=task_id))
+    again = await sdk.get_task(GetTaskRequest(id=task_id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_cancel_a_task_started_non_blocking(sdk: Client) -> None:
+    task = await send_for_task(sdk, user_message("sleep:30"), return_immediately=True)
+    assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+
+    canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    got = await sdk.get_task(GetTaskRequest(id=task.id))
+    assert got.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_input_required_then_answer_completes(sdk: Client) -> None:
+    asked = await send_for_task(sdk, user_message("ask:Proceed?"))
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert asked.status.message.role == Role.ROLE_AGENT
+    assert get_message_text(asked.status.message) == "Proceed?"
+
+    done = await send_for_task(sdk, user_message("go ahead", task_id=asked.id))
+    assert done.id == asked.id
+    assert done.context_id == asked.context_id
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert text_of(artifact_named(done, RESPONSE)) == "answer:go ahead"
+
+    got = await sdk.get_task(GetTaskRequest(id=asked.id))
+    assert [(m.role, get_message_text(m)) for m in got.history] == [
+        (Role.ROLE_USER, "ask:Proceed?"),
+        (Role.ROLE_AGENT, "Proceed?"),
+        (Role.ROLE_USER, "go ahead"),
+    ]
+    last = await sdk.get_task(GetTaskRequest(id=asked.id, history_length=1))
+    assert [get_message_text(m) for m in last.history] == ["go ahead"]
+
+
+async def test_unknown_task_is_task_not_found(sdk: Client) -> None:
+    with pytest.raises(TaskNotFoundError):
+        await sdk.get_task(GetTaskRequest(id="no-such-task"))
+    with pytest.raises(TaskNotFoundError):
+        await sdk.cancel_task(CancelTaskRequest(id="no-such-task"))
