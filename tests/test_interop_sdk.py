@@ -195,15 +195,13 @@ def fold(events: list[StreamResponse]) -> tuple[TaskState, dict[str, str]]:
 # ---- tests --------------------------------------------------------------------------------------
 
 
-async def test_sdk_picks_the_v03_jsonrpc_transport(sdk: Client, server: ServerProcess, wire: Wire) -> None:
+async def test_sdk_picks_the_v03_jsonrpc_transport(sdk: Client, wire: Wire) -> None:
     transport = sdk._transport  # type: ignore[attr-defined]
     assert type(transport) is CompatJsonRpcTransport
     assert transport.url.endswith("/a2a/jsonrpc")
     card = transport.agent_card
-    assert [(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces][0] == (
-        "JSONRPC",
-        "0.3.0",
-    )
+    interfaces = {(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces}
+    assert interfaces == {("JSONRPC", "0.3.0", transport.url)}
     assert card.capabilities.streaming
 
     await send_for_task(sdk, user_message("say:hi"))
@@ -251,7 +249,6 @@ async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: 
         task = first.task
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
             await stream.until(lambda e: state_of(e) == TaskState.TASK_STATE_INPUT_REQUIRED)
-        paused_at = len(stream.events)
 
         answered = await send_for_task(
             sdk,
@@ -287,7 +284,6 @@ async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: 
     state, texts = fold(stream.events)
     assert state == TaskState.TASK_STATE_COMPLETED
     assert texts[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
-    assert paused_at >= 1
     assert [m for m, _ in wire.calls] == ["message/stream", "message/send"]
 
 

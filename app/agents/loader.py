@@ -34,7 +34,16 @@ def load_agent(spec: str) -> Agent:
         target = getattr(module, attr)
     except AttributeError:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
-    agent = target() if callable(target) and not isinstance(target, Agent) else target
+    if isinstance(target, Agent):
+        return target
+    if isinstance(target, type) and not issubclass(target, Agent):
+        raise AdapterError(f"{spec!r} is a class but not an Agent subclass")
+    if not callable(target):
+        raise AdapterError(f"{spec!r} is not an Agent (got {type(target).__name__})")
+    try:
+        agent = target()
+    except Exception as exc:
+        raise AdapterError(f"creating the agent {spec!r} failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(agent, Agent):
-        raise AdapterError(f"{spec!r} is not an Agent (got {type(agent).__name__})")
+        raise AdapterError(f"{spec!r} did not produce an Agent (got {type(agent).__name__})")
     return agent
