@@ -67,7 +67,8 @@ async def test_public_url_setting(tmp_path):
         "sqlite", tmp_path, PUBLIC_URL="https://agents.example.com/", AGENT_ADAPTER="echo"
     )
     try:
-        card = httpx.get(srv.base_url + "/.well-known/agent-card.json").json()
+        async with httpx.AsyncClient(base_url=srv.base_url) as client:
+            card = (await client.get("/.well-known/agent-card.json")).json()
         assert card["url"] == "https://agents.example.com/a2a/jsonrpc"
         assert card["name"] == "Echo Agent"
     finally:
