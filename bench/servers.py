@@ -1,0 +1,161 @@
+"""The two servers under test, each a subprocess on its own fresh PostgreSQL database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+RPC_PATH = "/a2a/jsonrpc"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dsn(url: str) -> str:
+    """asyncpg's DSN for a SQLAlchemy URL."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+async def create_database(base_url: str, prefix: str) -> str:
+    """A new, empty database beside `base_url`'s; its SQLAlchemy URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(_dsn(base_url))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+async def drop_database(base_url: str, url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(_dsn(base_url))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def task_states(url: str) -> dict[str, int]:
+    """Stored tasks by status state: both servers keep a `tasks` table with a JSON `status`."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT status::jsonb->>'state' AS state, count(*) AS n FROM tasks GROUP BY 1"
+        )
+    finally:
+        await conn.close()
+    return {str(r["state"]): int(r["n"]) for r in rows}
+
+
+class Server:
+    """One server process on a free loopback port; `label` names it in the report."""
+
+    def __init__(self, label: str, database_url: str, log_path: Path) -> None:
+        self.label = label
+        self.database_url = database_url
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.rpc_url = self.base_url + RPC_PATH
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def prepare(self) -> None:
+        """Anything to do before the first start (migrations)."""
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=self.env(), stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.label} server exited: see {self.log_path}")
+            try:
+                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.label} server did not become ready: see {self.log_path}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class OurServer(Server):
+    """`a2a-server serve` with the echo agent: one process, one uvicorn worker."""
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "HOST": "127.0.0.1",
+            "PORT": str(self.port),
+            "AGENT_ADAPTER": "echo",
+            "LOG_LEVEL": "warning",
+        }
+
+    def command(self) -> list[str]:
+        return [str(BIN / "a2a-server"), "serve"]
+
+    def prepare(self) -> None:
+        subprocess.run(
+            [str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=self.env(), check=True, capture_output=True
+        )
+
+
+class ReferenceServer(Server):
+    """a2a-sdk's DefaultRequestHandler + DatabaseTaskStore (bench/reference_server.py), one worker."""
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "bench.reference_server",
+            "--database-url",
+            self.database_url,
+            "--port",
+            str(self.port),
+        ]
+
+
+async def commit_count(url: str) -> int:
+    """Transactions committed in `url`'s database so far (PostgreSQL's statistics lag by about 1 s)."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        return int(
+            await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        )
+    finally:
+        await conn.close()
