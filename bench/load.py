@@ -48,7 +48,8 @@ class Point:
         return self.bad + sum(self.errors.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "rps": round(self.rps, 1)}
+        out = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return {**out, "rps": round(self.rps, 1)}
 
 
 def ensure_wrk() -> str | None:

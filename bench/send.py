@@ -302,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("error: wrk is not installed and could not be installed")
     if wrk:
         loadgen = f"wrk -t{args.threads}"
+    elif args.loadgen == "python":
+        loadgen = "Python load generator (--loadgen python)"
     else:
-        loadgen = "Python load generator (wrk unavailable: the client costs more CPU)"
+        loadgen = "Python load generator (wrk could not be installed; this client costs more CPU)"
         print(f"note: {loadgen}", flush=True)
     runs: dict[str, ServerRun] = {}
     for key in args.servers:
