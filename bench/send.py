@@ -95,6 +95,11 @@ class Measured:
     tries: int = 1
 
     @property
+    def server_cpu_ms(self) -> float:
+        """Server CPU per answered request."""
+        return 1000 * self.cpu.server / self.point.rps if self.point.rps else 0.0
+
+    @property
     def disturbed(self) -> bool:
         return self.cpu.other > QUIET_CORES
 
@@ -102,6 +107,7 @@ class Measured:
         return {
             **self.point.to_json(),
             "cpu_cores": self.cpu.to_json(),
+            "server_cpu_ms_per_request": round(self.server_cpu_ms, 3),
             "db_commits_per_s": round(self.commits_per_s, 1),
             "tries": self.tries,
             "disturbed": self.disturbed,
@@ -201,8 +207,8 @@ def bench_server(key: str, args: argparse.Namespace, wrk: str | None, stamp: str
             print(
                 f"  {label:>14} c={c:<3} {p.rps:8.1f} req/s  p50 {p.p50_ms:7.1f} ms  p99 {p.p99_ms:7.1f} ms"
                 f"  | cores: server {u.server:.2f} postgres {u.postgres:.2f} loadgen {u.loadgen:.2f}"
-                f" other {u.other:.2f} | {m.commits_per_s:.0f} commits/s"
-                + (f"  FAILURES {p.failures}" if p.failures else ""),
+                f" other {u.other:.2f} | server CPU {m.server_cpu_ms:.2f} ms/req"
+                f" | {m.commits_per_s:.0f} commits/s" + (f"  FAILURES {p.failures}" if p.failures else ""),
                 flush=True,
             )
             if p.failures:
