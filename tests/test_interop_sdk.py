@@ -258,32 +258,22 @@ async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: 
         assert answered.id == task.id
         after = await stream.rest()
 
-    shape = [
-        (kind(e), state_of(e))
-        if kind(e) == "status_update"
-        else (kind(e), e.artifact_update.append, e.artifact_update.last_chunk)
-        for e in after
-    ]
-    assert shape == [
-        ("status_update", TaskState.TASK_STATE_WORKING),
-        ("artifact_update", False, False),  # answer:yes opens the response artifact
-        ("artifact_update", True, False),
-        ("artifact_update", True, False),
-        ("artifact_update", True, False),
-        ("artifact_update", True, True),  # the closing chunk
-        ("status_update", TaskState.TASK_STATE_COMPLETED),
-    ], shape
-    assert after[1].artifact_update.artifact.name == RESPONSE
-    assert [text_of(e.artifact_update.artifact) for e in after[1:6]] == [
-        "answer:yes",
-        "chunk-0 ",
-        "chunk-1 ",
-        "chunk-2 ",
-        "",
-    ]
-    state, texts = fold(stream.events)
+    kinds = [kind(e) for e in after]
+    assert kinds[0] == "status_update" and state_of(after[0]) == TaskState.TASK_STATE_WORKING
+    assert kinds[-1] == "status_update" and state_of(after[-1]) == TaskState.TASK_STATE_COMPLETED
+    chunks = [e.artifact_update for e in after[1:-1]]
+    assert kinds[1:-1] == ["artifact_update"] * len(chunks)
+    assert chunks[0].artifact.name == RESPONSE
+    assert [c.append for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    # The last chunk carries lastChunk: the final text chunk itself when it arrived together with
+    # the agent's done, otherwise an empty closing chunk after it.
+    assert [c.last_chunk for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    texts = [text_of(c.artifact) for c in chunks]
+    assert texts[:4] == ["answer:yes", "chunk-0 ", "chunk-1 ", "chunk-2 "]
+    assert texts[4:] in ([], [""])
+    state, folded = fold(stream.events)
     assert state == TaskState.TASK_STATE_COMPLETED
-    assert texts[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
+    assert folded[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
     assert [m for m, _ in wire.calls] == ["message/stream", "message/send"]
 
 
