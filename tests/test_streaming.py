@@ -49,8 +49,10 @@ async def test_stream_events_in_order_with_kinds_and_ids(client):
         if e["kind"] == "artifact-update"
         and e["artifact"]["artifactId"] == events[-2][1]["artifact"]["artifactId"]
     ]
-    assert [c["append"] for c in chunks] == [False, True, True, True]
-    assert [c["lastChunk"] for c in chunks] == [False, False, False, True]
+    # The last text chunk carries lastChunk when it arrives with the agent's done; else a closing chunk does.
+    assert len(chunks) in (3, 4)
+    assert [c["append"] for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    assert [c["lastChunk"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
     assert chunks[0]["artifact"]["name"] == "assistant-response"
     assert "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == "chunk-0 chunk-1 chunk-2 "
     assert all(e["taskId"] == events[0][1]["id"] for _, e in events[1:])

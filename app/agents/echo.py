@@ -9,7 +9,7 @@ from .base import Agent, AgentEvent, AgentRequest, AgentRun, Skill
 
 class EchoRun(AgentRun):
     async def events(self) -> AsyncIterator[AgentEvent]:
-        yield AgentEvent.init(model="echo")
+        yield AgentEvent.init()
         yield AgentEvent.thinking(self.request.message.text())
         yield AgentEvent.done()
 

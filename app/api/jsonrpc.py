@@ -196,5 +196,7 @@ async def handle(request: Request) -> Response:
     return _json(result)
 
 
-router.add_api_route("/a2a/jsonrpc", handle, methods=["POST"], include_in_schema=False)
-router.add_api_route("/a2a", handle, methods=["POST"], include_in_schema=False)
+# Plain Starlette routes: the handler reads the raw request itself, so FastAPI's dependency
+# resolution would only add cost to the hottest path.
+router.add_route("/a2a/jsonrpc", handle, methods=["POST"], include_in_schema=False)
+router.add_route("/a2a", handle, methods=["POST"], include_in_schema=False)

@@ -56,7 +56,9 @@ def utcnow() -> datetime:
 
 def iso(ts: datetime) -> str:
     """ISO-8601 UTC with millisecond precision and a `Z`, as v1.0 requires and v0.3 clients accept."""
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+    if ts.tzinfo is not UTC:
+        ts = ts.astimezone(UTC)
+    return ts.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_iso(value: str) -> datetime:

@@ -111,3 +111,30 @@ class EventMapper:
     def status_working(self) -> StatusUpdate:
         """The working status for a run that starts without an init event."""
         return self._status(TaskState.WORKING)
+
+    def map_batch(self, events: list[AgentEvent]) -> list[Event]:
+        """Map events that arrived together, for one commit. Nothing after `done`/`error` counts.
+
+        When the response's last chunk and `done` arrive together, that chunk carries `lastChunk`
+        itself instead of an empty closing chunk following it.
+        """
+        out: list[Event] = []
+        for ev in events:
+            mapped = self.map(ev)
+            if (
+                ev.kind is AgentEventKind.DONE
+                and out
+                and _is_chunk_of(out[-1], self.response_id)
+                and mapped
+                and _is_chunk_of(mapped[0], self.response_id)
+            ):
+                out[-1].last_chunk = True  # type: ignore[union-attr]
+                mapped = mapped[1:]
+            out.extend(mapped)
+            if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
+                break
+        return out
+
+
+def _is_chunk_of(ev: Event, artifact_id: str) -> bool:
+    return isinstance(ev, ArtifactUpdate) and ev.artifact.artifact_id == artifact_id

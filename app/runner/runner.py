@@ -12,7 +12,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from app.agents.base import Agent, AgentEventKind, AgentRequest, AgentRun
+from app.agents.base import Agent, AgentEvent, AgentEventKind, AgentRequest, AgentRun
 from app.protocol.model import Message, Role, TaskState
 from app.tasks.service import TaskService
 
@@ -108,11 +108,8 @@ class Runner:
             run = self._agent.start(request)
             self._runs[task_id].run = run
             async with asyncio.timeout(self._timeout_s):
-                async for ev in run.events():
-                    if task.status.state is TaskState.SUBMITTED and ev.kind is not (AgentEventKind.INIT):
-                        await self._service.apply(task_id, [mapper.status_working()])
-                    if await self._service.apply(task_id, mapper.map(ev)):
-                        return
+                if await self._consume(task_id, run, mapper):
+                    return
             await self._service.fail(task_id, "The agent stopped without reporting a result.")
         except TimeoutError:
             await self._service.fail(
@@ -123,3 +120,49 @@ class Runner:
         except Exception as exc:
             log.exception("agent run for task %s failed", task_id)
             await self._service.fail(task_id, f"The agent failed: {type(exc).__name__}: {exc}")
+
+    async def _consume(self, task_id: str, run: AgentRun, mapper: EventMapper) -> bool:
+        """Apply the run's events, each batch that has piled up in one commit; True once the task ended.
+
+        A producer reads the agent while the previous batch commits, so a fast agent costs one
+        commit per burst rather than one per event. An exception in the agent is re-raised here.
+        """
+        queue: asyncio.Queue[AgentEvent | BaseException | None] = asyncio.Queue(maxsize=1024)
+
+        async def produce() -> None:
+            try:
+                async for ev in run.events():
+                    await queue.put(ev)
+                await queue.put(None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await queue.put(exc)
+
+        producer = asyncio.create_task(produce(), name=f"agent-{task_id}")
+        live = self._service.live(task_id)
+        try:
+            while True:
+                items = [await queue.get()]
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                events = [i for i in items if isinstance(i, AgentEvent)]
+                if events:
+                    mapped = mapper.map_batch(events)
+                    if (
+                        live is not None
+                        and live.task.status.state is TaskState.SUBMITTED
+                        and events[0].kind is not AgentEventKind.INIT
+                    ):
+                        mapped.insert(0, mapper.status_working())
+                    if await self._service.apply(task_id, mapped):
+                        return True
+                end = items[-1]
+                if isinstance(end, BaseException):
+                    raise end
+                if end is None:
+                    return False
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await producer

@@ -1,9 +1,11 @@
 """Group commit: every event is committed before it is published, many tasks share one transaction.
 
-Callers hand a `Write` (the rows one step of one task produces) to `Writer.commit` and wait. A single
-flusher drains whatever has queued since its last flush into one transaction, so under load a commit's
-round trips and fsync are shared by many requests, and an idle server still commits each write at once.
-A batch that breaks a constraint is retried write by write, so only the offending write fails.
+Callers hand a `Write` (the rows one step of one task produces) to `Writer.commit` and wait. A few
+flushers each drain whatever has queued into one transaction, so under load a commit's round trips and
+fsync are shared by many requests, while one flusher's commit is in flight the next batch is already
+being written, and an idle server still commits each write at once. Writes of one task never overlap (the
+task service awaits each before the next), so concurrent flushers cannot reorder a task's rows. A batch
+that breaks a constraint is retried write by write, so only the offending write fails.
 """
 
 from __future__ import annotations
@@ -51,49 +53,50 @@ class Write:
 
 
 class Writer:
-    def __init__(self, engine: AsyncEngine, max_batch: int = 512) -> None:
+    def __init__(self, engine: AsyncEngine, max_batch: int = 512, flushers: int = 3) -> None:
         self._engine = engine
         self._max_batch = max_batch
+        self._flushers = flushers
         self._pending: list[tuple[Write, asyncio.Future[None]]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._idle = asyncio.Event()
+        self._wake = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._busy = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="store-writer")
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"store-writer-{i}") for i in range(self._flushers)
+        ]
 
     async def stop(self) -> None:
         """Flush what is queued, then stop."""
-        if self._task is None:
-            return
-        self._closing = True
-        self._wake.set()
-        await self._idle.wait()
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
-        self._task = None
+        async with self._wake:
+            await self._wake.wait_for(lambda: not self._pending and not self._busy)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
 
     async def commit(self, write: Write) -> None:
         """Return once `write` is durable; raise DuplicateMessageError on a repeated messageId."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((write, fut))
-        self._wake.set()
+        async with self._wake:
+            self._wake.notify()
         await fut
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
+            async with self._wake:
+                await self._wake.wait_for(lambda: bool(self._pending))
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
+                self._busy += 1
+            try:
                 await self._flush_batch(batch)
-            if self._closing:
-                self._idle.set()
+            finally:
+                async with self._wake:
+                    self._busy -= 1
+                    self._wake.notify_all()
 
     async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]]) -> None:
         try:

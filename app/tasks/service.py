@@ -99,6 +99,8 @@ class LiveTask:
     seq: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
+    transition_rows: list[dict[str, str]] | None = None
+    """`task.transitions` in stored form, kept so an apply appends instead of re-rendering all."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
@@ -171,6 +173,9 @@ class TaskService:
             seq = live.seq
             status = task.status
             transitions = list(task.transitions)
+            if live.transition_rows is None:
+                live.transition_rows = _transition_rows(task.transitions)
+            transition_rows = list(live.transition_rows)
             history_add = list(messages)
             records: list[EventRecord] = []
             write = Write()
@@ -190,6 +195,9 @@ class TaskService:
                     check_transition(state, ev.status.state)
                     if ev.status.state != state:
                         transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
+                        transition_rows.append(
+                            {"state": ev.status.state.value, "timestamp": iso(ev.status.timestamp)}
+                        )
                     state = ev.status.state
                     status = ev.status
                     if status.message is not None:
@@ -210,13 +218,14 @@ class TaskService:
                 "_id": task.id,
                 "state": state.value,
                 "status": status.to_store(),
-                "transitions": _transition_rows(transitions),
+                "transitions": transition_rows,
                 "last_seq": seq,
                 "updated_at": now,
             }
             await self.writer.commit(write)
             task.status = status
             task.transitions = transitions
+            live.transition_rows = transition_rows
             task.history.extend(history_add)
             for ev in events:
                 if isinstance(ev, ArtifactUpdate):
