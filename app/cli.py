@@ -52,6 +52,7 @@ def serve() -> None:
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
+        proxy_headers=False,
     )
 
 

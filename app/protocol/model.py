@@ -61,6 +61,11 @@ def iso(ts: datetime) -> str:
     return ts.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
+def now_iso() -> str:
+    """The current time as the domain keeps timestamps: ISO-8601 UTC, milliseconds, `Z`."""
+    return iso(utcnow())
+
+
 def parse_iso(value: str) -> datetime:
     ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
@@ -167,11 +172,12 @@ class Message:
 @dataclass(slots=True)
 class TaskStatus:
     state: TaskState
-    timestamp: datetime
+    timestamp: str
+    """ISO-8601 UTC with a `Z` (see `now_iso`): formatted once, sent and stored many times."""
     message: Message | None = None
 
     def to_store(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state.value, "timestamp": iso(self.timestamp)}
+        out: dict[str, Any] = {"state": self.state.value, "timestamp": self.timestamp}
         if self.message is not None:
             out["message"] = self.message.to_store()
         return out
@@ -181,7 +187,7 @@ class TaskStatus:
         msg = d.get("message")
         return cls(
             state=TaskState(d["state"]),
-            timestamp=parse_iso(d["timestamp"]),
+            timestamp=d["timestamp"],
             message=Message.from_store(msg) if msg else None,
         )
 
@@ -225,7 +231,7 @@ class Artifact:
 @dataclass(slots=True)
 class StateTransition:
     state: TaskState
-    timestamp: datetime
+    timestamp: str
 
 
 @dataclass(slots=True)

@@ -25,7 +25,6 @@ from .model import (
     StatusUpdate,
     Task,
     TaskStatus,
-    iso,
 )
 
 PROTOCOL_VERSION = "0.3.0"
@@ -219,7 +218,7 @@ def encode_message(m: Message) -> dict[str, Any]:
 
 
 def encode_status(s: TaskStatus) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": s.state.value, "timestamp": iso(s.timestamp)}
+    out: dict[str, Any] = {"state": s.state.value, "timestamp": s.timestamp}
     if s.message is not None:
         out["message"] = encode_message(s.message)
     return out
@@ -251,7 +250,7 @@ def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
     metadata = dict(t.metadata or {})
     if t.transitions:
         metadata["stateTransitions"] = [
-            {"state": tr.state.value, "timestamp": iso(tr.timestamp)} for tr in t.transitions
+            {"state": tr.state.value, "timestamp": tr.timestamp} for tr in t.transitions
         ]
     if metadata:
         out["metadata"] = metadata

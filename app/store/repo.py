@@ -19,7 +19,6 @@ from app.protocol.model import (
     TaskStatus,
     event_from_store,
     fold_artifact,
-    parse_iso,
 )
 
 from .models import ArtifactRow, EventRow, MessageRow, TaskRow
@@ -67,9 +66,7 @@ class Repository:
             history=history,
             artifacts=artifacts,
             metadata=row._mapping["metadata"],
-            transitions=[
-                StateTransition(TaskState(t["state"]), parse_iso(t["timestamp"])) for t in row.transitions
-            ],
+            transitions=[StateTransition(TaskState(t["state"]), t["timestamp"]) for t in row.transitions],
         )
         return StoredTask(task=task, owner=row.owner, last_seq=row.last_seq)
 

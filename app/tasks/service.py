@@ -41,6 +41,7 @@ from app.protocol.model import (
     fold_artifact,
     iso,
     new_id,
+    now_iso,
     utcnow,
 )
 from app.store.repo import Repository
@@ -77,7 +78,7 @@ def status_update(task_id: str, context_id: str, state: TaskState, text: str | N
     return StatusUpdate(
         task_id=task_id,
         context_id=context_id,
-        status=TaskStatus(state=state, timestamp=utcnow(), message=message),
+        status=TaskStatus(state=state, timestamp=now_iso(), message=message),
         final=state.terminal,
     )
 
@@ -99,15 +100,13 @@ class LiveTask:
     seq: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
-    transition_rows: list[dict[str, str]] | None = None
-    """`task.transitions` in stored form, kept so an apply appends instead of re-rendering all."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
 
 
 def _transition_rows(transitions: Iterable[StateTransition]) -> list[dict[str, str]]:
-    return [{"state": t.state.value, "timestamp": iso(t.timestamp)} for t in transitions]
+    return [{"state": t.state.value, "timestamp": t.timestamp} for t in transitions]
 
 
 class TaskService:
@@ -173,9 +172,6 @@ class TaskService:
             seq = live.seq
             status = task.status
             transitions = list(task.transitions)
-            if live.transition_rows is None:
-                live.transition_rows = _transition_rows(task.transitions)
-            transition_rows = list(live.transition_rows)
             history_add = list(messages)
             records: list[EventRecord] = []
             write = Write()
@@ -195,9 +191,6 @@ class TaskService:
                     check_transition(state, ev.status.state)
                     if ev.status.state != state:
                         transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
-                        transition_rows.append(
-                            {"state": ev.status.state.value, "timestamp": iso(ev.status.timestamp)}
-                        )
                     state = ev.status.state
                     status = ev.status
                     if status.message is not None:
@@ -218,14 +211,13 @@ class TaskService:
                 "_id": task.id,
                 "state": state.value,
                 "status": status.to_store(),
-                "transitions": transition_rows,
+                "transitions": _transition_rows(transitions),
                 "last_seq": seq,
                 "updated_at": now,
             }
             await self.writer.commit(write)
             task.status = status
             task.transitions = transitions
-            live.transition_rows = transition_rows
             task.history.extend(history_add)
             for ev in events:
                 if isinstance(ev, ArtifactUpdate):
@@ -272,14 +264,14 @@ class TaskService:
         message.task_id = task_id
         message.context_id = context_id
         now = utcnow()
-        status = TaskStatus(TaskState.SUBMITTED, now)
+        status = TaskStatus(TaskState.SUBMITTED, iso(now))
         submitted = StatusUpdate(task_id, context_id, status)
         task = Task(
             id=task_id,
             context_id=context_id,
             status=status,
             history=[message],
-            transitions=[StateTransition(TaskState.SUBMITTED, now)],
+            transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         write = Write(
             new_task={
