@@ -71,3 +71,23 @@ async def test_kill_and_restart_loses_nothing(backend, tmp_path):
             assert [m["role"] for m in answered["history"]] == ["user", "agent", "user"]
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_graceful_shutdown_ends_running_tasks_with_a_reason(backend, tmp_path):
+    srv = await make_server(backend, tmp_path)
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
+            running = await send(client, "sleep:60", blocking=False)
+            await wait_state(client, running["id"], "working")
+            waiting = await send(client, "ask:Later?")
+        srv.stop()
+        srv.start()
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
+            ended = await result(client, "tasks/get", {"id": running["id"]})
+            assert ended["status"]["state"] == "failed"
+            assert "shut down" in ended["status"]["message"]["parts"][0]["text"]
+            still = await result(client, "tasks/get", {"id": waiting["id"]})
+            assert still["status"]["state"] == "input-required"
+    finally:
+        srv.stop()

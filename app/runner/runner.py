@@ -75,8 +75,13 @@ class Runner:
             self.start(task_id)
 
     async def aclose(self) -> None:
+        """Stop every run at shutdown. A task that was working ends failed with the reason; queued
+        tasks stay `submitted` for the next start and tasks waiting for input stay answerable."""
         for task_id in list(self._runs):
             await self.stop(task_id)
+            live = self._service.live(task_id)
+            if live is not None and live.task.status.state is TaskState.WORKING:
+                await self._service.fail(task_id, "The server shut down while this task was running.")
 
     async def _run(self, task_id: str) -> None:
         try:
