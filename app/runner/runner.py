@@ -89,6 +89,9 @@ class Runner:
                 await self._run_agent(task_id)
         except asyncio.CancelledError:
             pass
+        except Exception:
+            # Even ending the task failed (the database is unreachable); the next start fails it.
+            log.exception("could not record the end of task %s", task_id)
         finally:
             self._runs.pop(task_id, None)
 
