@@ -9,35 +9,15 @@ class InvalidTransitionError(Exception):
     """A status change the lifecycle forbids; nothing is written."""
 
 
+_ENDINGS = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
+_FROM_ACTIVE = _ENDINGS | {TaskState.WORKING, TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED}
+_FROM_INTERRUPTED = frozenset({TaskState.WORKING, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
+
 _ALLOWED: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.SUBMITTED: frozenset(
-        {
-            TaskState.WORKING,
-            TaskState.INPUT_REQUIRED,
-            TaskState.AUTH_REQUIRED,
-            TaskState.COMPLETED,
-            TaskState.FAILED,
-            TaskState.CANCELED,
-            TaskState.REJECTED,
-        }
-    ),
-    TaskState.WORKING: frozenset(
-        {
-            TaskState.WORKING,
-            TaskState.INPUT_REQUIRED,
-            TaskState.AUTH_REQUIRED,
-            TaskState.COMPLETED,
-            TaskState.FAILED,
-            TaskState.CANCELED,
-            TaskState.REJECTED,
-        }
-    ),
-    TaskState.INPUT_REQUIRED: frozenset(
-        {TaskState.WORKING, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
-    ),
-    TaskState.AUTH_REQUIRED: frozenset(
-        {TaskState.WORKING, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
-    ),
+    TaskState.SUBMITTED: _FROM_ACTIVE,
+    TaskState.WORKING: _FROM_ACTIVE,
+    TaskState.INPUT_REQUIRED: _FROM_INTERRUPTED,
+    TaskState.AUTH_REQUIRED: _FROM_INTERRUPTED,
 }
 
 
