@@ -36,11 +36,6 @@ def serve() -> None:
     from app.main import create_app
 
     settings = _settings()
-    if settings.redis_url:
-        sys.exit(
-            "error: invalid setting REDIS_URL: the Redis bus is not available in this version; "
-            "unset it to use the in-process bus"
-        )
     try:
         agent = load_agent(settings.agent_adapter)
     except AdapterError as exc:

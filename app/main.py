@@ -17,11 +17,14 @@ from app.agents.base import Agent
 from app.agents.loader import load_agent
 from app.api import card, health, jsonrpc, rest
 from app.api.deps import Components
+from app.bus.base import Bus
 from app.bus.memory import MemoryBus
+from app.bus.redis import RedisBus
 from app.protocol.model import utcnow
 from app.runner.runner import Runner
 from app.settings import Settings, get_settings
 from app.store.db import create_engine
+from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.service import TaskService
@@ -49,23 +52,32 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         engine = create_engine(settings.database_url)
         writer = Writer(engine)
         writer.start()
-        bus = MemoryBus()
-        service = TaskService(Repository(engine), writer, bus, settings.blocking_timeout_s)
+        bus: Bus = (
+            RedisBus(settings.redis_url, settings.replica_id)
+            if settings.redis_url
+            else MemoryBus(settings.replica_id)
+        )
+        await bus.start()
+        leases = Leases(engine, settings.replica_id, settings.lease_ttl_s)
+        service = TaskService(Repository(engine), writer, bus, leases, settings.blocking_timeout_s)
         runner = Runner(
             service,
             agent,
             max_concurrent=settings.max_concurrent_tasks,
             timeout_s=settings.agent_timeout_s,
             cancel_grace_s=settings.cancel_grace_s,
+            lease_ttl_s=settings.lease_ttl_s,
+            queue_poll_s=settings.queue_poll_s,
         )
         app.state.engine = engine
+        app.state.bus = bus
         app.state.runner = runner
         app.state.components = Components(
             settings=settings,
             service=service,
             card=card.build_card(settings, agent, utcnow()),
         )
-        await service.recover()
+        await runner.open()
         _tune_gc()
         try:
             yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from functools import lru_cache
 
 from pydantic import Field, field_validator, model_validator
@@ -34,6 +35,14 @@ class Settings(BaseSettings):
     max_concurrent_tasks: int = Field(default=64, ge=1)
     """Agents this process runs at once; further tasks wait `submitted`."""
     card_max_age_s: int = Field(default=300, ge=0)
+    replica_id: str = ""
+    """This process's name in leases and control messages; defaults to hostname:port, stable across
+    restarts so a restarted replica recovers its own tasks at once."""
+    lease_ttl_s: float = Field(default=15.0, gt=0)
+    """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended
+    or re-queued by another replica within this time."""
+    queue_poll_s: float = Field(default=2.0, gt=0)
+    """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
     log_level: str = "info"
 
     @field_validator("database_url")
@@ -73,6 +82,8 @@ class Settings(BaseSettings):
     def _default_public_url(self) -> Settings:
         if not self.public_url:
             self.public_url = f"http://localhost:{self.port}"
+        if not self.replica_id:
+            self.replica_id = f"{socket.gethostname()}:{self.port}"
         return self
 
 

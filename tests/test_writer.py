@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from app.protocol.model import utcnow
 from app.store.db import create_engine
 from app.store.models import EventRow, MessageRow, TaskRow
-from app.store.writer import DuplicateMessageError, Write, Writer
+from app.store.writer import ConflictError, Write, Writer
 from tests.conftest import BACKENDS, database_url
 from tests.server import BIN, ROOT
 
@@ -64,7 +64,7 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
         writes.append(new_task_write("t-dup", "m7"))
         outcomes = await asyncio.gather(*(writer.commit(w) for w in writes), return_exceptions=True)
         assert outcomes[:50] == [None] * 50
-        assert isinstance(outcomes[50], DuplicateMessageError)
+        assert isinstance(outcomes[50], ConflictError)
         update = Write(
             task_update={
                 "_id": "t3",
@@ -73,6 +73,8 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
                 "transitions": [],
                 "last_seq": 2,
                 "updated_at": utcnow(),
+                "lease_owner": "replica-a",
+                "lease_expires_at": utcnow(),
             }
         )
         await writer.commit(update)

@@ -1,12 +1,27 @@
-"""Liveness (`/healthz`) and readiness (`/readyz`: the database answers)."""
+"""Liveness (`/healthz`) and readiness (`/readyz`: database at the newest migration, bus reachable)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 router = APIRouter()
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+@lru_cache
+def head_revision() -> str | None:
+    """The newest alembic revision shipped with this code."""
+    cfg = Config(str(_ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(_ROOT / "migrations"))
+    return ScriptDirectory.from_config(cfg).get_current_head()
 
 
 @router.get("/healthz", include_in_schema=False)
@@ -18,8 +33,18 @@ async def healthz() -> JSONResponse:
 async def readyz(request: Request) -> JSONResponse:
     try:
         async with request.app.state.engine.connect() as conn:
-            await conn.execute(text("SELECT 1 FROM tasks LIMIT 1"))
+            current = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
     except Exception as exc:
-        reason = f"database not ready: {type(exc).__name__}"
-        return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+        return _unready(f"database not reachable or not migrated: {type(exc).__name__}")
+    head = head_revision()
+    if current != head:
+        return _unready(f"database at migration {current}, this code needs {head}: run the migrations")
+    try:
+        await request.app.state.bus.ping()
+    except Exception as exc:
+        return _unready(f"redis not reachable: {type(exc).__name__}")
     return JSONResponse({"status": "ok"})
+
+
+def _unready(reason: str) -> JSONResponse:
+    return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)

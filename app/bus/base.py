@@ -1,53 +1,174 @@
-"""The bus interface: a doorbell that rings each task's subscribers after an event is committed.
+"""The bus interface: a doorbell that rings each task's subscribers after an event is committed, and
+the channel replicas use to ask each other things (cancel this, deliver that answer, wake up: work queued).
 
-The database is the truth. A subscription may miss or lag (a full queue, a lost message); it reports that
-through `lagged`, and the reader fills the gap from the event log by sequence number.
+The database is the truth. A subscription may miss or lag (a full queue, a lost message, Redis restarted);
+it then yields a resync marker and the reader fills the gap from the event log by sequence number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from app.protocol.model import EventRecord
+from app.protocol.model import EventRecord, new_id
+
+log = logging.getLogger(__name__)
+
+RESYNC = None
+"""What `Subscription.get` returns when the reader must re-read the log: events may have been missed."""
+
+ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class Subscription:
-    """Events of one task in publication order, bounded; overflow sets `lagged` instead of blocking."""
+    """Events of one task in publication order, bounded; overflow turns into a resync, never a block."""
 
     def __init__(self, task_id: str, maxsize: int = 1024) -> None:
         self.task_id = task_id
-        self.lagged = False
-        self._queue: asyncio.Queue[EventRecord] = asyncio.Queue(maxsize)
-        self._closed = False
+        self._queue: asyncio.Queue[EventRecord | None] = asyncio.Queue(maxsize)
+        self._lagged = False
 
     def push(self, record: EventRecord) -> None:
+        if self._lagged:
+            return
         try:
             self._queue.put_nowait(record)
         except asyncio.QueueFull:
-            self.lagged = True
+            self.resync()
 
-    async def get(self) -> EventRecord:
-        return await self._queue.get()
-
-    def drain(self) -> list[EventRecord]:
-        items = []
+    def resync(self) -> None:
+        """Drop what is queued and tell the reader to read the log instead."""
         while not self._queue.empty():
-            items.append(self._queue.get_nowait())
-        return items
+            self._queue.get_nowait()
+        self._lagged = False
+        self._queue.put_nowait(RESYNC)
+
+    async def get(self) -> EventRecord | None:
+        """The next record, or RESYNC (None)."""
+        return await self._queue.get()
 
 
 class Bus(ABC):
-    @abstractmethod
-    def subscribe(self, task_id: str) -> Subscription:
-        """Start receiving the task's events published from now on."""
+    """Per-task event fan-out plus replica-to-replica control. Subclasses move the bytes."""
+
+    resync_after_s: float | None = None
+    """Re-read the log after this long without events, for buses that can lose messages silently."""
+
+    def __init__(self, replica_id: str) -> None:
+        self.replica_id = replica_id
+        self._subs: dict[str, set[Subscription]] = {}
+        self._control: ControlHandler | None = None
+        self._queued: Callable[[], None] | None = None
+        self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._handling: set[asyncio.Task[None]] = set()
+
+    # ---- task events ---------------------------------------------------------------------------
+
+    async def subscribe(self, task_id: str) -> Subscription:
+        """Receive the task's events published from now on (returns once that is guaranteed)."""
+        sub = Subscription(task_id)
+        first = task_id not in self._subs
+        self._subs.setdefault(task_id, set()).add(sub)
+        if first:
+            await self._listen(task_id)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.task_id)
+        if subs is None:
+            return
+        subs.discard(sub)
+        if not subs:
+            del self._subs[sub.task_id]
+            await self._unlisten(sub.task_id)
 
     @abstractmethod
-    def unsubscribe(self, sub: Subscription) -> None: ...
+    async def publish(self, task_id: str, context_id: str, records: list[EventRecord]) -> None:
+        """Ring the task's subscribers everywhere; call only after the records are committed."""
+
+    def _deliver(self, task_id: str, records: list[EventRecord]) -> None:
+        for sub in self._subs.get(task_id, ()):
+            for record in records:
+                sub.push(record)
+
+    def _resync_all(self) -> None:
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.resync()
+
+    async def _listen(self, task_id: str) -> None:  # noqa: B027 - hook for remote buses
+        """Start receiving a task's events from other replicas."""
+
+    async def _unlisten(self, task_id: str) -> None:  # noqa: B027 - hook for remote buses
+        """Stop receiving a task's events from other replicas."""
+
+    # ---- control -------------------------------------------------------------------------------
+
+    def on_control(self, handler: ControlHandler) -> None:
+        """Handle requests other replicas send to this one; the handler's dict is the reply."""
+        self._control = handler
+
+    def on_queued(self, callback: Callable[[], None]) -> None:
+        """Called when any replica rings the queue doorbell (work is waiting to be claimed)."""
+        self._queued = callback
+
+    async def request(self, replica_id: str, body: dict[str, Any], wait_s: float) -> dict[str, Any]:
+        """Ask another replica; its handler's reply, or TimeoutError."""
+        rid = new_id()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._replies[rid] = fut
+        try:
+            await self._send(
+                replica_id, {"kind": "request", "id": rid, "from": self.replica_id, "body": body}
+            )
+            return await asyncio.wait_for(fut, wait_s)
+        finally:
+            self._replies.pop(rid, None)
+
+    async def _on_control_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("kind") == "reply":
+            fut = self._replies.get(msg.get("id", ""))
+            if fut is not None and not fut.done():
+                fut.set_result(msg.get("body") or {})
+        elif msg.get("kind") == "request" and self._control is not None:
+            task = asyncio.create_task(self._answer(msg))
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+
+    async def _answer(self, msg: dict[str, Any]) -> None:
+        assert self._control is not None
+        try:
+            body = await self._control(msg.get("body") or {})
+        except Exception:
+            log.exception("control request failed")
+            body = {"error": {"type": "InternalError", "message": "Internal error"}}
+        with contextlib.suppress(Exception):
+            await self._send(msg["from"], {"kind": "reply", "id": msg["id"], "body": body})
+
+    def _wake_queue(self) -> None:
+        if self._queued is not None:
+            self._queued()
 
     @abstractmethod
-    async def publish(self, task_id: str, records: list[EventRecord]) -> None:
-        """Ring the task's subscribers; call only after the records are committed."""
+    async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:
+        """Deliver a control payload to a replica."""
+
+    @abstractmethod
+    async def ring_queue(self) -> None:
+        """Tell every replica (this one included) that a task waits to be claimed."""
+
+    # ---- life ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:  # noqa: B027 - hook for remote buses
+        """Connect; called once before use."""
+
+    async def ping(self) -> None:  # noqa: B027 - hook for remote buses
+        """Raise if the bus cannot carry messages right now (readiness)."""
 
     async def aclose(self) -> None:
-        return None
+        for task in list(self._handling):
+            task.cancel()

@@ -1,29 +1,21 @@
-"""The single-node bus: subscribers live in this process."""
+"""The single-node bus: subscribers and the only replica live in this process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.protocol.model import EventRecord
 
-from .base import Bus, Subscription
+from .base import Bus
 
 
 class MemoryBus(Bus):
-    def __init__(self) -> None:
-        self._subs: dict[str, set[Subscription]] = {}
+    async def publish(self, task_id: str, context_id: str, records: list[EventRecord]) -> None:
+        self._deliver(task_id, records)
 
-    def subscribe(self, task_id: str) -> Subscription:
-        sub = Subscription(task_id)
-        self._subs.setdefault(task_id, set()).add(sub)
-        return sub
+    async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:
+        if replica_id == self.replica_id:
+            await self._on_control_message(payload)
 
-    def unsubscribe(self, sub: Subscription) -> None:
-        subs = self._subs.get(sub.task_id)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._subs[sub.task_id]
-
-    async def publish(self, task_id: str, records: list[EventRecord]) -> None:
-        for sub in self._subs.get(task_id, ()):
-            for record in records:
-                sub.push(record)
+    async def ring_queue(self) -> None:
+        self._wake_queue()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from app.agents.base import Agent, AgentEvent, AgentEventKind, AgentRequest, AgentRun
@@ -35,22 +36,50 @@ class Runner:
         max_concurrent: int,
         timeout_s: float,
         cancel_grace_s: float,
+        lease_ttl_s: float = 15.0,
+        queue_poll_s: float = 2.0,
     ) -> None:
         self._service = service
+        self._leases = service.leases
         self._agent = agent
-        self._slots = asyncio.Semaphore(max_concurrent)
+        self._max = max_concurrent
+        self._active = 0
         self._timeout_s = timeout_s
         self._grace_s = cancel_grace_s
+        self._ttl_s = lease_ttl_s
+        self._poll_s = queue_poll_s
         self._runs: dict[str, _Entry] = {}
+        self._wake = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._closing = False
         service.executor = self
+        service.bus.on_queued(self._wake.set)
 
     @property
     def running(self) -> int:
         return len(self._runs)
 
-    def start(self, task_id: str) -> None:
+    # ---- slots -----------------------------------------------------------------------------------
+
+    def reserve(self) -> bool:
+        """Take an agent slot for a task about to start here; False when all are busy or closing."""
+        if self._closing or self._active >= self._max:
+            return False
+        self._active += 1
+        return True
+
+    def release_slot(self) -> None:
+        self._active -= 1
+        self._wake.set()
+
+    def start(self, task_id: str, reserved: bool = False) -> None:
+        """Run the task's agent here. Without a reservation (an answer resuming a task) it runs anyway."""
         if task_id in self._runs:
+            if reserved:
+                self.release_slot()
             return
+        if not reserved:
+            self._active += 1
         entry = _Entry(asyncio.create_task(self._run(task_id), name=f"run-{task_id}"))
         self._runs[task_id] = entry
 
@@ -74,26 +103,103 @@ class Runner:
         elif entry is None:
             self.start(task_id)
 
+    # ---- life --------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Recover what this replica's previous life left, then claim, heartbeat and watch leases."""
+        await self._recover()
+        self._loops = [
+            asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
+            asyncio.create_task(self._every(self._leases.renew, self._ttl_s / 3), name="heartbeat"),
+            asyncio.create_task(self._every(self._reap, min(self._poll_s, self._ttl_s / 5)), name="reaper"),
+        ]
+
     async def aclose(self) -> None:
-        """Stop every run at shutdown. A task that was working ends failed with the reason; queued
-        tasks stay `submitted` for the next start and tasks waiting for input stay answerable."""
+        """Stop taking work and stop every run. A task that was working ends failed with the reason;
+        tasks waiting for input are released so any replica can take the answer."""
+        self._closing = True
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        waiting: list[str] = []
         for task_id in list(self._runs):
             await self.stop(task_id)
             live = self._service.live(task_id)
-            if live is not None and live.task.status.state is TaskState.WORKING:
+            if live is None:
+                continue
+            if live.task.status.state is TaskState.WORKING:
                 await self._service.fail(task_id, "The server shut down while this task was running.")
+            else:
+                waiting.append(task_id)
+        with contextlib.suppress(Exception):
+            await self._service.release(waiting)
+
+    async def _every(
+        self, step: Callable[[], Awaitable[object]], interval: float, wakeable: bool = False
+    ) -> None:
+        while True:
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed; retrying", getattr(step, "__name__", "step"))
+            if wakeable:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), interval)
+                self._wake.clear()
+            else:
+                await asyncio.sleep(interval)
+
+    async def _recover(self) -> None:
+        for held in await self._leases.mine():
+            if held.state is TaskState.WORKING:
+                reason = "The server restarted while this task was running; its agent was lost."
+                await self._service.end_lost(held, reason)
+            elif held.state is TaskState.SUBMITTED:
+                await self._start_claimed(held.task_id)
+            else:
+                await self._service.release([held.task_id])
+
+    async def _claim(self) -> None:
+        """Claim queued tasks while there are free slots."""
+        while not self._closing and (free := self._max - self._active) > 0:
+            claimed = await self._leases.claim_queued(free)
+            for task_id in claimed:
+                await self._start_claimed(task_id)
+            if len(claimed) < free:
+                return
+
+    async def _start_claimed(self, task_id: str) -> None:
+        if self.reserve():
+            if await self._service.adopt(task_id):
+                self.start(task_id, reserved=True)
+                return
+            self.release_slot()
+        await self._service.release([task_id])
+
+    async def _reap(self) -> None:
+        """End tasks whose replica died mid-run (its lease expired). Queued and waiting tasks with an
+        expired lease need nothing: claims and answers treat an expired lease as free."""
+        for held in await self._leases.expired():
+            if held.state is TaskState.WORKING and held.task_id not in self._runs:
+                reason = (
+                    f"Replica {held.owner} running this task stopped renewing its lease "
+                    "(it died or lost contact); the agent's work was lost."
+                )
+                await self._service.end_lost(held, reason)
 
     async def _run(self, task_id: str) -> None:
         try:
-            async with self._slots:
-                await self._run_agent(task_id)
+            await self._run_agent(task_id)
         except asyncio.CancelledError:
             pass
         except Exception:
-            # Even ending the task failed (the database is unreachable); the next start fails it.
+            # Even ending the task failed (the database is unreachable); its lease will expire.
             log.exception("could not record the end of task %s", task_id)
         finally:
             self._runs.pop(task_id, None)
+            self.release_slot()
 
     async def _run_agent(self, task_id: str) -> None:
         live = self._service.live(task_id)

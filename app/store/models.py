@@ -43,10 +43,15 @@ class TaskRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    lease_owner: Mapped[str | None] = mapped_column(String(256))
+    """The replica that may write this task (runs its agent); NULL: nobody, queued or idle."""
+    lease_expires_at: Mapped[datetime | None]
 
     __table_args__ = (
         Index("ix_tasks_owner_updated", "owner", "updated_at"),
         Index("ix_tasks_state", "state"),
+        Index("ix_tasks_state_created", "state", "created_at"),
+        Index("ix_tasks_lease_owner", "lease_owner"),
     )
 
 

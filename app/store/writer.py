@@ -33,12 +33,19 @@ _update_task = (
         transitions=bindparam("transitions"),
         last_seq=bindparam("last_seq"),
         updated_at=bindparam("updated_at"),
+        lease_owner=bindparam("lease_owner"),
+        lease_expires_at=bindparam("lease_expires_at"),
     )
 )
 
 
-class DuplicateMessageError(Exception):
-    """The (owner, messageId) pair is already stored: the caller sent the same message again."""
+class ConflictError(Exception):
+    """A row with the same key is already stored: a repeated (owner, messageId), or an event number
+    another writer already used (this replica lost the task's lease)."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(detail)
+        self.duplicate_message = "message" in detail.lower()
 
 
 @dataclass(slots=True)
@@ -77,7 +84,7 @@ class Writer:
         self._tasks = []
 
     async def commit(self, write: Write) -> None:
-        """Return once `write` is durable; raise DuplicateMessageError on a repeated messageId."""
+        """Return once `write` is durable; raise ConflictError when a key is taken."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((write, fut))
         async with self._wake:
@@ -101,9 +108,9 @@ class Writer:
     async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]]) -> None:
         try:
             await self._flush([w for w, _ in batch])
-        except IntegrityError:
+        except IntegrityError as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], DuplicateMessageError())
+                _settle(batch[0][1], ConflictError(str(exc.orig)))
                 return
             for item in batch:
                 await self._flush_batch([item])

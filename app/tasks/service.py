@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from app.bus.base import Bus, Subscription
+from app.bus.base import RESYNC, Bus, Subscription
+from app.protocol import errors
 from app.protocol.errors import (
+    A2AError,
+    InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -44,8 +47,9 @@ from app.protocol.model import (
     now_iso,
     utcnow,
 )
+from app.store.leases import Held, Leases
 from app.store.repo import Repository
-from app.store.writer import DuplicateMessageError, Write, Writer
+from app.store.writer import ConflictError, Write, Writer
 
 from .state import check_transition
 
@@ -57,7 +61,11 @@ STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 class Executor(Protocol):
     """Runs agents for tasks; the runner implements it."""
 
-    def start(self, task_id: str) -> None: ...
+    def reserve(self) -> bool:
+        """Take one agent slot for a task about to start here; False when all are busy."""
+        ...
+
+    def start(self, task_id: str, reserved: bool = False) -> None: ...
 
     async def stop(self, task_id: str) -> None: ...
 
@@ -109,14 +117,35 @@ def _transition_rows(transitions: Iterable[StateTransition]) -> list[dict[str, s
     return [{"state": t.state.value, "timestamp": t.timestamp} for t in transitions]
 
 
+class HeldElsewhereError(Exception):
+    """Another replica holds the task's lease: only it may write the task."""
+
+    def __init__(self, replica_id: str) -> None:
+        super().__init__(replica_id)
+        self.replica_id = replica_id
+
+
+CONTROL_TIMEOUT_S = 5.0
+
+
 class TaskService:
-    def __init__(self, repo: Repository, writer: Writer, bus: Bus, blocking_timeout_s: float):
+    def __init__(
+        self,
+        repo: Repository,
+        writer: Writer,
+        bus: Bus,
+        leases: Leases,
+        blocking_timeout_s: float,
+    ):
         self.repo = repo
         self.writer = writer
         self.bus = bus
+        self.leases = leases
+        self.replica_id = leases.replica_id
         self.blocking_timeout_s = blocking_timeout_s
         self.executor: Executor | None = None
         self._live: dict[str, LiveTask] = {}
+        bus.on_control(self.handle_control)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -135,17 +164,29 @@ class TaskService:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return Snapshot(stored.task, stored.last_seq)
 
-    async def _hydrate(self, owner: str, task_id: str) -> LiveTask:
-        """The LiveTask for `task_id`, loading it from the store when no run holds it here."""
+    async def _writable(self, owner: str, task_id: str) -> LiveTask:
+        """The task for writing: held here already, or its lease taken now.
+
+        Raises HeldElsewhereError when another live replica holds it. A finished task comes back
+        unregistered (no lease needed) so callers can answer with the right error.
+        """
         live = self._live.get(task_id)
         if live is None:
+            took = await self.leases.take(task_id)
+            if not took:
+                holder = await self.leases.holder(task_id)
+                if holder is not None and holder != self.replica_id:
+                    stored = await self.repo.get_task(task_id)
+                    if stored is None or stored.owner != owner:
+                        raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+                    raise HeldElsewhereError(holder)
             stored = await self.repo.get_task(task_id)
             live = self._live.get(task_id)
             if live is None:
                 if stored is None:
                     raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
                 live = LiveTask(stored.task, stored.owner, stored.last_seq)
-                if not stored.task.status.state.terminal:
+                if took and not stored.task.status.state.terminal:
                     self._live[task_id] = live
         if live.owner != owner:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
@@ -207,6 +248,7 @@ class TaskService:
                     )
             for m in history_add:
                 write.messages.append(_message_row(task.id, live.owner, m, now))
+            ended = state.terminal
             write.task_update = {
                 "_id": task.id,
                 "state": state.value,
@@ -214,8 +256,17 @@ class TaskService:
                 "transitions": _transition_rows(transitions),
                 "last_seq": seq,
                 "updated_at": now,
+                "lease_owner": None if ended else self.replica_id,
+                "lease_expires_at": None if ended else self.leases.expiry(now),
             }
-            await self.writer.commit(write)
+            try:
+                await self.writer.commit(write)
+            except ConflictError as exc:
+                if not exc.duplicate_message:
+                    # Our next event number is taken: another replica took this task over.
+                    self._live.pop(task.id, None)
+                    log.warning("task %s was taken over by another replica; dropping it here", task.id)
+                raise
             task.status = status
             task.transitions = transitions
             task.history.extend(history_add)
@@ -226,7 +277,7 @@ class TaskService:
             if state.terminal:
                 self._live.pop(task.id, None)
             self._wake_waiters(live)
-        await self.bus.publish(task.id, records)
+        await self.bus.publish(task.id, task.context_id, records)
         return records
 
     def _wake_waiters(self, live: LiveTask) -> None:
@@ -238,11 +289,14 @@ class TaskService:
             live.waiters.clear()
 
     async def apply(self, task_id: str, events: list[Event]) -> bool:
-        """Apply events produced by the task's run; True once the task has ended."""
+        """Apply events produced by the task's run; True once the task has ended (or left us)."""
         live = self._live.get(task_id)
         if live is None:
             return True
-        await self._apply(live, events)
+        try:
+            await self._apply(live, events)
+        except ConflictError:
+            return True
         return live.task.status.state.terminal
 
     async def fail(self, task_id: str, reason: str) -> None:
@@ -264,6 +318,7 @@ class TaskService:
         message.task_id = task_id
         message.context_id = context_id
         now = utcnow()
+        here = self.executor is not None and self.executor.reserve()
         status = TaskStatus(TaskState.SUBMITTED, iso(now))
         submitted = StatusUpdate(task_id, context_id, status)
         task = Task(
@@ -285,6 +340,8 @@ class TaskService:
                 "last_seq": 1,
                 "created_at": now,
                 "updated_at": now,
+                "lease_owner": self.replica_id if here else None,
+                "lease_expires_at": self.leases.expiry(now) if here else None,
             },
             messages=[_message_row(task_id, owner, message, now)],
             events=[
@@ -299,12 +356,20 @@ class TaskService:
         )
         try:
             await self.writer.commit(write)
-        except DuplicateMessageError:
+        except ConflictError:
+            if here:
+                self.executor.release_slot()  # type: ignore[union-attr]
             return await self._existing(owner, message.message_id), True
-        self._live[task_id] = LiveTask(task, owner, 1)
-        await self.bus.publish(task_id, [EventRecord(1, submitted)])
-        if self.executor is not None:
-            self.executor.start(task_id)
+        except BaseException:
+            if here:
+                self.executor.release_slot()  # type: ignore[union-attr]
+            raise
+        await self.bus.publish(task_id, context_id, [EventRecord(1, submitted)])
+        if here:
+            self._live[task_id] = LiveTask(task, owner, 1)
+            self.executor.start(task_id, reserved=True)  # type: ignore[union-attr]
+        else:
+            await self.bus.ring_queue()
         return task_id, False
 
     async def _existing(self, owner: str, message_id: str) -> str:
@@ -313,13 +378,21 @@ class TaskService:
             raise InvalidParamsError(f"messageId {message_id} is already in use")
         return task_id
 
-    async def _continue(self, owner: str, message: Message) -> tuple[str, bool]:
+    async def _continue(self, owner: str, message: Message, hops: int = 0) -> tuple[str, bool]:
         """A follow-up to an existing task: only a task waiting for input takes one."""
         assert message.task_id is not None
         repeated = await self.repo.find_message_task(owner, message.message_id)
         if repeated is not None:
             return repeated, True
-        live = await self._hydrate(owner, message.task_id)
+        try:
+            live = await self._writable(owner, message.task_id)
+        except HeldElsewhereError as held:
+            if hops:
+                raise InternalError() from None
+            await self._forward(
+                held.replica_id, {"op": "answer", "owner": owner, "message": message.to_store()}
+            )
+            return message.task_id, False
         task = live.task
         if message.context_id and message.context_id != task.context_id:
             raise InvalidParamsError(
@@ -341,7 +414,7 @@ class TaskService:
         working = status_update(task.id, task.context_id, TaskState.WORKING)
         try:
             records = await self._apply(live, [working], [message])
-        except DuplicateMessageError:
+        except ConflictError:
             return await self._existing(owner, message.message_id), True
         if not records:
             raise UnsupportedOperationError(
@@ -405,7 +478,7 @@ class TaskService:
         the sequence (lag, a lost message) is filled from the event log. With `after`, the snapshot is
         skipped and the events after that sequence number are replayed from the log instead.
         """
-        sub = self.bus.subscribe(task_id)
+        sub = await self.bus.subscribe(task_id)
         try:
             snap = await self._load(owner, task_id)
             context_id = snap.task.context_id
@@ -428,22 +501,26 @@ class TaskService:
                 if _stops(rec, stop_at):
                     return
         finally:
-            self.bus.unsubscribe(sub)
+            await self.bus.unsubscribe(sub)
 
     async def _tail(
         self, sub: Subscription, task_id: str, context_id: str, expected: int
     ) -> AsyncIterator[EventRecord]:
+        """Live events from `expected` on: duplicates dropped, gaps and resyncs filled from the log."""
+        quiet = self.bus.resync_after_s
         while True:
-            rec = await sub.get()
-            if sub.lagged:
-                sub.lagged = False
-                sub.drain()
-                missing = await self.repo.events_after(task_id, context_id, expected - 1)
-                for m in missing:
+            if quiet is None:
+                rec = await sub.get()
+            else:
+                try:
+                    rec = await asyncio.wait_for(sub.get(), quiet)
+                except TimeoutError:
+                    rec = RESYNC
+            if rec is RESYNC:
+                for m in await self.repo.events_after(task_id, context_id, expected - 1):
                     yield m
                     expected = m.seq + 1
-                if rec.seq < expected:
-                    continue
+                continue
             if rec.seq < expected:
                 continue
             if rec.seq > expected:
@@ -456,8 +533,14 @@ class TaskService:
 
     # ---- cancel ------------------------------------------------------------------------------
 
-    async def cancel(self, owner: str, task_id: str) -> Task:
-        live = await self._hydrate(owner, task_id)
+    async def cancel(self, owner: str, task_id: str, hops: int = 0) -> Task:
+        try:
+            live = await self._writable(owner, task_id)
+        except HeldElsewhereError as held:
+            if hops:
+                raise InternalError() from None
+            await self._forward(held.replica_id, {"op": "cancel", "owner": owner, "task": task_id})
+            return (await self._load(owner, task_id)).task
         state = live.task.status.state
         if state.terminal:
             raise TaskNotCancelableError(
@@ -478,23 +561,66 @@ class TaskService:
             await self.executor.stop(task_id)
         return live.snapshot().task
 
-    # ---- start-up ----------------------------------------------------------------------------
+    # ---- control between replicas -------------------------------------------------------------
 
-    async def recover(self) -> None:
-        """After a restart: fail what was running (its agent died with the process), rerun the queued."""
-        for task_id, state in await self.repo.task_ids_in_states([TaskState.SUBMITTED, TaskState.WORKING]):
-            stored = await self.repo.get_task(task_id)
-            if stored is None:
-                continue
-            live = LiveTask(stored.task, stored.owner, stored.last_seq)
-            self._live[task_id] = live
-            if state is TaskState.WORKING:
-                reason = "The server restarted while this task was running; its agent was lost."
-                await self._apply(
-                    live, [status_update(task_id, stored.task.context_id, TaskState.FAILED, reason)]
-                )
-            elif self.executor is not None:
-                self.executor.start(task_id)
+    async def _forward(self, replica_id: str, body: dict[str, Any]) -> None:
+        """Have the replica holding the task do the write; its A2A error becomes ours."""
+        try:
+            reply = await self.bus.request(replica_id, body, CONTROL_TIMEOUT_S)
+        except TimeoutError:
+            raise InternalError(f"Replica {replica_id} running the task did not answer") from None
+        err = reply.get("error")
+        if err:
+            cls = getattr(errors, err.get("type", ""), None)
+            if not (isinstance(cls, type) and issubclass(cls, A2AError)):
+                cls = InternalError
+            raise cls(err.get("message"), err.get("data"))
+
+    async def handle_control(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request from another replica about a task this one holds."""
+        try:
+            if body.get("op") == "cancel":
+                await self.cancel(body["owner"], body["task"], hops=1)
+            elif body.get("op") == "answer":
+                await self._continue(body["owner"], Message.from_store(body["message"]), hops=1)
+            else:
+                raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
+        except A2AError as err:
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        return {"ok": True}
+
+    # ---- leases: start-up, dead replicas -------------------------------------------------------
+
+    async def adopt(self, task_id: str) -> bool:
+        """Load a task this replica has just claimed so its run can start; False if it is gone."""
+        if task_id in self._live:
+            return True
+        stored = await self.repo.get_task(task_id)
+        if stored is None or stored.task.status.state.terminal:
+            return False
+        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq)
+        return True
+
+    async def end_lost(self, held: Held, reason: str) -> None:
+        """Fail a task whose agent died with its replica, if this replica can take it."""
+        if held.task_id in self._live or not await self.leases.take(held.task_id):
+            return
+        stored = await self.repo.get_task(held.task_id)
+        if stored is None or stored.task.status.state.terminal:
+            return
+        live = LiveTask(stored.task, stored.owner, stored.last_seq)
+        self._live[held.task_id] = live
+        event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
+        try:
+            await self._apply(live, [event])
+        except ConflictError:
+            pass
+
+    async def release(self, task_ids: list[str]) -> None:
+        """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""
+        for task_id in task_ids:
+            self._live.pop(task_id, None)
+        await self.leases.release(task_ids)
 
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
