@@ -1,10 +1,17 @@
-"""SSE responses: `id: <seq>` on every event, keep-alive comments, headers that proxies respect."""
+"""SSE responses: `id: <seq>` on every event, keep-alive comments, headers that proxies respect.
+
+When the server shuts down, each stream ends cleanly with a comment telling the client to resubscribe
+with `Last-Event-ID` (another replica serves it from the log), instead of being cut mid-response.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import orjson
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 
@@ -12,6 +19,8 @@ from app.protocol.model import EventRecord
 from app.tasks.service import Snapshot
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+FAREWELL = "server shutting down: resubscribe with Last-Event-ID to continue"
+SHUTDOWN_GRACE_S = 1.0
 
 
 def sse_response(
@@ -20,12 +29,33 @@ def sse_response(
     keepalive_s: float,
 ) -> EventSourceResponse:
     """Stream `items`, each encoded by `encode` into one line of JSON with its sequence number."""
+    shutdown = anyio.Event()
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
+        stop = asyncio.ensure_future(shutdown.wait())
         try:
-            async for item in items:
+            while True:
+                nxt = asyncio.ensure_future(anext(items))
+                await asyncio.wait({nxt, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not nxt.done():
+                    nxt.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await nxt
+                    yield ServerSentEvent(comment=FAREWELL, retry=500)
+                    return
+                try:
+                    item = nxt.result()
+                except StopAsyncIteration:
+                    return
                 yield ServerSentEvent(data=orjson.dumps(encode(item)).decode(), id=str(item.seq))
         finally:
+            stop.cancel()
             await items.aclose()  # type: ignore[attr-defined]
 
-    return EventSourceResponse(frames(), headers=SSE_HEADERS, ping=keepalive_s)
+    return EventSourceResponse(
+        frames(),
+        headers=SSE_HEADERS,
+        ping=keepalive_s,
+        shutdown_event=shutdown,
+        shutdown_grace_period=SHUTDOWN_GRACE_S,
+    )
