@@ -2,7 +2,9 @@ FROM python:3.11-slim
 WORKDIR /srv
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip install --no-cache-dir .
+# Editable install: the code stays in /srv beside alembic.ini and migrations/, which /readyz reads to learn
+# the newest migration (a plain install would put app/ in site-packages, away from them).
+RUN pip install --no-cache-dir -e .
 COPY alembic.ini ./
 COPY migrations ./migrations
 ENV HOST=0.0.0.0 PORT=41242

@@ -3,8 +3,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 PG_URL = $(shell scripts/pg.sh url)
+TEST_REDIS = $(shell scripts/redis.sh url)
 
-.PHONY: run serve migrate test test-sqlite lint format bench clean services-stop
+.PHONY: run serve migrate test test-sqlite lint format bench clean services-stop cluster cluster-stop
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +26,13 @@ run: $(VENV)/.installed migrate
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
 
-## Install test needs, start a throwaway PostgreSQL on loopback, run the suite on SQLite and PostgreSQL.
+## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx installed for the cluster
+## tests), run the suite on SQLite and PostgreSQL.
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
-	TEST_POSTGRES_URL=$(PG_URL) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	scripts/redis.sh start
+	scripts/install-deb.sh nginx nginx
+	TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff format --check .
@@ -43,8 +47,19 @@ bench: $(VENV)/.test-installed
 	scripts/pg.sh start
 	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.send $(BENCH_ARGS)
 
+## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT); Ctrl-C stops it.
+CLUSTER_REPLICAS ?= 3
+CLUSTER_PORT ?= 8080
+cluster: $(VENV)/.installed
+	$(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) $(CLUSTER_ARGS)
+
+## Stop a `make cluster` running elsewhere (another terminal, or in the background).
+cluster-stop: $(VENV)/.installed
+	$(BIN)/python -m scripts.cluster stop --port $(CLUSTER_PORT)
+
 services-stop:
 	scripts/pg.sh stop
+	scripts/redis.sh stop
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .ruff_cache

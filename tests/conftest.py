@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.cluster import Cluster
 from tests.server import ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
@@ -63,3 +65,39 @@ async def client(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def backend_tmp(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
+
+
+ClusterFactory = Callable[..., Awaitable[Cluster]]
+
+
+@pytest.fixture
+async def cluster_factory(tmp_path: Path) -> AsyncIterator[ClusterFactory]:
+    """Start clusters (replicas behind nginx) on fresh PostgreSQL databases and the test Redis.
+
+    `await cluster_factory(replicas=3, **env)`; every cluster started is stopped after the test. PostgreSQL
+    only: skipped without TEST_POSTGRES_URL or TEST_REDIS_URL (`make test` sets both).
+    """
+    pg = os.environ.get("TEST_POSTGRES_URL")
+    redis = os.environ.get("TEST_REDIS_URL")
+    if not pg:
+        pytest.skip("TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    if not redis:
+        pytest.skip("TEST_REDIS_URL is not set: `make test` starts Redis (scripts/redis.sh) and sets it")
+    started: list[Cluster] = []
+
+    async def make(replicas: int = 3, **env: str) -> Cluster:
+        workdir = tmp_path / f"cluster-{len(started) + 1}"
+        c = Cluster(await _fresh_pg_database(pg), redis, workdir, replicas, **env)
+        started.append(c)
+        await asyncio.to_thread(c.start)
+        return c
+
+    yield make
+    for c in started:
+        await asyncio.to_thread(c.stop)
+
+
+@pytest.fixture
+async def cluster(cluster_factory: ClusterFactory) -> Cluster:
+    """Three replicas behind nginx (scripted agent), on a fresh PostgreSQL database and the test Redis."""
+    return await cluster_factory()

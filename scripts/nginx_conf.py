@@ -1,0 +1,185 @@
+"""The nginx config in front of the replicas, rendered from one template for compose and for local runs.
+
+`deploy/nginx.conf` (docker compose) is this module's compose rendering, checked by the tests:
+
+    .venv/bin/python -m scripts.nginx_conf --compose > deploy/nginx.conf
+
+Local runs (`make cluster`, the tests' Cluster) render it with loopback upstreams and every path (pid, logs,
+temp files) under a private prefix directory, and start `nginx -p PREFIX -c PREFIX/nginx.conf -e ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_CONF = ROOT / "deploy" / "nginx.conf"
+COMPOSE_UPSTREAMS = ("a2a-1:41242", "a2a-2:41242", "a2a-3:41242")
+COMPOSE_LISTEN = "8080"
+
+_TEMPLATE = """\
+# {header}
+# SSE-safe reverse proxy in front of the A2A replicas. Rendered by scripts/nginx_conf.py: edit it there.
+{main}
+events {{
+    worker_connections 4096;
+}}
+
+http {{
+    default_type application/octet-stream;
+    server_tokens off;
+    # Event streams must not be compressed (gzip would hold events back until its buffer fills).
+    gzip off;
+    client_max_body_size 32m;
+{http}
+    upstream a2a {{
+        # Passive health: one failure (refused, reset, timeout, 502/503) takes a replica out for 2 s,
+        # so a killed replica costs at most one quick retry per worker.
+{servers}
+        keepalive 32;
+        keepalive_timeout 60s;
+    }}
+
+    server {{
+        listen {listen};
+
+        location / {{
+            proxy_pass http://a2a;
+
+            # HTTP/1.1 with keep-alive to the replicas; no hop-by-hop Connection header forwarded.
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            # The SSE resume cursor (tasks/resubscribe).
+            proxy_set_header Last-Event-ID $http_last_event_id;
+
+            # Server-sent events: every event goes out as soon as the replica writes it.
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 1h;
+            proxy_send_timeout 1h;
+            proxy_connect_timeout 2s;
+
+            # Failover to another replica. nginx never retries a POST once it was sent to a replica
+            # (that would need `non_idempotent`, deliberately absent): a JSON-RPC call is only retried
+            # when the replica refused the connection or failed before the request went out.
+            proxy_next_upstream error timeout http_502 http_503;
+            proxy_next_upstream_timeout 10s;
+        }}
+    }}
+}}
+"""
+
+
+def render(
+    upstreams: Sequence[str],
+    listen: str,
+    prefix: Path | None = None,
+    *,
+    worker_user: str | None = None,
+) -> str:
+    """The nginx.conf text for these `host:port` upstreams.
+
+    `prefix` None renders for the nginx container (logs to stdout/stderr, the image's own pid and temp
+    paths); a prefix directory renders for a local process with the pid, logs and temp files under it.
+    `worker_user` sets the `user` directive (only meaningful when nginx starts as root).
+    """
+    if not upstreams:
+        raise ValueError("at least one upstream is needed")
+    servers = "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
+    if prefix is None:
+        header = "docker compose: mounted as /etc/nginx/nginx.conf in the nginx service."
+        main = "worker_processes auto;\nerror_log /dev/stderr warn;\n"
+        http = "    access_log /dev/stdout;\n"
+    else:
+        header = "Local run: every file under this prefix, listening on loopback only."
+        lines = []
+        if worker_user:
+            lines.append(f"user {worker_user};")
+        lines += [
+            "worker_processes 1;",
+            f"pid {prefix / 'nginx.pid'};",
+            f"error_log {prefix / 'error.log'} warn;",
+        ]
+        main = "\n".join(lines) + "\n"
+        http = f"    access_log {prefix / 'access.log'};\n" + "".join(
+            f"    {name}_temp_path {prefix / 'temp' / name};\n"
+            for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+    return _TEMPLATE.format(header=header, main=main, http=http, servers=servers, listen=listen)
+
+
+def render_compose() -> str:
+    """The config docker compose mounts: the three replica services, listening on 8080."""
+    return render(COMPOSE_UPSTREAMS, COMPOSE_LISTEN)
+
+
+def write_local(prefix: Path, upstreams: Sequence[str], port: int) -> Path:
+    """Write a loopback config (listening on 127.0.0.1:`port`) under `prefix`; its path.
+
+    As root, workers run as root too: the prefix usually sits in a private (0700) temp directory that the
+    default `nobody` worker could not write request bodies into.
+    """
+    prefix = prefix.resolve()
+    for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (prefix / "temp" / name).mkdir(parents=True, exist_ok=True)
+    user = "root" if os.geteuid() == 0 else None
+    conf = prefix / "nginx.conf"
+    conf.write_text(render(upstreams, f"127.0.0.1:{port}", prefix, worker_user=user))
+    return conf
+
+
+def nginx_command(prefix: Path, conf: Path) -> list[str]:
+    """The foreground nginx command for a config written by `write_local`."""
+    prefix = prefix.resolve()
+    return [
+        nginx_binary(),
+        "-p",
+        f"{prefix}/",
+        "-c",
+        str(conf),
+        "-e",
+        str(prefix / "error.log"),
+        "-g",
+        "daemon off;",
+    ]
+
+
+def nginx_binary() -> str:
+    """Path of the nginx executable (Debian puts it in /usr/sbin, often not on a user's PATH)."""
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/sbin", "/usr/local/sbin"]:
+        path = Path(d or ".") / "nginx"
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    raise FileNotFoundError("nginx is not installed: run scripts/install-deb.sh nginx nginx")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: print the compose config, or a local one for given upstreams."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.nginx_conf", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--compose", action="store_true", help="the docker compose config (deploy/nginx.conf)"
+    )
+    parser.add_argument("--upstream", action="append", default=[], help="host:port of a replica (repeat)")
+    parser.add_argument("--listen", default="127.0.0.1:8080", help="listen address of a local config")
+    parser.add_argument(
+        "--prefix", type=Path, help="directory for pid, logs and temp files of a local config"
+    )
+    args = parser.parse_args(argv)
+    if args.compose:
+        sys.stdout.write(render_compose())
+    elif args.upstream and args.prefix:
+        sys.stdout.write(render(args.upstream, args.listen, args.prefix.resolve()))
+    else:
+        parser.error("give --compose, or --upstream (one or more) with --prefix")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""A real cluster in subprocesses for tests: N replicas on free ports behind nginx (scripts/cluster.py).
+
+`Cluster(database_url, redis_url, tmp_path, replicas=3, **env)` runs the scripted test agent with short
+keep-alives; `env` overrides any replica setting (LEASE_TTL_S, MAX_CONCURRENT_TASKS, ...). Logs:
+`tmp_path/replica-<n>.log` and `tmp_path/nginx/`. Every wait polls a condition (/readyz), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scripts.cluster import REDIS_BUS, Replica
+from scripts.cluster import Cluster as _Cluster
+
+__all__ = ["REDIS_BUS", "Cluster", "Replica"]
+
+TEST_ENV = {
+    "AGENT_ADAPTER": "scripted",
+    "LOG_LEVEL": "warning",
+    "SSE_KEEPALIVE_S": "1",
+}
+
+
+class Cluster(_Cluster):
+    """Replicas + nginx on loopback with test defaults; `start()`, `stop()`, `kill(i)`, `restart(i)`,
+    `terminate(i)`, `restart_redis()`, `nginx_url`, `urls`, `replicas[i].log_path`."""
+
+    def __init__(
+        self,
+        database_url: str,
+        redis_url: str,
+        tmp_path: Path,
+        replicas: int = 3,
+        *,
+        redis_bus: bool | None = None,
+        **env: str,
+    ) -> None:
+        super().__init__(
+            database_url,
+            redis_url,
+            tmp_path,
+            replicas,
+            redis_bus=redis_bus,
+            env={**TEST_ENV, **env},
+        )
+
+    def log(self, i: int) -> str:
+        """Everything replica `i` has logged so far."""
+        return self.replicas[i].log_path.read_text(errors="replace")
