@@ -25,8 +25,11 @@ def head_revision() -> str | None:
 
 
 @router.get("/healthz", include_in_schema=False)
-async def healthz() -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+async def healthz(request: Request) -> JSONResponse:
+    """Alive, with what an operator wants at a glance: this replica and the agents it runs now."""
+    settings = request.app.state.components.settings
+    runner = request.app.state.runner
+    return JSONResponse({"status": "ok", "replica": settings.replica_id, "runningAgents": runner.running})
 
 
 @router.get("/readyz", include_in_schema=False)

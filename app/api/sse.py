@@ -33,14 +33,12 @@ def sse_response(
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
         stop = asyncio.ensure_future(shutdown.wait())
+        nxt: asyncio.Future[Snapshot | EventRecord] | None = None
         try:
             while True:
                 nxt = asyncio.ensure_future(anext(items))
                 await asyncio.wait({nxt, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not nxt.done():
-                    nxt.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await nxt
                     yield ServerSentEvent(comment=FAREWELL, retry=500)
                     return
                 try:
@@ -50,6 +48,10 @@ def sse_response(
                 yield ServerSentEvent(data=orjson.dumps(encode(item)).decode(), id=str(item.seq))
         finally:
             stop.cancel()
+            if nxt is not None and not nxt.done():
+                nxt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await nxt
             await items.aclose()  # type: ignore[attr-defined]
 
     return EventSourceResponse(
