@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             settings=settings,
             service=service,
             card=card.build_card(settings, agent, utcnow()),
+            input_modes=tuple(agent.input_modes),
         )
         await runner.open()
         _tune_gc()

@@ -15,7 +15,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.helpers import get_message_text, get_text_parts, new_text_message
 from a2a.types import (
@@ -45,10 +46,25 @@ ORDER = [S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING, S.TASK_STATE_COMPLETED]
 # ---- fixtures -----------------------------------------------------------------------------------
 
 
-class Wire:
-    """What the SDK put on the wire: (JSON-RPC method, A2A-Version header) per POST."""
+V10_NAMES = {
+    "SendMessage": "message/send",
+    "SendStreamingMessage": "message/stream",
+    "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel",
+    "SubscribeToTask": "tasks/resubscribe",
+    "ListTasks": "ListTasks",
+}
 
-    def __init__(self) -> None:
+
+class Wire:
+    """What the SDK put on the wire: (JSON-RPC method, A2A-Version header) per POST.
+
+    `calls` is what was sent; `seen` names the same calls in v0.3 terms with the version checked against the
+    protocol under test, so one assertion reads the same for both protocols.
+    """
+
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
         self.calls: list[tuple[str, str | None]] = []
 
     async def record(self, request: httpx.Request) -> None:
@@ -56,10 +72,24 @@ class Wire:
             body = json.loads(request.content)
             self.calls.append((body["method"], request.headers.get("A2A-Version")))
 
+    @property
+    def seen(self) -> list[tuple[str, str]]:
+        out = []
+        for method, version in self.calls:
+            assert version == self.protocol, (method, version)
+            out.append((V10_NAMES.get(method, method) if self.protocol == "1.0" else method, "0.3"))
+        return out
+
+
+@pytest.fixture(params=["1.0", "0.3"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    """The protocol version the SDK client speaks: v1.0 (its preference) or v0.3 (compat mode)."""
+    return request.param
+
 
 @pytest.fixture
-def wire() -> Wire:
-    return Wire()
+def wire(protocol: str) -> Wire:
+    return Wire(protocol)
 
 
 @asynccontextmanager
@@ -67,7 +97,15 @@ async def sdk_client(server: ServerProcess, wire: Wire, *, streaming: bool) -> A
     """An SDK client made from our agent card; `streaming=False` makes `send_message` a plain send."""
     async with httpx.AsyncClient(timeout=WAIT_S, event_hooks={"request": [wire.record]}) as http:
         factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
-        client = await factory.create_from_url(server.base_url)
+        if wire.protocol == "1.0":
+            client = await factory.create_from_url(server.base_url)
+        else:
+            # A client that only knows v0.3 sees just the card's v0.3 interfaces.
+            card = await A2ACardResolver(http, server.base_url).get_agent_card()
+            v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(v03)
+            client = factory.create(card)
         try:
             yield client
         finally:
@@ -195,17 +233,19 @@ def fold(events: list[StreamResponse]) -> tuple[TaskState, dict[str, str]]:
 # ---- tests --------------------------------------------------------------------------------------
 
 
-async def test_sdk_picks_the_v03_jsonrpc_transport(sdk: Client, wire: Wire) -> None:
+async def test_sdk_picks_the_jsonrpc_transport_of_its_protocol(sdk: Client, wire: Wire) -> None:
     transport = sdk._transport  # type: ignore[attr-defined]
-    assert type(transport) is CompatJsonRpcTransport
+    expected = JsonRpcTransport if wire.protocol == "1.0" else CompatJsonRpcTransport
+    assert type(transport) is expected
     assert transport.url.endswith("/a2a/jsonrpc")
     card = transport.agent_card
-    interfaces = {(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces}
-    assert interfaces == {("JSONRPC", "0.3.0", transport.url)}
+    interfaces = {(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces}
+    assert ("JSONRPC", wire.protocol) in interfaces
     assert card.capabilities.streaming
 
     await send_for_task(sdk, user_message("say:hi"))
-    assert wire.calls == [("message/send", "0.3")]
+    method = "SendMessage" if wire.protocol == "1.0" else "message/send"
+    assert wire.calls == [(method, wire.protocol)]
 
 
 async def test_send_blocking_completes_with_echoed_text(sdk: Client, wire: Wire) -> None:
@@ -216,14 +256,14 @@ async def test_send_blocking_completes_with_echoed_text(sdk: Client, wire: Wire)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert text_of(artifact_named(task, RESPONSE)) == text
     assert [get_message_text(m) for m in task.history if m.role == Role.ROLE_USER] == [text]
-    assert wire.calls == [("message/send", "0.3")]
+    assert wire.seen == [("message/send", "0.3")]
 
 
 async def test_stream_delivers_task_then_updates_until_completed(sdk_stream: Client, wire: Wire) -> None:
     async with open_stream(sdk_stream, user_message("chunks:5")) as stream:
         events = await stream.rest()
 
-    assert wire.calls == [("message/stream", "0.3")]
+    assert wire.seen == [("message/stream", "0.3")]
     assert kind(events[0]) == "task", "the stream opens with the task"
     assert all(kind(e) in ("status_update", "artifact_update") for e in events[1:])
     task_id = events[0].task.id
@@ -274,7 +314,7 @@ async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: 
     state, folded = fold(stream.events)
     assert state == TaskState.TASK_STATE_COMPLETED
     assert folded[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
-    assert [m for m, _ in wire.calls] == ["message/stream", "message/send"]
+    assert [m for m, _ in wire.seen] == ["message/stream", "message/send"]
 
 
 async def test_get_task_with_history(sdk: Client, wire: Wire) -> None:
@@ -289,7 +329,7 @@ async def test_get_task_with_history(sdk: Client, wire: Wire) -> None:
     assert got.history[0].role == Role.ROLE_USER
     assert get_message_text(got.history[0]) == "say:hello"
     assert got.history[0].task_id == sent.id
-    assert wire.calls == [("message/send", "0.3"), ("tasks/get", "0.3")]
+    assert wire.seen == [("message/send", "0.3"), ("tasks/get", "0.3")]
 
 
 async def test_cancel_a_running_task(sdk_stream: Client, sdk: Client) -> None:

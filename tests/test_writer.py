@@ -31,6 +31,9 @@ def new_task_write(task_id: str, message_id: str) -> Write:
             "last_seq": 1,
             "created_at": now,
             "updated_at": now,
+            "status_at": "2026-01-01T00:00:00.000Z",
+            "lease_owner": None,
+            "lease_expires_at": None,
         },
         messages=[
             {
@@ -73,6 +76,7 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
                 "transitions": [],
                 "last_seq": 2,
                 "updated_at": utcnow(),
+                "status_at": "2026-01-01T00:00:01.000Z",
                 "lease_owner": "replica-a",
                 "lease_expires_at": utcnow(),
             }

@@ -1,7 +1,8 @@
 """The agent card at `/.well-known/agent-card.json` (and the `agent.json` alias), cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
-works: streaming and state-transition history yes, push notifications and an extended card not yet.
+works: streaming and state-transition history yes, push notifications and an extended card not yet. One
+document serves both versions: v1.0 clients read `supportedInterfaces`, v0.3 clients `url` and friends.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.agents.base import Agent
-from app.protocol import v03
+from app.protocol import v03, v10
 from app.settings import Settings
 
 from .deps import components
@@ -50,9 +51,15 @@ class Card:
 def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
     url = f"{settings.public_url}/a2a/jsonrpc"
     card: dict[str, Any] = {
-        "protocolVersion": v03.PROTOCOL_VERSION,
         "name": agent.name,
         "description": agent.description or f"{agent.name} behind the A2A protocol",
+        # v1.0: every interface with its version, the preferred first.
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v10.PROTOCOL_VERSION},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ],
+        # v0.3: the same endpoint in the fields v0.3 clients read.
+        "protocolVersion": v03.PROTOCOL_VERSION,
         "url": url,
         "preferredTransport": "JSONRPC",
         "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],

@@ -19,6 +19,7 @@ class Components:
     settings: Settings
     service: TaskService
     card: Any
+    input_modes: tuple[str, ...] = ("text/plain",)
 
 
 def components(request: Request) -> Components:

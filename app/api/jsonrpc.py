@@ -1,91 +1,58 @@
-"""JSON-RPC 2.0 at `POST /a2a/jsonrpc` (and `POST /a2a`): envelope rules, batches, notifications.
+"""JSON-RPC 2.0 at `POST /a2a/jsonrpc` (and `POST /a2a`), for v0.3 and v1.0 on the same endpoint.
 
-Errors ride in HTTP 200 with the spec's codes; the response id always equals the request's. Streaming
-methods validate and store before the first byte, so their errors come back as ordinary responses.
+Method names pick the version: `message/send`-style names are v0.3, PascalCase names are v1.0 and need
+`A2A-Version: 1.x`. Errors ride in HTTP 200 with the spec's codes (v1.0 errors carry a google.rpc.ErrorInfo
+in `data`); the response id always equals the request's. Streaming methods validate and store before the
+first byte, so their errors come back as ordinary responses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import v03
 from app.protocol.errors import (
     A2AError,
-    ExtendedAgentCardNotConfiguredError,
     InternalError,
-    InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
-    PushNotificationNotSupportedError,
+    VersionNotSupportedError,
 )
-from app.protocol.model import EventRecord
-from app.tasks.service import Snapshot
 
-from .deps import Components, components, owner_of
+from . import ops_v03, ops_v10
+from .calls import Call
 from .sse import sse_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 JSON_TYPES = {"application/json", "application/json-rpc", "application/a2a+json"}
+ERROR_DOMAIN = "a2a-protocol.org"
 _MISSING = object()
 
-Handler = Callable[[Any, Components, str], Awaitable[Any]]
+
+def error_info(err: A2AError) -> dict[str, Any]:
+    """The google.rpc.ErrorInfo v1.0 attaches to every error."""
+    info: dict[str, Any] = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": err.reason,
+        "domain": ERROR_DOMAIN,
+    }
+    if isinstance(err.data, dict) and err.data:
+        info["metadata"] = {str(k): str(v) for k, v in err.data.items()}
+    return info
 
 
-async def _send(params: Any, c: Components, owner: str) -> Any:
-    message, config, push = v03.decode_send(params)
-    if push is not None:
-        raise PushNotificationNotSupportedError(
-            "This agent does not support push notifications (capabilities.pushNotifications is false)"
-        )
-    task = await c.service.send(owner, message, config)
-    return v03.encode_task(task, config.history_length)
-
-
-async def _get(params: Any, c: Components, owner: str) -> Any:
-    task_id, history_length = v03.decode_task_query(params)
-    return v03.encode_task(await c.service.get(owner, task_id), history_length)
-
-
-async def _cancel(params: Any, c: Components, owner: str) -> Any:
-    task_id, _ = v03.decode_task_id(params)
-    return v03.encode_task(await c.service.cancel(owner, task_id))
-
-
-async def _push(params: Any, c: Components, owner: str) -> Any:
-    raise PushNotificationNotSupportedError(
-        "This agent does not support push notifications (capabilities.pushNotifications is false)"
-    )
-
-
-async def _extended_card(params: Any, c: Components, owner: str) -> Any:
-    raise ExtendedAgentCardNotConfiguredError()
-
-
-METHODS: dict[str, Handler] = {
-    "message/send": _send,
-    "tasks/get": _get,
-    "tasks/cancel": _cancel,
-    "tasks/pushNotificationConfig/set": _push,
-    "tasks/pushNotificationConfig/get": _push,
-    "tasks/pushNotificationConfig/list": _push,
-    "tasks/pushNotificationConfig/delete": _push,
-    "agent/getAuthenticatedExtendedCard": _extended_card,
-}
-STREAMING = {"message/stream", "tasks/resubscribe"}
-
-
-def _error(rid: Any, err: A2AError) -> dict[str, Any]:
+def _error(rid: Any, err: A2AError, v10: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"code": err.code, "message": err.message}
-    if err.data is not None:
+    if v10:
+        body["data"] = [error_info(err)]
+    elif err.data is not None:
         body["data"] = err.data
     return {"jsonrpc": "2.0", "id": rid, "error": body}
 
@@ -94,101 +61,78 @@ def _json(payload: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
-def _encoder(rid: Any, history_length: int | None = None) -> Callable[[Snapshot | EventRecord], Any]:
-    def encode(item: Snapshot | EventRecord) -> Any:
-        if isinstance(item, Snapshot):
-            result = v03.encode_task(item.task, history_length)
-        else:
-            result = v03.encode_event(item.event)
-        return {"jsonrpc": "2.0", "id": rid, "result": result}
-
-    return encode
-
-
-def _last_event_id(request: Request, params: Any) -> int | None:
-    """This server's resume cursor: `Last-Event-ID`, or `metadata.lastEventId` in the params."""
-    raw = request.headers.get("last-event-id")
-    if raw is None and isinstance(params, dict) and isinstance(params.get("metadata"), dict):
-        raw = params["metadata"].get("lastEventId")
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise InvalidParamsError("Last-Event-ID must be an event sequence number") from None
-    return max(value, 0)
-
-
-async def _stream(request: Request, method: str, params: Any, rid: Any, c: Components) -> Response:
-    owner = owner_of(request)
-    if method == "message/stream":
-        message, config, push = v03.decode_send(params)
-        if push is not None:
-            raise PushNotificationNotSupportedError()
-        items = await c.service.stream(owner, message)
-        encode = _encoder(rid, config.history_length)
-    else:
-        task_id, _ = v03.decode_task_id(params)
-        items = await c.service.resubscribe(owner, task_id, _last_event_id(request, params))
-        encode = _encoder(rid)
-    return sse_response(items, encode, c.settings.sse_keepalive_s)
-
-
-async def _one(request: Request, item: Any, c: Components, batched: bool) -> Any:
+async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> Any:
     """One request object → a response object, an SSE Response, or None for a notification."""
     if not isinstance(item, dict):
-        return _error(None, InvalidRequestError("Each request must be a JSON object"))
+        return _error(None, InvalidRequestError("Each request must be a JSON object"), header_v10)
     rid = item.get("id", _MISSING)
     notification = rid is _MISSING
     if notification:
         rid = None
     elif rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
-        return _error(None, InvalidRequestError("id must be a string, an integer or null"))
-    if item.get("jsonrpc") != "2.0":
-        return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'))
+        return _error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
     method = item.get("method")
+    v10 = method in ops_v10.METHODS or method in ops_v10.STREAMING or header_v10
+    if item.get("jsonrpc") != "2.0":
+        return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
     if not isinstance(method, str) or not method:
-        return _error(rid, InvalidRequestError("method must be a non-empty string"))
+        return _error(rid, InvalidRequestError("method must be a non-empty string"), v10)
     params = item.get("params", {})
     if not isinstance(params, dict | list):
-        return _error(rid, InvalidRequestError("params must be an object or an array"))
+        return _error(rid, InvalidRequestError("params must be an object or an array"), v10)
     try:
-        if method in STREAMING:
+        call = Call.of(request)
+        if method in ops_v10.METHODS or method in ops_v10.STREAMING:
+            if call.version != "1.0":
+                raise VersionNotSupportedError(
+                    f"{method} is a v1.0 method; send the header A2A-Version: 1.0", {"version": call.version}
+                )
+            table, streams = ops_v10.METHODS, ops_v10.STREAMING
+        else:
+            table, streams = ops_v03.METHODS, ops_v03.STREAMING
+        if method in streams:
             if batched:
                 raise InvalidRequestError(f"{method} streams; it cannot be part of a batch")
-            response = await _stream(request, method, params, rid, c)
-            return None if notification else response
-        handler = METHODS.get(method)
+            items, encode = await streams[method](params, call)
+            if notification:
+                await items.aclose()  # type: ignore[attr-defined]
+                return None
+            return sse_response(
+                items,
+                lambda it: {"jsonrpc": "2.0", "id": rid, "result": encode(it)},
+                call.c.settings.sse_keepalive_s,
+            )
+        handler = table.get(method)
         if handler is None:
             raise MethodNotFoundError(f"Method {method} not found")
-        result = await handler(params, c, owner_of(request))
+        result = await handler(params, call)
     except A2AError as err:
-        return None if notification else _error(rid, err)
+        return None if notification else _error(rid, err, v10)
     except Exception:
         log.exception("internal error in %s", method)
-        return None if notification else _error(rid, InternalError())
+        return None if notification else _error(rid, InternalError(), v10)
     return None if notification else {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
 async def handle(request: Request) -> Response:
-    c = components(request)
+    header_v10 = (request.headers.get("a2a-version") or "").strip().startswith("1")
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in JSON_TYPES:
         err = InvalidRequestError(
             f"Unsupported Content-Type {ctype.split(';')[0].strip()!r}; send application/json"
         )
-        return _json(_error(None, err), status=415)
+        return _json(_error(None, err, header_v10), status=415)
     try:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
-        return _json(_error(None, JSONParseError()))
+        return _json(_error(None, JSONParseError(), header_v10))
     if isinstance(payload, list):
         if not payload:
-            return _json(_error(None, InvalidRequestError("A batch must not be empty")))
-        results = await asyncio.gather(*(_one(request, it, c, True) for it in payload))
+            return _json(_error(None, InvalidRequestError("A batch must not be empty"), header_v10))
+        results = await asyncio.gather(*(_one(request, it, True, header_v10) for it in payload))
         out = [r for r in results if r is not None]
         return _json(out) if out else Response(status_code=204)
-    result = await _one(request, payload, c, False)
+    result = await _one(request, payload, False, header_v10)
     if result is None:
         return Response(status_code=204)
     if isinstance(result, Response):

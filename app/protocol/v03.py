@@ -143,9 +143,21 @@ def _part_in(p: _TextPart | _FilePart | _DataPart) -> Part:
     return Part(url=f.uri, media_type=f.mimeType, filename=f.name, metadata=p.metadata)
 
 
+def _legacy_parts(params: Any) -> Any:
+    """Seed documents (pre-0.3) wrote parts as `{"type": "text", ...}`; read them as `kind`."""
+    message = params.get("message") if isinstance(params, dict) else None
+    parts = message.get("parts") if isinstance(message, dict) else None
+    if isinstance(parts, list) and any(
+        isinstance(p, dict) and "kind" not in p and "type" in p for p in parts
+    ):
+        fixed = [{**p, "kind": p["type"]} if isinstance(p, dict) and "kind" not in p else p for p in parts]
+        params = {**params, "message": {**message, "parts": fixed}}
+    return params
+
+
 def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     """`message/send` and `message/stream` params → domain message and configuration."""
-    p = _validate(_SendParamsIn, params)
+    p = _validate(_SendParamsIn, _legacy_parts(params))
     m = p.message
     message = Message(
         message_id=m.messageId,

@@ -43,6 +43,8 @@ class TaskRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    status_at: Mapped[str] = mapped_column(String(32))
+    """The current status's timestamp (ISO-8601 UTC, fixed width, so it sorts as text): ListTasks' order."""
     lease_owner: Mapped[str | None] = mapped_column(String(256))
     """The replica that may write this task (runs its agent); NULL: nobody, queued or idle."""
     lease_expires_at: Mapped[datetime | None]
@@ -52,6 +54,7 @@ class TaskRow(Base):
         Index("ix_tasks_state", "state"),
         Index("ix_tasks_state_created", "state", "created_at"),
         Index("ix_tasks_lease_owner", "lease_owner"),
+        Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
     )
 
 

@@ -1,12 +1,18 @@
-"""Reads: a task with its history and artifacts, the idempotency lookup, events after a cursor."""
+"""Reads: tasks with their history and artifacts, pages of tasks, the idempotency lookup, events after a
+cursor. A task's artifacts are folded from its append-only chunks up to the task's own `last_seq`, so a
+read never shows an artifact ahead of the status it was read with."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import base64
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import (
     Artifact,
@@ -19,9 +25,12 @@ from app.protocol.model import (
     TaskStatus,
     event_from_store,
     fold_artifact,
+    parse_iso,
 )
 
 from .models import ArtifactRow, EventRow, MessageRow, TaskRow
+
+_tasks = TaskRow.__table__
 
 
 @dataclass(slots=True)
@@ -31,44 +40,109 @@ class StoredTask:
     last_seq: int
 
 
+@dataclass(slots=True)
+class TaskPage:
+    tasks: list[Task]
+    next_token: str
+    total: int
+
+
+class InvalidPageToken(ValueError):
+    """The page token was not issued by this server."""
+
+
+def _token(row: Row[Any]) -> str:
+    return base64.urlsafe_b64encode(f"{row.status_at}|{row.id}".encode()).decode()
+
+
+def _untoken(token: str) -> tuple[str, str]:
+    try:
+        ts, task_id = base64.urlsafe_b64decode(token.encode()).decode().split("|", 1)
+        parse_iso(ts)
+        return ts, task_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidPageToken(token) from exc
+
+
 class Repository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
     async def get_task(self, task_id: str) -> StoredTask | None:
         async with self._engine.connect() as conn:
-            row = (await conn.execute(select(TaskRow.__table__).where(TaskRow.id == task_id))).first()
+            row = (await conn.execute(select(_tasks).where(_tasks.c.id == task_id))).first()
             if row is None:
                 return None
-            bodies = (
-                await conn.execute(
-                    select(MessageRow.body).where(MessageRow.task_id == task_id).order_by(MessageRow.id)
-                )
-            ).scalars()
-            history = [Message.from_store(b) for b in bodies]
-            chunks = (
-                await conn.execute(
-                    select(ArtifactRow.append, ArtifactRow.body)
-                    .where(ArtifactRow.task_id == task_id)
-                    .order_by(ArtifactRow.seq)
-                )
-            ).all()
-        artifacts: list[Artifact] = []
-        for append, body in chunks:
-            fold_artifact(
-                artifacts,
-                ArtifactUpdate(row.id, row.context_id, Artifact.from_store(body), append=append),
+            tasks = await self._assemble(conn, [row], artifacts=True)
+        return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq)
+
+    async def list_tasks(
+        self,
+        owner: str,
+        *,
+        context_id: str | None,
+        state: TaskState | None,
+        after: str | None,
+        page_size: int,
+        page_token: str | None,
+        artifacts: bool,
+    ) -> TaskPage:
+        """A page of the owner's tasks, newest status first, by keyset on (status_at, id)."""
+        where = [_tasks.c.owner == owner]
+        if context_id is not None:
+            where.append(_tasks.c.context_id == context_id)
+        if state is not None:
+            where.append(_tasks.c.state == state.value)
+        if after is not None:
+            where.append(_tasks.c.status_at >= after)
+        page = select(_tasks).where(*where)
+        if page_token:
+            ts, tid = _untoken(page_token)
+            page = page.where(tuple_(_tasks.c.status_at, _tasks.c.id) < tuple_(ts, tid))
+        page = page.order_by(_tasks.c.status_at.desc(), _tasks.c.id.desc()).limit(page_size + 1)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(page)).all()
+            total = (await conn.execute(select(func.count()).select_from(_tasks).where(*where))).scalar_one()
+            more = len(rows) > page_size
+            rows = rows[:page_size]
+            tasks = await self._assemble(conn, rows, artifacts=artifacts)
+        return TaskPage(tasks=tasks, next_token=_token(rows[-1]) if more else "", total=total)
+
+    async def _assemble(self, conn: AsyncConnection, rows: Sequence[Row[Any]], artifacts: bool) -> list[Task]:
+        """Tasks from their rows, with history and (optionally) artifacts, in two queries for all."""
+        ids = [r.id for r in rows]
+        history: dict[str, list[Message]] = defaultdict(list)
+        if ids:
+            for tid, body in await conn.execute(
+                select(MessageRow.task_id, MessageRow.body)
+                .where(MessageRow.task_id.in_(ids))
+                .order_by(MessageRow.id)
+            ):
+                history[tid].append(Message.from_store(body))
+        folded: dict[str, list[Artifact]] = defaultdict(list)
+        if ids and artifacts:
+            limit = {r.id: r.last_seq for r in rows}
+            ctx = {r.id: r.context_id for r in rows}
+            for tid, seq, append, body in await conn.execute(
+                select(ArtifactRow.task_id, ArtifactRow.seq, ArtifactRow.append, ArtifactRow.body)
+                .where(ArtifactRow.task_id.in_(ids))
+                .order_by(ArtifactRow.task_id, ArtifactRow.seq)
+            ):
+                if seq <= limit[tid]:
+                    update = ArtifactUpdate(tid, ctx[tid], Artifact.from_store(body), append=append)
+                    fold_artifact(folded[tid], update)
+        return [
+            Task(
+                id=r.id,
+                context_id=r.context_id,
+                status=TaskStatus.from_store(r.status),
+                history=history[r.id],
+                artifacts=folded[r.id],
+                metadata=r._mapping["metadata"],
+                transitions=[StateTransition(TaskState(t["state"]), t["timestamp"]) for t in r.transitions],
             )
-        task = Task(
-            id=row.id,
-            context_id=row.context_id,
-            status=TaskStatus.from_store(row.status),
-            history=history,
-            artifacts=artifacts,
-            metadata=row._mapping["metadata"],
-            transitions=[StateTransition(TaskState(t["state"]), t["timestamp"]) for t in row.transitions],
-        )
-        return StoredTask(task=task, owner=row.owner, last_seq=row.last_seq)
+            for r in rows
+        ]
 
     async def find_message_task(self, owner: str, message_id: str) -> str | None:
         async with self._engine.connect() as conn:
@@ -92,14 +166,3 @@ class Repository:
         return [
             EventRecord(seq, event_from_store(task_id, context_id, kind, body)) for seq, kind, body in rows
         ]
-
-    async def task_ids_in_states(self, states: Iterable[TaskState]) -> list[tuple[str, TaskState]]:
-        async with self._engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(TaskRow.id, TaskRow.state)
-                    .where(TaskRow.state.in_([s.value for s in states]))
-                    .order_by(TaskRow.created_at)
-                )
-            ).all()
-        return [(tid, TaskState(state)) for tid, state in rows]

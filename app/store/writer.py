@@ -33,6 +33,7 @@ _update_task = (
         transitions=bindparam("transitions"),
         last_seq=bindparam("last_seq"),
         updated_at=bindparam("updated_at"),
+        status_at=bindparam("status_at"),
         lease_owner=bindparam("lease_owner"),
         lease_expires_at=bindparam("lease_expires_at"),
     )

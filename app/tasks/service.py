@@ -48,7 +48,7 @@ from app.protocol.model import (
     utcnow,
 )
 from app.store.leases import Held, Leases
-from app.store.repo import Repository
+from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import ConflictError, Write, Writer
 
 from .state import check_transition
@@ -195,6 +195,31 @@ class TaskService:
     async def get(self, owner: str, task_id: str) -> Task:
         return (await self._load(owner, task_id)).task
 
+    async def list(
+        self,
+        owner: str,
+        *,
+        context_id: str | None = None,
+        state: TaskState | None = None,
+        after: str | None = None,
+        page_size: int = 50,
+        page_token: str | None = None,
+        include_artifacts: bool = False,
+    ) -> TaskPage:
+        """The caller's own tasks, newest status first, a page at a time."""
+        try:
+            return await self.repo.list_tasks(
+                owner,
+                context_id=context_id,
+                state=state,
+                after=after,
+                page_size=page_size,
+                page_token=page_token,
+                artifacts=include_artifacts,
+            )
+        except InvalidPageToken:
+            raise InvalidParamsError("pageToken is not one this server issued") from None
+
     # ---- writes ------------------------------------------------------------------------------
 
     async def _apply(
@@ -256,6 +281,7 @@ class TaskService:
                 "transitions": _transition_rows(transitions),
                 "last_seq": seq,
                 "updated_at": now,
+                "status_at": status.timestamp,
                 "lease_owner": None if ended else self.replica_id,
                 "lease_expires_at": None if ended else self.leases.expiry(now),
             }
@@ -340,6 +366,7 @@ class TaskService:
                 "last_seq": 1,
                 "created_at": now,
                 "updated_at": now,
+                "status_at": status.timestamp,
                 "lease_owner": self.replica_id if here else None,
                 "lease_expires_at": self.leases.expiry(now) if here else None,
             },

@@ -1,0 +1,98 @@
+"""What every A2A operation handler gets, and checks shared by both wire versions and both bindings."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError, VersionNotSupportedError
+from app.protocol.model import EventRecord, Message
+from app.tasks.service import Snapshot
+
+from .deps import Components, components, owner_of
+
+SUPPORTED_MAJORS = {"0": "0.3", "1": "1.0"}
+
+
+@dataclass(slots=True)
+class Call:
+    """One A2A operation as a handler sees it, whatever the binding (JSON-RPC or REST)."""
+
+    request: Request
+    c: Components
+    owner: str
+    version: str
+    extensions: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, request: Request) -> Call:
+        return cls(
+            request=request,
+            c=components(request),
+            owner=owner_of(request),
+            version=requested_version(request),
+            extensions=requested_extensions(request),
+        )
+
+
+Item = Snapshot | EventRecord
+Stream = tuple[AsyncIterator[Item], Callable[[Item], Any]]
+Handler = Callable[[Any, Call], Awaitable[Any]]
+StreamHandler = Callable[[Any, Call], Awaitable[Stream]]
+
+
+def requested_version(request: Request) -> str:
+    """The `A2A-Version` header (or query parameter) as `Major.Minor`; missing or empty means 0.3.
+
+    Any 1.x is served as 1.0 (minor versions are compatible); other majors raise VersionNotSupported.
+    """
+    raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+    if not raw:
+        return "0.3"
+    major, _, minor = raw.partition(".")
+    version = SUPPORTED_MAJORS.get(major)
+    if version is None or (major == "0" and minor.split(".")[0] != "3"):
+        raise VersionNotSupportedError(
+            f"A2A-Version {raw} is not supported; this server speaks 0.3 and 1.0", {"version": raw}
+        )
+    return version
+
+
+def requested_extensions(request: Request) -> list[str]:
+    """Extension URIs from `A2A-Extensions` (v1.0) and `X-A2A-Extensions` (v0.3), comma-separated."""
+    values = request.headers.getlist("a2a-extensions") + request.headers.getlist("x-a2a-extensions")
+    return [uri.strip() for v in values for uri in v.split(",") if uri.strip()]
+
+
+def _accepts(mode: str, media_type: str) -> bool:
+    mode, media_type = mode.lower(), media_type.split(";")[0].strip().lower()
+    if mode in ("*/*", media_type):
+        return True
+    return mode.endswith("/*") and media_type.startswith(mode[:-1])
+
+
+def check_parts(message: Message, accepted: tuple[str, ...]) -> None:
+    """Refuse a part whose declared media type the agent does not take (-32005)."""
+    for part in message.parts:
+        if part.media_type and not any(_accepts(mode, part.media_type) for mode in accepted):
+            raise ContentTypeNotSupportedError(
+                f"This agent does not accept {part.media_type}; it takes {', '.join(accepted)}",
+                {"mediaType": part.media_type},
+            )
+
+
+def last_event_id(request: Request, params: Any) -> int | None:
+    """This server's resume cursor: `Last-Event-ID`, or `metadata.lastEventId` in the params."""
+    raw = request.headers.get("last-event-id")
+    if raw is None and isinstance(params, dict) and isinstance(params.get("metadata"), dict):
+        raw = params["metadata"].get("lastEventId")
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidParamsError("Last-Event-ID must be an event sequence number") from None
+    return max(value, 0)

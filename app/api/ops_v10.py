@@ -1,0 +1,114 @@
+"""The v1.0 operations: ProtoJSON requests in, `SendMessageResponse` / Task / StreamResponse out.
+
+The same handlers serve the JSON-RPC binding (PascalCase methods) and the HTTP+JSON binding (REST routes
+build the request message from path, query and body, and call these).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.protocol import v10
+from app.protocol.errors import (
+    PushNotificationNotSupportedError,
+    UnsupportedOperationError,
+)
+
+from .calls import Call, Handler, Item, Stream, StreamHandler, check_parts, last_event_id
+from .ops_v03 import PUSH_OFF
+
+
+def _stream_encoder(history_length: int | None = None):
+    def encode(item: Item) -> Any:
+        if hasattr(item, "task"):
+            return {"task": v10.encode_task(item.task, history_length)}  # type: ignore[union-attr]
+        return v10.encode_event(item.event)  # type: ignore[union-attr]
+
+    return encode
+
+
+async def send(params: Any, call: Call) -> Any:
+    message, config, push = v10.decode_send(params)
+    if push is not None:
+        raise PushNotificationNotSupportedError(PUSH_OFF)
+    check_parts(message, call.c.input_modes)
+    task = await call.c.service.send(call.owner, message, config)
+    return {"task": v10.encode_task(task, config.history_length)}
+
+
+async def stream(params: Any, call: Call) -> Stream:
+    message, config, push = v10.decode_send(params)
+    if push is not None:
+        raise PushNotificationNotSupportedError(PUSH_OFF)
+    check_parts(message, call.c.input_modes)
+    items = await call.c.service.stream(call.owner, message)
+    return items, _stream_encoder(config.history_length)
+
+
+async def get(params: Any, call: Call) -> Any:
+    task_id, history_length = v10.decode_get(params)
+    return v10.encode_task(await call.c.service.get(call.owner, task_id), history_length)
+
+
+async def list_tasks(params: Any, call: Call) -> Any:
+    q = v10.decode_list(params)
+    page = await call.c.service.list(
+        call.owner,
+        context_id=q.context_id,
+        state=q.status,
+        after=q.status_timestamp_after,
+        page_size=q.page_size,
+        page_token=q.page_token,
+        include_artifacts=q.include_artifacts,
+    )
+    return {
+        "tasks": [v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],
+        "nextPageToken": page.next_token,
+        "pageSize": q.page_size,
+        "totalSize": page.total,
+    }
+
+
+async def cancel(params: Any, call: Call) -> Any:
+    task_id = v10.decode_id(params)
+    return v10.encode_task(await call.c.service.cancel(call.owner, task_id))
+
+
+async def subscribe(params: Any, call: Call) -> Stream:
+    """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
+    task_id = v10.decode_id(params)
+    task = await call.c.service.get(call.owner, task_id)
+    if task.status.state.terminal:
+        raise UnsupportedOperationError(
+            f"Task {task_id} is {v10.STATE_NAMES[task.status.state]}; there is nothing left to subscribe to",
+            {"taskId": task_id},
+        )
+    items = await call.c.service.resubscribe(call.owner, task_id, last_event_id(call.request, params))
+    return items, _stream_encoder()
+
+
+async def push_config(params: Any, call: Call) -> Any:
+    raise PushNotificationNotSupportedError(PUSH_OFF)
+
+
+async def extended_card(params: Any, call: Call) -> Any:
+    raise UnsupportedOperationError(
+        "This agent declares no extended agent card (capabilities.extendedAgentCard)"
+    )
+
+
+METHODS: dict[str, Handler] = {
+    "SendMessage": send,
+    "GetTask": get,
+    "ListTasks": list_tasks,
+    "CancelTask": cancel,
+    "CreateTaskPushNotificationConfig": push_config,
+    "GetTaskPushNotificationConfig": push_config,
+    "ListTaskPushNotificationConfigs": push_config,
+    "DeleteTaskPushNotificationConfig": push_config,
+    "GetExtendedAgentCard": extended_card,
+}
+STREAMING: dict[str, StreamHandler] = {
+    "SendStreamingMessage": stream,
+    "SubscribeToTask": subscribe,
+}

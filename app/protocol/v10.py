@@ -1,0 +1,370 @@
+"""The v1.0 wire codec: ProtoJSON of `lf.a2a.v1` (camelCase, enum names, flat parts, oneof wrappers).
+
+Input is validated with pydantic models mirroring the proto's REQUIRED fields; unknown fields are ignored
+(spec §5.7) and enums are accepted by name or number, as ProtoJSON parsers do. Output omits unset fields,
+uses `TASK_STATE_*` / `ROLE_*` names and `Z` timestamps, and never carries v0.3's `kind` or `final`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import InvalidParamsError
+from .model import (
+    Artifact,
+    ArtifactUpdate,
+    Event,
+    Message,
+    Part,
+    Role,
+    SendConfig,
+    StatusUpdate,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+
+PROTOCOL_VERSION = "1.0"
+
+M = TypeVar("M", bound=BaseModel)
+
+STATE_NAMES: dict[TaskState, str] = {
+    TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
+    TaskState.WORKING: "TASK_STATE_WORKING",
+    TaskState.COMPLETED: "TASK_STATE_COMPLETED",
+    TaskState.FAILED: "TASK_STATE_FAILED",
+    TaskState.CANCELED: "TASK_STATE_CANCELED",
+    TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.REJECTED: "TASK_STATE_REJECTED",
+    TaskState.AUTH_REQUIRED: "TASK_STATE_AUTH_REQUIRED",
+    TaskState.UNKNOWN: "TASK_STATE_UNSPECIFIED",
+}
+_STATE_NUMBERS = {
+    0: TaskState.UNKNOWN,
+    1: TaskState.SUBMITTED,
+    2: TaskState.WORKING,
+    3: TaskState.COMPLETED,
+    4: TaskState.FAILED,
+    5: TaskState.CANCELED,
+    6: TaskState.INPUT_REQUIRED,
+    7: TaskState.REJECTED,
+    8: TaskState.AUTH_REQUIRED,
+}
+STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
+ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
+_ROLES_IN = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
+
+
+def parse_state(value: Any) -> TaskState:
+    """A TaskState from its ProtoJSON name or number; ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in _STATE_NUMBERS:
+        return _STATE_NUMBERS[value]
+    if isinstance(value, str) and value in STATES_BY_NAME:
+        return STATES_BY_NAME[value]
+    raise ValueError(f"unknown task state {value!r}")
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _PartIn(_In):
+    text: str | None = None
+    raw: str | None = None
+    url: str | None = None
+    data: Any = None
+    has_data: bool = Field(default=False, exclude=True)
+    metadata: dict[str, Any] | None = None
+    filename: str | None = None
+    mediaType: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mark_data(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "data" in v:
+            v = {**v, "has_data": True}
+        return v
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _PartIn:
+        present = [
+            n
+            for n, on in (
+                ("text", self.text is not None),
+                ("raw", self.raw is not None),
+                ("url", self.url is not None),
+                ("data", self.has_data),
+            )
+            if on
+        ]
+        if len(present) != 1:
+            raise ValueError("a part holds exactly one of text, raw, url or data")
+        if self.raw is not None:
+            try:
+                base64.b64decode(self.raw, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("raw must be base64-encoded") from exc
+        return self
+
+
+class _MessageIn(_In):
+    messageId: str = Field(min_length=1, max_length=256)
+    role: Any
+    parts: list[_PartIn] = Field(min_length=1)
+    contextId: str | None = Field(default=None, max_length=256)
+    taskId: str | None = Field(default=None, max_length=256)
+    referenceTaskIds: list[str] = Field(default_factory=list)
+    extensions: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, v: Any) -> Role:
+        if v in _ROLES_IN:
+            return _ROLES_IN[v]
+        raise ValueError("must be ROLE_USER or ROLE_AGENT")
+
+
+class _SendConfigIn(_In):
+    acceptedOutputModes: list[str] = Field(default_factory=list)
+    historyLength: int | None = Field(default=None, ge=0)
+    returnImmediately: bool = False
+    taskPushNotificationConfig: dict[str, Any] | None = None
+
+
+class _SendIn(_In):
+    tenant: str = ""
+    message: _MessageIn
+    configuration: _SendConfigIn | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class _GetIn(_In):
+    tenant: str = ""
+    id: str = Field(min_length=1)
+    historyLength: int | None = Field(default=None, ge=0)
+
+
+class _IdIn(_In):
+    tenant: str = ""
+    id: str = Field(min_length=1)
+    metadata: dict[str, Any] | None = None
+
+
+class _ListIn(_In):
+    tenant: str = ""
+    contextId: str | None = None
+    status: Any = None
+    pageSize: int | None = Field(default=None, ge=1, le=100)
+    pageToken: str | None = None
+    historyLength: int | None = Field(default=None, ge=0)
+    statusTimestampAfter: str | None = None
+    includeArtifacts: bool = False
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, v: Any) -> TaskState | None:
+        if v in (None, "", 0, "TASK_STATE_UNSPECIFIED"):
+            return None
+        return parse_state(v)
+
+    @field_validator("statusTimestampAfter")
+    @classmethod
+    def _timestamp(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        from .model import iso, parse_iso
+
+        try:
+            return iso(parse_iso(v))
+        except ValueError as exc:
+            raise ValueError("must be an ISO-8601 timestamp") from exc
+
+
+@dataclass(slots=True)
+class ListQuery:
+    """What a ListTasks caller asked for, in domain terms."""
+
+    context_id: str | None = None
+    status: TaskState | None = None
+    page_size: int = 50
+    page_token: str | None = None
+    history_length: int | None = None
+    status_timestamp_after: str | None = None
+    include_artifacts: bool = False
+
+
+def _validate(model: type[M], params: Any) -> M:
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidParamsError("params must be an object")
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:5]:
+            where = ".".join(str(p) for p in err["loc"]) or "params"
+            problems.append(f"{where}: {err['msg']}")
+        raise InvalidParamsError("Invalid params: " + "; ".join(problems)) from None
+
+
+def _part_in(p: _PartIn) -> Part:
+    return Part(
+        text=p.text,
+        raw=base64.b64decode(p.raw) if p.raw is not None else None,
+        url=p.url,
+        data=p.data if p.has_data else None,
+        media_type=p.mediaType,
+        filename=p.filename,
+        metadata=p.metadata,
+    )
+
+
+def decode_message(m: _MessageIn) -> Message:
+    return Message(
+        message_id=m.messageId,
+        role=m.role,
+        parts=[_part_in(p) for p in m.parts],
+        context_id=m.contextId or None,
+        task_id=m.taskId or None,
+        reference_task_ids=m.referenceTaskIds,
+        extensions=m.extensions,
+        metadata=m.metadata,
+    )
+
+
+def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
+    """`SendMessage` / `SendStreamingMessage` params → domain message and configuration."""
+    p = _validate(_SendIn, params)
+    cfg = p.configuration or _SendConfigIn()
+    config = SendConfig(
+        blocking=not cfg.returnImmediately,
+        history_length=cfg.historyLength,
+        accepted_output_modes=cfg.acceptedOutputModes,
+    )
+    return decode_message(p.message), config, cfg.taskPushNotificationConfig
+
+
+def decode_get(params: Any) -> tuple[str, int | None]:
+    p = _validate(_GetIn, params)
+    return p.id, p.historyLength
+
+
+def decode_id(params: Any) -> str:
+    return _validate(_IdIn, params).id
+
+
+def decode_list(params: Any) -> ListQuery:
+    p = _validate(_ListIn, params)
+    return ListQuery(
+        context_id=p.contextId or None,
+        status=p.status,
+        page_size=p.pageSize or 50,
+        page_token=p.pageToken or None,
+        history_length=p.historyLength,
+        status_timestamp_after=p.statusTimestampAfter,
+        include_artifacts=p.includeArtifacts,
+    )
+
+
+def encode_part(p: Part) -> dict[str, Any]:
+    if p.text is not None:
+        out: dict[str, Any] = {"text": p.text}
+    elif p.raw is not None:
+        out = {"raw": base64.b64encode(p.raw).decode()}
+    elif p.url is not None:
+        out = {"url": p.url}
+    else:
+        out = {"data": p.data}
+    if p.media_type:
+        out["mediaType"] = p.media_type
+    if p.filename:
+        out["filename"] = p.filename
+    if p.metadata:
+        out["metadata"] = p.metadata
+    return out
+
+
+def encode_message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "messageId": m.message_id,
+        "role": ROLE_NAMES[m.role],
+        "parts": [encode_part(p) for p in m.parts],
+    }
+    if m.context_id:
+        out["contextId"] = m.context_id
+    if m.task_id:
+        out["taskId"] = m.task_id
+    if m.reference_task_ids:
+        out["referenceTaskIds"] = m.reference_task_ids
+    if m.extensions:
+        out["extensions"] = m.extensions
+    if m.metadata:
+        out["metadata"] = m.metadata
+    return out
+
+
+def encode_status(s: TaskStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": STATE_NAMES[s.state], "timestamp": s.timestamp}
+    if s.message is not None:
+        out["message"] = encode_message(s.message)
+    return out
+
+
+def encode_artifact(a: Artifact) -> dict[str, Any]:
+    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
+    if a.name is not None:
+        out["name"] = a.name
+    if a.description is not None:
+        out["description"] = a.description
+    if a.metadata:
+        out["metadata"] = a.metadata
+    if a.extensions:
+        out["extensions"] = a.extensions
+    return out
+
+
+def encode_task(t: Task, history_length: int | None = None, include_artifacts: bool = True) -> dict[str, Any]:
+    """A bare Task. `historyLength` 0 leaves `history` out; artifacts only when included."""
+    out: dict[str, Any] = {"id": t.id, "contextId": t.context_id, "status": encode_status(t.status)}
+    if include_artifacts and t.artifacts:
+        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
+    view = t.with_history(history_length)
+    if view.history:
+        out["history"] = [encode_message(m) for m in view.history]
+    metadata = dict(t.metadata or {})
+    if t.transitions:
+        metadata["stateTransitions"] = [
+            {"state": STATE_NAMES[tr.state], "timestamp": tr.timestamp} for tr in t.transitions
+        ]
+    if metadata:
+        out["metadata"] = metadata
+    return out
+
+
+def encode_event(e: Event) -> dict[str, Any]:
+    """A StreamResponse for a status or artifact update."""
+    if isinstance(e, StatusUpdate):
+        body: dict[str, Any] = {
+            "taskId": e.task_id,
+            "contextId": e.context_id,
+            "status": encode_status(e.status),
+        }
+        if e.metadata:
+            body["metadata"] = e.metadata
+        return {"statusUpdate": body}
+    assert isinstance(e, ArtifactUpdate)
+    body = {"taskId": e.task_id, "contextId": e.context_id, "artifact": encode_artifact(e.artifact)}
+    if e.append:
+        body["append"] = True
+    if e.last_chunk:
+        body["lastChunk"] = True
+    if e.metadata:
+        body["metadata"] = e.metadata
+    return {"artifactUpdate": body}
