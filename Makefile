@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 PG_URL = $(shell scripts/pg.sh url)
 TEST_REDIS = $(shell scripts/redis.sh url)
 
-.PHONY: run serve migrate test test-sqlite lint format bench clean services-stop cluster cluster-stop
+.PHONY: run serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-quick clean services-stop \
+	cluster cluster-stop
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +43,32 @@ format: $(VENV)/.test-installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-## Blocking message/send throughput and latency beside the official SDK's reference server.
+## Both benchmarks beside the official SDK's reference server (about 10 minutes); each also runs alone.
 bench: $(VENV)/.test-installed
+	$(MAKE) --no-print-directory bench-send; s=$$?; $(MAKE) --no-print-directory bench-cluster || s=1; exit $$s
+
+## The same with short points (a few minutes): BENCH_ARGS / BENCH_CLUSTER_ARGS still apply.
+bench-quick: $(VENV)/.test-installed
+	$(MAKE) --no-print-directory bench BENCH_ARGS="--duration 3 --warmup 1 $(BENCH_ARGS)" \
+		BENCH_CLUSTER_ARGS="--quick $(BENCH_CLUSTER_ARGS)"
+
+## Blocking message/send throughput and latency, one server at a time.
+bench-send: $(VENV)/.test-installed
 	scripts/pg.sh start
 	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.send $(BENCH_ARGS)
+
+## Scale-out: cross-replica propagation, throughput by replicas, streamed events/s, 10,000 open streams.
+## Its own Redis on $(BENCH_REDIS_PORT) (pub/sub channels are server-wide, so a test cluster on the test
+## Redis would hear the bench's), stopped afterwards unless it was already running.
+BENCH_REDIS_PORT ?= 63791
+bench-cluster: $(VENV)/.test-installed
+	scripts/pg.sh start
+	scripts/install-deb.sh nginx nginx
+	REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh status >/dev/null 2>&1; up=$$?; \
+	REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh start || exit 1; \
+	BENCH_POSTGRES_URL=$(PG_URL) BENCH_REDIS_URL=redis://127.0.0.1:$(BENCH_REDIS_PORT)/0 \
+		$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS); s=$$?; \
+	[ $$up = 0 ] || REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh stop; exit $$s
 
 ## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT); Ctrl-C stops it.
 CLUSTER_REPLICAS ?= 3

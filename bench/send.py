@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -125,10 +125,28 @@ class ServerRun:
     profile: str = ""
 
 
+class Target(Protocol):
+    """What a measured point needs: a JSON-RPC URL, the database, and the server processes' pids.
+
+    A `Server` is one; bench/cluster.py's topologies (replicas behind nginx) are others, whose
+    `cpu_groups` name helper processes (nginx, Redis) to count apart from `other`.
+    """
+
+    label: str
+    rpc_url: str
+    database_url: str
+
+    @property
+    def pids(self) -> list[int]: ...
+
+    @property
+    def cpu_groups(self) -> dict[str, list[int]]: ...
+
+
 # ---- checks --------------------------------------------------------------------------------------------
 
 
-def send_once(server: Server, text: str) -> dict[str, Any]:
+def send_once(server: Target, text: str) -> dict[str, Any]:
     """One blocking message/send through httpx; the completed task, or RuntimeError saying what came."""
     body = {
         "jsonrpc": "2.0",
@@ -158,14 +176,14 @@ def send_once(server: Server, text: str) -> dict[str, Any]:
 # ---- one server ----------------------------------------------------------------------------------------
 
 
-def load(server: Server, args: argparse.Namespace, wrk: str | None, c: int, seconds: float) -> Point:
+def load(server: Target, args: argparse.Namespace, wrk: str | None, c: int, seconds: float) -> Point:
     nonce = uuid.uuid4().hex[:12]
     if wrk:
         return run_wrk(wrk, server.rpc_url, c, seconds, args.threads, nonce, args.text)
     return run_python(server.rpc_url, c, seconds, nonce, args.text)
 
 
-def measure(server: Server, args: argparse.Namespace, wrk: str | None, c: int) -> Measured:
+def measure(server: Target, args: argparse.Namespace, wrk: str | None, c: int) -> Measured:
     """Warm up, then measure; again (keeping the least disturbed try) while others load the machine."""
     best: Measured | None = None
     for attempt in range(1, args.retries + 2):
@@ -175,7 +193,7 @@ def measure(server: Server, args: argparse.Namespace, wrk: str | None, c: int) -
             if warm.failures:
                 raise RuntimeError(f"{server.label} c={c}: {warm.failures} failed in warm-up: {warm.sample}")
         commits0 = asyncio.run(commit_count(server.database_url))
-        window = CpuWindow(server.pid)
+        window = CpuWindow(server.pids, server.cpu_groups)
         t0 = time.monotonic()
         point = load(server, args, wrk, c, args.duration)
         cpu = window.stop()

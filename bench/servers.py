@@ -103,6 +103,14 @@ class Server:
         assert self.proc is not None
         return self.proc.pid
 
+    @property
+    def pids(self) -> list[int]:
+        return [self.pid]
+
+    @property
+    def cpu_groups(self) -> dict[str, list[int]]:
+        return {}
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -138,6 +146,8 @@ class OurServer(Server):
 class ReferenceServer(Server):
     """a2a-sdk's DefaultRequestHandler + DatabaseTaskStore (bench/reference_server.py), one worker."""
 
+    cluster = False
+
     def command(self) -> list[str]:
         return [
             sys.executable,
@@ -147,7 +157,14 @@ class ReferenceServer(Server):
             self.database_url,
             "--port",
             str(self.port),
+            *(["--cluster"] if self.cluster else []),
         ]
+
+
+class ReferenceClusterServer(ReferenceServer):
+    """One replica of a2a-sdk's cluster mode (versioned store + polled `task_events`), one worker."""
+
+    cluster = True
 
 
 async def commit_count(url: str) -> int:
