@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from app.agents.base import Agent
 from app.agents.loader import load_agent
-from app.api import card, health, jsonrpc, rest
+from app.api import card, health, jsonrpc, rest, rest_v03, rest_v10
 from app.api.deps import Components
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
@@ -102,6 +102,9 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(card.router)
     app.include_router(jsonrpc.router)
     app.include_router(rest.router)
+    # v0.3 before v1.0: `/a2a/rest/v1/...` is the v0.3 binding, not a v1.0 tenant named `v1`.
+    app.include_router(rest_v03.router)
+    app.include_router(rest_v10.router)
     app.include_router(health.router)
 
     @app.exception_handler(HTTPException)

@@ -50,6 +50,8 @@ class Card:
 
 def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
     url = f"{settings.public_url}/a2a/jsonrpc"
+    # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
+    rest_url = f"{settings.public_url}/a2a/rest"
     card: dict[str, Any] = {
         "name": agent.name,
         "description": agent.description or f"{agent.name} behind the A2A protocol",
@@ -57,12 +59,17 @@ def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
         "supportedInterfaces": [
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v10.PROTOCOL_VERSION},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": rest_url, "protocolBinding": "HTTP+JSON", "protocolVersion": v10.PROTOCOL_VERSION},
+            {"url": rest_url, "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
         ],
-        # v0.3: the same endpoint in the fields v0.3 clients read.
+        # v0.3: the same endpoints in the fields v0.3 clients read.
         "protocolVersion": v03.PROTOCOL_VERSION,
         "url": url,
         "preferredTransport": "JSONRPC",
-        "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],
+        "additionalInterfaces": [
+            {"url": url, "transport": "JSONRPC"},
+            {"url": rest_url, "transport": "HTTP+JSON"},
+        ],
         "version": _server_version(),
         "capabilities": {
             "streaming": True,

@@ -1,0 +1,215 @@
+"""The v0.3 HTTP+JSON (REST) binding under `/a2a/rest/v1`: the v0.3 gRPC proto's HTTP annotations.
+
+| route | operation |
+|---|---|
+| `POST /v1/message:send` | SendMessage → `SendMessageResponse` (`{"task": ...}`) |
+| `POST /v1/message:stream` | SendStreamingMessage → SSE of `StreamResponse` |
+| `GET /v1/tasks/{id}` | GetTask (`?historyLength=`) → `Task` |
+| `POST /v1/tasks/{id}:cancel` | CancelTask → `Task` |
+| `GET` or `POST /v1/tasks/{id}:subscribe` | TaskSubscription → SSE of `StreamResponse` (1) |
+| `POST`, `GET /v1/tasks/{id}/pushNotificationConfigs` | push configs (not supported) |
+| `GET`, `DELETE /v1/tasks/{id}/pushNotificationConfigs/{configId}` | push configs (not supported) |
+| `GET /v1/card` | GetAgentCard: the served card as the v0.3 proto's AgentCard |
+
+(1) The task first, then its events until it ends; for a finished task, the task and the end of the stream
+(as the proto says). `GET /v1/tasks` (no RPC in the v0.3 proto) answers UnsupportedOperation.
+
+Payloads are ProtoJSON of the v0.3 proto (`app.protocol.v03rest`), not the JSON-RPC shapes. Official v0.3
+clients append `/v1` to the interface URL themselves, so the card advertises `/a2a/rest` for both versions.
+Errors are `{"code": <JSON-RPC code>, "type": "<ErrorClassName>", "message": ...}` (the Python client maps
+`type`, the JavaScript client `code`), with the HTTP status a2a-python 0.3 used. A request without
+`A2A-Version` is v0.3; an explicit other version is refused (-32009).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.protocol import v03rest
+from app.protocol.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+
+from .calls import Call, Item, Stream, check_parts, last_event_id
+from .ops_v03 import PUSH_OFF
+from .rest import read_json_body, rest_error
+from .sse import sse_response
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+PREFIX = "/a2a/rest/v1"
+
+# The HTTP statuses of a2a-python 0.3's REST error handler (PROTOCOL-NOTES §4.2); others keep theirs.
+V03_HTTP_STATUS: dict[type[A2AError], int] = {
+    JSONParseError: 400,
+    InvalidRequestError: 400,
+    MethodNotFoundError: 404,
+    TaskNotFoundError: 404,
+    ExtendedAgentCardNotConfiguredError: 404,
+    InvalidParamsError: 422,
+    TaskNotCancelableError: 409,
+    PushNotificationNotSupportedError: 501,
+    UnsupportedOperationError: 501,
+    ContentTypeNotSupportedError: 415,
+    InvalidAgentResponseError: 502,
+    InternalError: 500,
+}
+
+
+def v03_error(err: A2AError) -> Response:
+    """The v0.3 error body with the 0.3 status; an error class with a status of its own keeps it."""
+    status = err.http_status
+    for cls in type(err).__mro__:
+        if cls in V03_HTTP_STATUS:
+            status = V03_HTTP_STATUS[cls]
+            break
+        if "http_status" in vars(cls):
+            break
+    return rest_error(err, status)
+
+
+def v03_call(request: Request) -> Call:
+    call = Call.of(request)
+    if call.version != "0.3":
+        raw = request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
+        raise VersionNotSupportedError(
+            f"A2A-Version {raw} is not served here: this is the v0.3 HTTP+JSON binding "
+            "(the v1.0 one is at /a2a/rest without /v1)",
+            {"version": raw},
+        )
+    return call
+
+
+def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
+    def encode(item: Item) -> Any:
+        if hasattr(item, "task"):
+            return {"task": v03rest.encode_task(item.task, history_length)}  # type: ignore[union-attr]
+        return v03rest.encode_event(item.event)  # type: ignore[union-attr]
+
+    return encode
+
+
+# ---- operations: (request, call) → result object or stream ----------------------------------------
+
+
+async def send(request: Request, call: Call) -> Any:
+    message, config, push = v03rest.decode_send(await read_json_body(request))
+    if push is not None:
+        raise PushNotificationNotSupportedError(PUSH_OFF)
+    check_parts(message, call.c.input_modes)
+    task = await call.c.service.send(call.owner, message, config)
+    return {"task": v03rest.encode_task(task, config.history_length)}
+
+
+async def stream(request: Request, call: Call) -> Stream:
+    message, config, push = v03rest.decode_send(await read_json_body(request))
+    if push is not None:
+        raise PushNotificationNotSupportedError(PUSH_OFF)
+    check_parts(message, call.c.input_modes)
+    items = await call.c.service.stream(call.owner, message)
+    return items, _task_encoder(config.history_length)
+
+
+async def get(request: Request, call: Call) -> Any:
+    raw = request.query_params.get("historyLength")
+    if raw is not None and not raw.isdigit():
+        raise InvalidParamsError("historyLength must be a non-negative integer")
+    task = await call.c.service.get(call.owner, request.path_params["id"])
+    return v03rest.encode_task(task, int(raw) if raw is not None else None)
+
+
+async def cancel(request: Request, call: Call) -> Any:
+    await read_json_body(request)  # CancelTaskRequest names the task in the path; the body adds nothing
+    return v03rest.encode_task(await call.c.service.cancel(call.owner, request.path_params["id"]))
+
+
+async def subscribe(request: Request, call: Call) -> Stream:
+    """The task first, then its events until it ends; a finished task: the task, then the end."""
+    body = await read_json_body(request)
+    after = last_event_id(request, body)
+    items = await call.c.service.resubscribe(call.owner, request.path_params["id"], after)
+    return items, _task_encoder()
+
+
+async def push_config(request: Request, call: Call) -> Any:
+    raise PushNotificationNotSupportedError(PUSH_OFF)
+
+
+async def list_tasks(request: Request, call: Call) -> Any:
+    raise UnsupportedOperationError(
+        "ListTasks has no v0.3 binding; use GET /a2a/rest/tasks (v1.0) or GET /a2a/tasks"
+    )
+
+
+async def card(request: Request, call: Call) -> Any:
+    return v03rest.encode_card(orjson.loads(call.c.card.body))
+
+
+# ---- endpoints ------------------------------------------------------------------------------------
+
+Op = Callable[[Request, Call], Awaitable[Any]]
+StreamOp = Callable[[Request, Call], Awaitable[Stream]]
+
+
+def unary(op: Op) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            result = await op(request, v03_call(request))
+        except A2AError as err:
+            return v03_error(err)
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return v03_error(InternalError())
+        return Response(orjson.dumps(result), media_type="application/json")
+
+    return endpoint
+
+
+def streaming(op: StreamOp) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            call = v03_call(request)
+            items, encode = await op(request, call)
+        except A2AError as err:
+            return v03_error(err)
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return v03_error(InternalError())
+        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
+
+    return endpoint
+
+
+ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = [
+    ("/message:send", ["POST"], unary(send)),
+    ("/message:stream", ["POST"], streaming(stream)),
+    ("/tasks", ["GET"], unary(list_tasks)),
+    ("/tasks/{id}:cancel", ["POST"], unary(cancel)),
+    ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(subscribe)),
+    ("/tasks/{id}", ["GET"], unary(get)),
+    ("/tasks/{id}/pushNotificationConfigs", ["GET", "POST"], unary(push_config)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET", "DELETE"], unary(push_config)),
+    ("/card", ["GET"], unary(card)),
+]
+
+for _path, _methods, _endpoint in ROUTES:
+    router.add_route(PREFIX + _path, _endpoint, methods=_methods, include_in_schema=False)

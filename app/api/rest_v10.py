@@ -1,0 +1,208 @@
+"""The v1.0 HTTP+JSON (REST) binding under `/a2a/rest`, each route also under `/a2a/rest/{tenant}/...`.
+
+| route | operation |
+|---|---|
+| `POST /message:send` | SendMessage → `SendMessageResponse` |
+| `POST /message:stream` | SendStreamingMessage → SSE of `StreamResponse` |
+| `GET /tasks` | ListTasks (1) → `ListTasksResponse` |
+| `GET /tasks/{id}` | GetTask (`?historyLength=`) → `Task` |
+| `POST /tasks/{id}:cancel` | CancelTask → `Task` |
+| `GET` or `POST /tasks/{id}:subscribe` | SubscribeToTask → SSE of `StreamResponse` |
+| `POST`, `GET /tasks/{id}/pushNotificationConfigs` | push configs (not supported) |
+| `GET`, `DELETE /tasks/{id}/pushNotificationConfigs/{configId}` | push configs (not supported) |
+| `GET /extendedAgentCard` | GetExtendedAgentCard (none declared) |
+
+(1) Query: `contextId`, `status` (`TASK_STATE_*` or its number), `pageSize`, `pageToken`, `historyLength`,
+`statusTimestampAfter` (ISO 8601), `includeArtifacts` (`true`/`false`).
+
+The request message is built from the path, the query string (camelCase names) and the JSON body, then the
+v1.0 operation handlers (`ops_v10`) run it, exactly as for JSON-RPC. These routes speak v1.0 whatever the
+request says, so `A2A-Version` may be left out; an explicit version other than 1.x is refused (-32009).
+Bodies are read as `application/a2a+json` or `application/json`; answers are `application/a2a+json` (or
+`application/json` for a client that accepts only that). Streams carry the bare `StreamResponse` in each
+`data:`. Errors are `google.rpc.Status` bodies with the v1.0.1 HTTP status and a `google.rpc.ErrorInfo`
+in `details`. The tenant `v1` is taken by the v0.3 binding (`rest_v03`), which is registered first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.protocol.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    TaskNotFoundError,
+    VersionNotSupportedError,
+)
+
+from . import ops_v10
+from .calls import Call, Handler, StreamHandler
+from .jsonrpc import error_info
+from .rest import list_query, read_json_body
+from .sse import sse_response
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+PREFIX = "/a2a/rest"
+A2A_JSON = "application/a2a+json"
+
+_GRPC_STATUS: dict[type[A2AError], str] = {
+    TaskNotFoundError: "NOT_FOUND",
+    MethodNotFoundError: "NOT_FOUND",
+    InvalidParamsError: "INVALID_ARGUMENT",
+    InvalidRequestError: "INVALID_ARGUMENT",
+    JSONParseError: "INVALID_ARGUMENT",
+    ContentTypeNotSupportedError: "INVALID_ARGUMENT",
+    InvalidAgentResponseError: "INTERNAL",
+    InternalError: "INTERNAL",
+}
+
+
+def grpc_status(err: A2AError) -> str:
+    """The google.rpc status name of an error ([S1.0.1] §5.4): the A2A errors of HTTP 400 that are not
+    about the request's shape are FAILED_PRECONDITION."""
+    for cls in type(err).__mro__:
+        if cls in _GRPC_STATUS:
+            return _GRPC_STATUS[cls]
+    if err.http_status == 404:
+        return "NOT_FOUND"
+    return "INTERNAL" if err.http_status >= 500 else "FAILED_PRECONDITION"
+
+
+def _media(request: Request) -> str:
+    """`application/a2a+json`, unless the client accepts only plain `application/json`."""
+    accept = request.headers.get("accept", "").lower()
+    if "application/json" in accept and "a2a+json" not in accept and "*/*" not in accept:
+        return "application/json"
+    return A2A_JSON
+
+
+def status_error(request: Request, err: A2AError) -> Response:
+    """A `google.rpc.Status` error body with the error's HTTP status and its ErrorInfo."""
+    body = {
+        "error": {
+            "code": err.http_status,
+            "status": grpc_status(err),
+            "message": err.message,
+            "details": [error_info(err)],
+        }
+    }
+    return Response(orjson.dumps(body), status_code=err.http_status, media_type=_media(request))
+
+
+def v10_call(request: Request) -> Call:
+    """The call, as v1.0: no version or any 1.x is fine, another explicit version is refused."""
+    call = Call.of(request)
+    raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+    if raw and call.version != "1.0":
+        raise VersionNotSupportedError(
+            f"A2A-Version {raw} is not served here: this is the v1.0 HTTP+JSON binding "
+            "(the v0.3 one is under /v1)",
+            {"version": raw},
+        )
+    call.version = "1.0"
+    return call
+
+
+Params = Callable[[Request], Awaitable[dict[str, Any]]]
+
+
+def _with_tenant(request: Request, params: dict[str, Any]) -> dict[str, Any]:
+    tenant = request.path_params.get("tenant")
+    if tenant is not None:
+        params["tenant"] = tenant
+    return params
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    return _with_tenant(request, await read_json_body(request) or {})
+
+
+async def _body_with_id(request: Request) -> dict[str, Any]:
+    """The body (optional) with the task id of the path, which wins over any id in the body."""
+    params = await _body(request)
+    params["id"] = request.path_params["id"]
+    return params
+
+
+async def _get_params(request: Request) -> dict[str, Any]:
+    params: dict[str, Any] = {"id": request.path_params["id"]}
+    if "historyLength" in request.query_params:
+        params["historyLength"] = request.query_params["historyLength"]
+    return _with_tenant(request, params)
+
+
+async def _list_params(request: Request) -> dict[str, Any]:
+    return _with_tenant(request, list_query(request))
+
+
+async def _no_params(request: Request) -> dict[str, Any]:
+    return _with_tenant(request, {})
+
+
+def unary(handler: Handler, params: Params) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            call = v10_call(request)
+            result = await handler(await params(request), call)
+        except A2AError as err:
+            return status_error(request, err)
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return status_error(request, InternalError())
+        return Response(orjson.dumps(result), media_type=_media(request))
+
+    return endpoint
+
+
+def streaming(handler: StreamHandler, params: Params) -> Callable[[Request], Awaitable[Response]]:
+    """SSE of bare StreamResponses; the handler validates and stores first, so errors come back as HTTP."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            call = v10_call(request)
+            items, encode = await handler(await params(request), call)
+        except A2AError as err:
+            return status_error(request, err)
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return status_error(request, InternalError())
+        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
+
+    return endpoint
+
+
+ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = [
+    ("/message:send", ["POST"], unary(ops_v10.send, _body)),
+    ("/message:stream", ["POST"], streaming(ops_v10.stream, _body)),
+    ("/tasks", ["GET"], unary(ops_v10.list_tasks, _list_params)),
+    # `:cancel` and `:subscribe` before `/tasks/{id}`, whose `{id}` would take them in.
+    ("/tasks/{id}:cancel", ["POST"], unary(ops_v10.cancel, _body_with_id)),
+    ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(ops_v10.subscribe, _body_with_id)),
+    ("/tasks/{id}", ["GET"], unary(ops_v10.get, _get_params)),
+    ("/tasks/{id}/pushNotificationConfigs", ["GET", "POST"], unary(ops_v10.push_config, _no_params)),
+    (
+        "/tasks/{id}/pushNotificationConfigs/{config_id}",
+        ["GET", "DELETE"],
+        unary(ops_v10.push_config, _no_params),
+    ),
+    ("/extendedAgentCard", ["GET"], unary(ops_v10.extended_card, _no_params)),
+]
+
+# Plain Starlette routes, as for JSON-RPC: each endpoint reads the request itself. The tenant forms come
+# after all the others, so that `/tasks/...` is never read as a tenant named `tasks`.
+for _prefix in (PREFIX, PREFIX + "/{tenant}"):
+    for _path, _methods, _endpoint in ROUTES:
+        router.add_route(_prefix + _path, _endpoint, methods=_methods, include_in_schema=False)

@@ -1,0 +1,339 @@
+"""The v0.3 HTTP+JSON codec: ProtoJSON of the v0.3 gRPC proto (package `a2a.v1`), not the JSON-RPC shapes.
+
+The v0.3 REST binding (`/v1/...`) carries the proto's messages: a Message holds `content` (not `parts`),
+roles are `ROLE_USER` / `ROLE_AGENT`, states `TASK_STATE_*` with `TASK_STATE_CANCELLED` (two Ls), parts are
+`{"text"}` | `{"file": {"fileWithUri" | "fileWithBytes", "mimeType", "name"}}` | `{"data": {"data": {..}}}`,
+and responses are `SendMessageResponse` / `StreamResponse` oneofs (`task`, `message`, `statusUpdate`,
+`artifactUpdate`).
+
+Input accepts both ProtoJSON spellings of every field, the JSON name (`messageId`, `message`) and the proto
+name (`message_id`, `request`): the official Python client sends proto names, the JavaScript one JSON names.
+Enums are accepted by name or number; unknown fields are ignored. Output uses JSON names and omits unset
+fields, as ProtoJSON printers do. Part `metadata` and file `name` are not in the v0.3.0 proto but are in
+the one the official SDKs ship, whose parsers read them (and others ignore unknown fields).
+
+Proto3 semantics the reference server follows: `configuration.blocking` defaults to false, so a send that
+carries a `configuration` without `blocking: true` does not wait (a send without `configuration` does), and
+`configuration.historyLength` 0 means "all history".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, TypeVar
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import InvalidParamsError
+from .model import (
+    Artifact,
+    ArtifactUpdate,
+    Event,
+    Message,
+    Part,
+    Role,
+    SendConfig,
+    StatusUpdate,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+STATE_NAMES: dict[TaskState, str] = {
+    TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
+    TaskState.WORKING: "TASK_STATE_WORKING",
+    TaskState.COMPLETED: "TASK_STATE_COMPLETED",
+    TaskState.FAILED: "TASK_STATE_FAILED",
+    TaskState.CANCELED: "TASK_STATE_CANCELLED",
+    TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.REJECTED: "TASK_STATE_REJECTED",
+    TaskState.AUTH_REQUIRED: "TASK_STATE_AUTH_REQUIRED",
+    TaskState.UNKNOWN: "TASK_STATE_UNSPECIFIED",
+}
+ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
+_ROLES_IN: dict[Any, Role] = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
+
+# The AgentCard fields of the v0.3 proto (JSON names): what `GET /v1/card` keeps of the served card.
+_CARD_FIELDS = (
+    "protocolVersion",
+    "name",
+    "description",
+    "url",
+    "preferredTransport",
+    "additionalInterfaces",
+    "provider",
+    "iconUrl",
+    "version",
+    "documentationUrl",
+    "capabilities",
+    "securitySchemes",
+    "security",
+    "defaultInputModes",
+    "defaultOutputModes",
+    "skills",
+    "supportsAuthenticatedExtendedCard",
+    "signatures",
+)
+_CAPABILITY_FIELDS = ("streaming", "pushNotifications", "extensions")
+
+
+def _either(json_name: str, proto_name: str, **kw: Any) -> Any:
+    """A field read under its ProtoJSON JSON name or its proto field name."""
+    if "default_factory" not in kw:
+        kw.setdefault("default", None)
+    return Field(validation_alias=AliasChoices(json_name, proto_name), **kw)
+
+
+def _b64decode(value: str) -> bytes:
+    """ProtoJSON `bytes`: standard or URL-safe base64, padding optional."""
+    s = value.strip().replace("-", "+").replace("_", "/")
+    return base64.b64decode(s + "=" * (-len(s) % 4), validate=True)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _FileIn(_In):
+    fileWithUri: str | None = _either("fileWithUri", "file_with_uri")
+    fileWithBytes: str | None = _either("fileWithBytes", "file_with_bytes")
+    mimeType: str | None = _either("mimeType", "mime_type")
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _FileIn:
+        if (self.fileWithUri is None) == (self.fileWithBytes is None):
+            raise ValueError("a file holds exactly one of fileWithUri or fileWithBytes")
+        if self.fileWithUri is not None and not self.fileWithUri:
+            raise ValueError("fileWithUri must not be empty")
+        if self.fileWithBytes is not None:
+            try:
+                _b64decode(self.fileWithBytes)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("fileWithBytes must be base64-encoded") from exc
+        return self
+
+
+class _DataIn(_In):
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class _PartIn(_In):
+    text: str | None = None
+    file: _FileIn | None = None
+    data: _DataIn | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _PartIn:
+        if sum(x is not None for x in (self.text, self.file, self.data)) != 1:
+            raise ValueError("a part holds exactly one of text, file or data")
+        return self
+
+
+class _MessageIn(_In):
+    messageId: str = _either("messageId", "message_id", default=..., min_length=1, max_length=256)
+    contextId: str | None = _either("contextId", "context_id", max_length=256)
+    taskId: str | None = _either("taskId", "task_id", max_length=256)
+    role: Any
+    content: list[_PartIn] = Field(min_length=1)
+    metadata: dict[str, Any] | None = None
+    extensions: list[str] = Field(default_factory=list)
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, v: Any) -> Role:
+        if not isinstance(v, bool) and v in _ROLES_IN:
+            return _ROLES_IN[v]
+        raise ValueError("must be ROLE_USER or ROLE_AGENT")
+
+
+class _SendConfigIn(_In):
+    acceptedOutputModes: list[str] = _either(
+        "acceptedOutputModes", "accepted_output_modes", default_factory=list
+    )
+    pushNotification: dict[str, Any] | None = _either("pushNotification", "push_notification")
+    historyLength: int | None = _either("historyLength", "history_length", ge=0)
+    blocking: bool = False
+
+
+class _SendIn(_In):
+    message: _MessageIn = _either("message", "request", default=...)
+    configuration: _SendConfigIn | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _validate(model: type[M], body: Any) -> M:
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise InvalidParamsError("The request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:5]:
+            where = ".".join(str(p) for p in err["loc"]) or "body"
+            problems.append(f"{where}: {err['msg']}")
+        raise InvalidParamsError("Invalid request: " + "; ".join(problems)) from None
+
+
+def _part_in(p: _PartIn) -> Part:
+    if p.text is not None:
+        return Part(text=p.text, metadata=p.metadata)
+    if p.data is not None:
+        return Part(data=p.data.data, metadata=p.metadata)
+    f = p.file
+    assert f is not None
+    if f.fileWithBytes is not None:
+        return Part(
+            raw=_b64decode(f.fileWithBytes),
+            media_type=f.mimeType or None,
+            filename=f.name or None,
+            metadata=p.metadata,
+        )
+    return Part(
+        url=f.fileWithUri, media_type=f.mimeType or None, filename=f.name or None, metadata=p.metadata
+    )
+
+
+def decode_message(m: _MessageIn) -> Message:
+    return Message(
+        message_id=m.messageId,
+        role=m.role,
+        parts=[_part_in(p) for p in m.content],
+        context_id=m.contextId or None,
+        task_id=m.taskId or None,
+        extensions=m.extensions,
+        metadata=m.metadata or None,
+    )
+
+
+def decode_send(body: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
+    """A `SendMessageRequest` body → domain message, configuration and the push config asked for."""
+    p = _validate(_SendIn, body)
+    cfg = p.configuration
+    config = SendConfig(
+        blocking=cfg is None or cfg.blocking,
+        history_length=(cfg.historyLength or None) if cfg else None,
+        accepted_output_modes=cfg.acceptedOutputModes if cfg else [],
+    )
+    return decode_message(p.message), config, cfg.pushNotification if cfg else None
+
+
+def encode_part(p: Part) -> dict[str, Any]:
+    if p.text is not None:
+        out: dict[str, Any] = {"text": p.text}
+    elif p.raw is not None or p.url is not None:
+        f: dict[str, Any] = (
+            {"fileWithBytes": base64.b64encode(p.raw).decode()}
+            if p.raw is not None
+            else {"fileWithUri": p.url}
+        )
+        if p.media_type:
+            f["mimeType"] = p.media_type
+        if p.filename:
+            f["name"] = p.filename
+        out = {"file": f}
+    else:
+        out = {"data": {"data": p.data if isinstance(p.data, dict) else {"value": p.data}}}
+    if p.metadata:
+        out["metadata"] = p.metadata
+    return out
+
+
+def encode_message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"messageId": m.message_id}
+    if m.context_id:
+        out["contextId"] = m.context_id
+    if m.task_id:
+        out["taskId"] = m.task_id
+    out["role"] = ROLE_NAMES[m.role]
+    out["content"] = [encode_part(p) for p in m.parts]
+    if m.metadata:
+        out["metadata"] = m.metadata
+    if m.extensions:
+        out["extensions"] = m.extensions
+    return out
+
+
+def encode_status(s: TaskStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": STATE_NAMES[s.state]}
+    if s.message is not None:
+        out["message"] = encode_message(s.message)
+    out["timestamp"] = s.timestamp
+    return out
+
+
+def encode_artifact(a: Artifact) -> dict[str, Any]:
+    out: dict[str, Any] = {"artifactId": a.artifact_id}
+    if a.name:
+        out["name"] = a.name
+    if a.description:
+        out["description"] = a.description
+    out["parts"] = [encode_part(p) for p in a.parts]
+    if a.metadata:
+        out["metadata"] = a.metadata
+    if a.extensions:
+        out["extensions"] = a.extensions
+    return out
+
+
+def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": t.id, "contextId": t.context_id, "status": encode_status(t.status)}
+    if t.artifacts:
+        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
+    view = t.with_history(history_length)
+    if view.history:
+        out["history"] = [encode_message(m) for m in view.history]
+    metadata = dict(t.metadata or {})
+    if t.transitions:
+        metadata["stateTransitions"] = [
+            {"state": STATE_NAMES[tr.state], "timestamp": tr.timestamp} for tr in t.transitions
+        ]
+    if metadata:
+        out["metadata"] = metadata
+    return out
+
+
+def encode_event(e: Event) -> dict[str, Any]:
+    """A `StreamResponse` holding a status or artifact update."""
+    if isinstance(e, StatusUpdate):
+        body: dict[str, Any] = {
+            "taskId": e.task_id,
+            "contextId": e.context_id,
+            "status": encode_status(e.status),
+        }
+        if e.final:
+            body["final"] = True
+        if e.metadata:
+            body["metadata"] = e.metadata
+        return {"statusUpdate": body}
+    assert isinstance(e, ArtifactUpdate)
+    body = {"taskId": e.task_id, "contextId": e.context_id, "artifact": encode_artifact(e.artifact)}
+    if e.append:
+        body["append"] = True
+    if e.last_chunk:
+        body["lastChunk"] = True
+    if e.metadata:
+        body["metadata"] = e.metadata
+    return {"artifactUpdate": body}
+
+
+def encode_card(card: dict[str, Any]) -> dict[str, Any]:
+    """The served agent card (v0.3 JSON fields) as the v0.3 proto's AgentCard: other fields dropped."""
+    out = {k: card[k] for k in _CARD_FIELDS if k in card}
+    if isinstance(out.get("capabilities"), dict):
+        out["capabilities"] = {k: v for k, v in out["capabilities"].items() if k in _CAPABILITY_FIELDS}
+    return out
