@@ -50,8 +50,6 @@ RPC_OPS = {
     },
 }
 
-NOT_YET = pytest.mark.xfail(strict=False, reason="the v1.0 REST binding is not served yet")
-
 
 @dataclass(frozen=True)
 class Variant:
@@ -71,7 +69,6 @@ VARIANTS = [
     pytest.param(
         Variant(("--transport", "HTTP+JSON", "--protocol", "1.0"), "HTTP+JSON", "1.0"),
         id="v10-rest",
-        marks=NOT_YET,
     ),
     pytest.param(Variant(("--stock",), None, "1.0"), id="v10-stock-client"),
 ]
