@@ -23,15 +23,18 @@ from a2a.types import (
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskNotCancelableError,
     TaskNotFoundError,
     TaskState,
+    UnsupportedOperationError,
 )
 
 from tests.server import ServerProcess
@@ -393,3 +396,60 @@ async def test_unknown_task_is_task_not_found(sdk: Client) -> None:
         await sdk.get_task(GetTaskRequest(id="no-such-task"))
     with pytest.raises(TaskNotFoundError):
         await sdk.cancel_task(CancelTaskRequest(id="no-such-task"))
+
+
+async def collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    out = []
+    async with asyncio.timeout(WAIT_S):
+        async for ev in events:
+            out.append(ev)
+    return out
+
+
+async def test_list_tasks(sdk: Client, wire: Wire) -> None:
+    first = await send_for_task(sdk, user_message("say:one"))
+    second = await send_for_task(sdk, user_message("say:two", context_id=first.context_id))
+    request = ListTasksRequest(context_id=first.context_id, page_size=1, include_artifacts=True)
+    if wire.protocol == "0.3":
+        with pytest.raises(NotImplementedError):  # v0.3 JSON-RPC has no ListTasks: the SDK does not ask
+            await sdk.list_tasks(request)
+        return
+    page = await sdk.list_tasks(request)
+    assert [t.id for t in page.tasks] == [second.id], "newest status first"
+    assert page.total_size == 2 and page.next_page_token
+    assert text_of(artifact_named(page.tasks[0], RESPONSE)) == "two"
+    rest = await sdk.list_tasks(
+        ListTasksRequest(context_id=first.context_id, page_size=1, page_token=page.next_page_token)
+    )
+    assert [t.id for t in rest.tasks] == [first.id] and rest.next_page_token == ""
+    assert not rest.tasks[0].artifacts, "artifacts only when asked for"
+    assert wire.calls[-2:] == [("ListTasks", "1.0")] * 2
+
+
+async def test_subscribe_follows_a_waiting_task(sdk_stream: Client, sdk: Client, wire: Wire) -> None:
+    asked = await send_for_task(sdk, user_message("ask:Subscribe?;chunks:2"))
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    events = sdk_stream.subscribe(SubscribeToTaskRequest(id=asked.id))
+    try:
+        async with asyncio.timeout(WAIT_S):
+            first = await anext(events)
+        assert kind(first) == "task" and first.task.id == asked.id, "the current task comes first"
+        await send_for_task(sdk, user_message("yes", task_id=asked.id), return_immediately=True)
+        after = await collect(events)
+    finally:
+        await events.aclose()
+    state, texts = fold([first, *after])
+    assert state == TaskState.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "answer:yeschunk-0 chunk-1 "
+    assert [m for m, _ in wire.seen] == ["message/send", "tasks/resubscribe", "message/send"]
+
+
+async def test_subscribe_to_a_finished_task(sdk_stream: Client, sdk: Client, wire: Wire) -> None:
+    task = await send_for_task(sdk, user_message("say:done"))
+    events = sdk_stream.subscribe(SubscribeToTaskRequest(id=task.id))
+    if wire.protocol == "1.0":
+        with pytest.raises(UnsupportedOperationError):  # nothing left to subscribe to
+            await collect(events)
+    else:
+        got = await collect(events)  # v0.3: the finished task once, then the stream ends
+        assert [kind(e) for e in got] == ["task"] and got[0].task.id == task.id
