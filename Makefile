@@ -49,7 +49,7 @@ bench: $(VENV)/.test-installed
 
 ## The same with short points (a few minutes): BENCH_ARGS / BENCH_CLUSTER_ARGS still apply.
 bench-quick: $(VENV)/.test-installed
-	$(MAKE) --no-print-directory bench BENCH_ARGS="--duration 3 --warmup 1 $(BENCH_ARGS)" \
+	$(MAKE) --no-print-directory bench BENCH_ARGS="--duration 3 --warmup 1 --retries 0 --quiet-wait 10 $(BENCH_ARGS)" \
 		BENCH_CLUSTER_ARGS="--quick $(BENCH_CLUSTER_ARGS)"
 
 ## Blocking message/send throughput and latency, one server at a time.
