@@ -132,9 +132,14 @@ class Target(Protocol):
     `cpu_groups` name helper processes (nginx, Redis) to count apart from `other`.
     """
 
-    label: str
-    rpc_url: str
-    database_url: str
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def rpc_url(self) -> str: ...
+
+    @property
+    def database_url(self) -> str: ...
 
     @property
     def pids(self) -> list[int]: ...
