@@ -55,9 +55,6 @@ class Subscription:
 class Bus(ABC):
     """Per-task event fan-out plus replica-to-replica control. Subclasses move the bytes."""
 
-    resync_after_s: float | None = None
-    """Re-read the log after this long without events, for buses that can lose messages silently."""
-
     def __init__(self, replica_id: str) -> None:
         self.replica_id = replica_id
         self._subs: dict[str, set[Subscription]] = {}

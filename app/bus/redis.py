@@ -34,8 +34,6 @@ _OUTBOX_LIMIT = 10_000
 
 
 class RedisBus(Bus):
-    resync_after_s = 30.0
-
     def __init__(self, url: str, replica_id: str) -> None:
         super().__init__(replica_id)
         self._redis = Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
@@ -44,10 +42,14 @@ class RedisBus(Bus):
         self._confirm: dict[str, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._outbox: list[tuple[str, bytes]] = []
+        self._to_publish: list[tuple[str, bytes, bool]] = []
+        self._publish_wake = asyncio.Event()
+        self._publisher: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read_forever(), name="redis-bus")
+        self._publisher = asyncio.create_task(self._publish_forever(), name="redis-publisher")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), 5)
 
@@ -56,6 +58,13 @@ class RedisBus(Bus):
 
     async def aclose(self) -> None:
         await super().aclose()
+        if self._publisher is not None:
+            self._publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publisher
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await self._send_queued()  # the last events (e.g. tasks ended at shutdown)
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -89,13 +98,32 @@ class RedisBus(Bus):
         await self._publish(QUEUE_CHANNEL, orjson.dumps({"from": self.replica_id}), keep=False)
 
     async def _publish(self, channel: str, payload: bytes, keep: bool = True) -> None:
-        """Publish; while Redis is away, keep event payloads to re-send once it is back."""
-        try:
-            await self._redis.publish(channel, payload)
-        except (RedisError, OSError) as exc:
-            log.warning("redis publish to %s failed: %s", channel, exc)
-            if keep and len(self._outbox) < _OUTBOX_LIMIT:
-                self._outbox.append((channel, payload))
+        """Queue a publish for the publisher task: callers never wait on Redis, and what piles up
+        meanwhile goes out in one pipelined round trip, in order."""
+        self._to_publish.append((channel, payload, keep))
+        self._publish_wake.set()
+
+    async def _publish_forever(self) -> None:
+        """Send queued publishes; while Redis is away, keep event payloads to re-send once it is back."""
+        while True:
+            await self._publish_wake.wait()
+            self._publish_wake.clear()
+            await self._send_queued()
+
+    async def _send_queued(self) -> None:
+        while self._to_publish:
+            batch = self._to_publish[:512]
+            del self._to_publish[:512]
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for channel, payload, _ in batch:
+                        pipe.publish(channel, payload)
+                    await pipe.execute()
+            except (RedisError, OSError) as exc:
+                log.warning("redis publish of %d message(s) failed: %s", len(batch), exc)
+                for channel, payload, keep in batch:
+                    if keep and len(self._outbox) < _OUTBOX_LIMIT:
+                        self._outbox.append((channel, payload))
 
     async def _flush_outbox(self) -> None:
         while self._outbox:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.bus.base import RESYNC, Bus, Subscription
 from app.protocol import errors
 from app.protocol.errors import (
@@ -534,29 +536,34 @@ class TaskService:
         self, sub: Subscription, task_id: str, context_id: str, expected: int
     ) -> AsyncIterator[EventRecord]:
         """Live events from `expected` on: duplicates dropped, gaps and resyncs filled from the log."""
-        quiet = self.bus.resync_after_s
         while True:
-            if quiet is None:
-                rec = await sub.get()
-            else:
-                try:
-                    rec = await asyncio.wait_for(sub.get(), quiet)
-                except TimeoutError:
-                    rec = RESYNC
+            rec = await sub.get()
             if rec is RESYNC:
-                for m in await self.repo.events_after(task_id, context_id, expected - 1):
+                for m in await self._log_after(task_id, context_id, expected - 1):
                     yield m
                     expected = m.seq + 1
                 continue
             if rec.seq < expected:
                 continue
             if rec.seq > expected:
-                for m in await self.repo.events_after(task_id, context_id, expected - 1):
+                for m in await self._log_after(task_id, context_id, expected - 1):
                     if m.seq >= rec.seq:
                         break
                     yield m
             yield rec
             expected = rec.seq + 1
+
+    async def _log_after(self, task_id: str, context_id: str, after: int) -> list[EventRecord]:
+        """The log after `after`, retried while the database is briefly out of reach (a burst of
+        readers resyncing at once after a Redis reconnect can exhaust the pool for a moment)."""
+        delay = 0.05
+        while True:
+            try:
+                return await self.repo.events_after(task_id, context_id, after)
+            except (OSError, SQLAlchemyError) as exc:
+                log.warning("reading the event log of %s failed (%s); retrying", task_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     # ---- cancel ------------------------------------------------------------------------------
 
