@@ -70,8 +70,19 @@ VARIANTS = [
         Variant(("--transport", "HTTP+JSON", "--protocol", "1.0"), "HTTP+JSON", "1.0"),
         id="v10-rest",
     ),
+    pytest.param(
+        Variant(("--transport", "HTTP+JSON", "--protocol", "0.3"), "HTTP+JSON", "0.3"),
+        id="v03-rest",
+    ),
     pytest.param(Variant(("--stock",), None, "1.0"), id="v10-stock-client"),
 ]
+
+# @a2a-js/sdk 1.3.0's v0.3 REST transport drops `append` (and the artifact name) when it converts
+# artifact-update events from the v0.3 proto JSON (`FromProto.taskArtifactUpdateEvent`): the streamed
+# text cannot be folded back, whatever the server sends. Strict, so a fixed SDK makes this fail loudly.
+JS_V03_REST_STREAM_BUG = pytest.mark.xfail(
+    strict=True, reason="@a2a-js/sdk 1.3.0 v0.3 REST drops artifact-update `append`"
+)
 
 
 # ---- node and the npm packages ------------------------------------------------------------------
@@ -251,7 +262,9 @@ def test_send_blocking_completes_with_echoed_text(run: Run) -> None:
     assert run.ops(step) == ["send"]
 
 
-def test_stream_delivers_task_then_updates_until_completed(run: Run) -> None:
+def test_stream_delivers_task_then_updates_until_completed(run: Run, request: pytest.FixtureRequest) -> None:
+    if run.variant.transport == "HTTP+JSON" and run.variant.version == "0.3":
+        request.applymarker(JS_V03_REST_STREAM_BUG)
     step = run.step("stream")
     events = step["events"]
     assert events[0]["kind"] == "task", "the stream opens with the task"
@@ -328,5 +341,7 @@ def test_every_step_ran_and_the_script_exits_zero(run: Run) -> None:
         "cancel_nonblocking",
         "not_found",
     ], run.describe()
-    assert all(s["ok"] for s in run.steps.values()), run.describe()
-    assert run.returncode == 0, run.describe()
+    js_bug = run.variant.transport == "HTTP+JSON" and run.variant.version == "0.3"
+    failed = [name for name, s in run.steps.items() if not s["ok"]]
+    assert failed == (["stream"] if js_bug else []), run.describe()
+    assert run.returncode == (1 if js_bug else 0), run.describe()
