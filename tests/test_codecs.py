@@ -27,7 +27,7 @@ from app.protocol.model import (
 )
 from tests.server import ROOT
 
-SCHEMA = json.loads((ROOT.parent / "shared" / "spec" / "v0.3.0" / "a2a.json").read_text())
+SCHEMA = json.loads((ROOT / "tests" / "data" / "a2a-v0.3.0.schema.json").read_text())
 
 
 def v03_valid(instance: dict, definition: str) -> None:

@@ -79,7 +79,7 @@ async def test_v03_output_validates_against_the_json_schema(client):
 
     from tests.server import ROOT
 
-    schema = json.loads((ROOT.parent / "shared" / "spec" / "v0.3.0" / "a2a.json").read_text())
+    schema = json.loads((ROOT / "tests" / "data" / "a2a-v0.3.0.schema.json").read_text())
     task_schema = {**schema, "$ref": "#/definitions/Task"}
     data = await rpc(client, "message/send", {"message": text_message("tool:Read;stats")}, headers={})
     jsonschema.validate(data["result"], task_schema)
