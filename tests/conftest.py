@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +60,6 @@ async def server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Async
 async def client(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
         yield c
-
-
-@pytest.fixture
-def backend_tmp(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
 
 
 ClusterFactory = Callable[..., Awaitable[Cluster]]

@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 from httpx_sse import aconnect_sse
 
 from tests.rpc import text_message
@@ -242,8 +241,8 @@ async def test_graceful_shutdown_sends_stream_clients_elsewhere(cluster_factory)
     assert reader.events[-1][1]["status"]["state"] == "completed"
 
 
-@pytest.mark.parametrize("replica", [0])
-async def test_graceful_shutdown_of_the_runner_ends_its_task_with_a_reason(cluster_factory, replica):
+async def test_graceful_shutdown_of_the_runner_ends_its_task_with_a_reason(cluster_factory):
+    replica = 0
     cl = await cluster_factory(2)
     task = await start_task(cl.urls[replica], "sleep:60")
     await wait_for(cl.urls[1], task["id"], {"working"})

@@ -127,13 +127,22 @@ async def test_get_unknown_task(client):
     assert body["error"]["data"] == {"taskId": "no-such-task"}
 
 
+async def running_agents(client) -> int:
+    return (await client.get("/healthz")).json()["runningAgents"]
+
+
 async def test_cancel_running_task_stops_the_agent(client):
-    task = await send(client, "sleep:0.5;say:should-not-appear", blocking=False)
+    before = await running_agents(client)
+    task = await send(client, "sleep:30;say:should-not-appear", blocking=False)
     await wait_state(client, task["id"], {"working"})
+    assert await running_agents(client) == before + 1
     canceled = await result(client, "tasks/cancel", {"id": task["id"]})
     assert canceled["kind"] == "task"
     assert canceled["status"]["state"] == "canceled"
-    await asyncio.sleep(1.0)  # longer than the agent would have slept: its output must not appear
+    # The agent's run ends long before its 30 s sleep would have: the cancel reached it.
+    async with asyncio.timeout(5):
+        while await running_agents(client) > before:
+            await asyncio.sleep(0.02)
     after = await result(client, "tasks/get", {"id": task["id"]})
     assert after["status"]["state"] == "canceled"
     assert all(a.get("name") != "assistant-response" for a in after["artifacts"])

@@ -6,6 +6,7 @@ from typing import Any
 
 from app.protocol import v03
 from app.protocol.errors import ExtendedAgentCardNotConfiguredError, PushNotificationNotSupportedError
+from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, check_parts, last_event_id
 
@@ -14,9 +15,9 @@ PUSH_OFF = "This agent does not support push notifications (capabilities.pushNot
 
 def _task_encoder(history_length: int | None = None):
     def encode(item: Item) -> Any:
-        if hasattr(item, "task"):
-            return v03.encode_task(item.task, history_length)  # type: ignore[union-attr]
-        return v03.encode_event(item.event)  # type: ignore[union-attr]
+        if isinstance(item, Snapshot):
+            return v03.encode_task(item.task, history_length)
+        return v03.encode_event(item.event)
 
     return encode
 

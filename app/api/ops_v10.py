@@ -13,6 +13,7 @@ from app.protocol.errors import (
     PushNotificationNotSupportedError,
     UnsupportedOperationError,
 )
+from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, check_parts, last_event_id
 from .ops_v03 import PUSH_OFF
@@ -20,9 +21,9 @@ from .ops_v03 import PUSH_OFF
 
 def _stream_encoder(history_length: int | None = None):
     def encode(item: Item) -> Any:
-        if hasattr(item, "task"):
-            return {"task": v10.encode_task(item.task, history_length)}  # type: ignore[union-attr]
-        return v10.encode_event(item.event)  # type: ignore[union-attr]
+        if isinstance(item, Snapshot):
+            return {"task": v10.encode_task(item.task, history_length)}
+        return v10.encode_event(item.event)
 
     return encode
 

@@ -47,6 +47,7 @@ from app.protocol.errors import (
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
+from app.tasks.service import Snapshot
 
 from .calls import Call, Item, Stream, check_parts, last_event_id
 from .ops_v03 import PUSH_OFF
@@ -101,9 +102,9 @@ def v03_call(request: Request) -> Call:
 
 def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
     def encode(item: Item) -> Any:
-        if hasattr(item, "task"):
-            return {"task": v03rest.encode_task(item.task, history_length)}  # type: ignore[union-attr]
-        return v03rest.encode_event(item.event)  # type: ignore[union-attr]
+        if isinstance(item, Snapshot):
+            return {"task": v03rest.encode_task(item.task, history_length)}
+        return v03rest.encode_event(item.event)
 
     return encode
 

@@ -32,10 +32,6 @@ class TaskState(StrEnum):
     def terminal(self) -> bool:
         return self in TERMINAL_STATES
 
-    @property
-    def interrupted(self) -> bool:
-        return self in INTERRUPTED_STATES
-
 
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED})
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})

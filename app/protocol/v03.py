@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import InvalidParamsError
 from .model import (
     Artifact,
     ArtifactUpdate,
@@ -26,10 +25,9 @@ from .model import (
     Task,
     TaskStatus,
 )
+from .validation import validate
 
 PROTOCOL_VERSION = "0.3.0"
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class _In(BaseModel):
@@ -114,19 +112,6 @@ class _TaskIdIn(_In):
     metadata: dict[str, Any] | None = None
 
 
-def _validate(model: type[M], params: Any) -> M:
-    if not isinstance(params, dict):
-        raise InvalidParamsError("params must be an object")
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False)[:5]:
-            where = ".".join(str(p) for p in err["loc"]) or "params"
-            problems.append(f"{where}: {err['msg']}")
-        raise InvalidParamsError("Invalid params: " + "; ".join(problems)) from None
-
-
 def _part_in(p: _TextPart | _FilePart | _DataPart) -> Part:
     if isinstance(p, _TextPart):
         return Part(text=p.text, metadata=p.metadata)
@@ -157,7 +142,7 @@ def _legacy_parts(params: Any) -> Any:
 
 def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     """`message/send` and `message/stream` params → domain message and configuration."""
-    p = _validate(_SendParamsIn, _legacy_parts(params))
+    p = validate(_SendParamsIn, _legacy_parts(params))
     m = p.message
     message = Message(
         message_id=m.messageId,
@@ -180,12 +165,12 @@ def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None
 
 
 def decode_task_query(params: Any) -> tuple[str, int | None]:
-    p = _validate(_TaskQueryIn, params)
+    p = validate(_TaskQueryIn, params)
     return p.id, p.historyLength
 
 
 def decode_task_id(params: Any) -> tuple[str, dict[str, Any] | None]:
-    p = _validate(_TaskIdIn, params)
+    p = validate(_TaskIdIn, params)
     return p.id, p.metadata
 
 

@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from .errors import InvalidParamsError
 from .model import (
     Artifact,
     ArtifactUpdate,
@@ -47,8 +45,7 @@ from .model import (
     TaskState,
     TaskStatus,
 )
-
-M = TypeVar("M", bound=BaseModel)
+from .validation import validate
 
 STATE_NAMES: dict[TaskState, str] = {
     TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
@@ -174,21 +171,6 @@ class _SendIn(_In):
     metadata: dict[str, Any] | None = None
 
 
-def _validate(model: type[M], body: Any) -> M:
-    if body is None:
-        body = {}
-    if not isinstance(body, dict):
-        raise InvalidParamsError("The request body must be a JSON object")
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False)[:5]:
-            where = ".".join(str(p) for p in err["loc"]) or "body"
-            problems.append(f"{where}: {err['msg']}")
-        raise InvalidParamsError("Invalid request: " + "; ".join(problems)) from None
-
-
 def _part_in(p: _PartIn) -> Part:
     if p.text is not None:
         return Part(text=p.text, metadata=p.metadata)
@@ -222,7 +204,7 @@ def decode_message(m: _MessageIn) -> Message:
 
 def decode_send(body: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     """A `SendMessageRequest` body → domain message, configuration and the push config asked for."""
-    p = _validate(_SendIn, body)
+    p = validate(_SendIn, body, "body")
     cfg = p.configuration
     config = SendConfig(
         blocking=cfg is None or cfg.blocking,

@@ -10,11 +10,10 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .errors import InvalidParamsError
 from .model import (
     Artifact,
     ArtifactUpdate,
@@ -28,10 +27,10 @@ from .model import (
     TaskState,
     TaskStatus,
 )
+from .validation import validate
 
 PROTOCOL_VERSION = "1.0"
 
-M = TypeVar("M", bound=BaseModel)
 
 STATE_NAMES: dict[TaskState, str] = {
     TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
@@ -199,21 +198,6 @@ class ListQuery:
     include_artifacts: bool = False
 
 
-def _validate(model: type[M], params: Any) -> M:
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise InvalidParamsError("params must be an object")
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False)[:5]:
-            where = ".".join(str(p) for p in err["loc"]) or "params"
-            problems.append(f"{where}: {err['msg']}")
-        raise InvalidParamsError("Invalid params: " + "; ".join(problems)) from None
-
-
 def _part_in(p: _PartIn) -> Part:
     return Part(
         text=p.text,
@@ -241,7 +225,7 @@ def decode_message(m: _MessageIn) -> Message:
 
 def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     """`SendMessage` / `SendStreamingMessage` params → domain message and configuration."""
-    p = _validate(_SendIn, params)
+    p = validate(_SendIn, params)
     cfg = p.configuration or _SendConfigIn()
     config = SendConfig(
         blocking=not cfg.returnImmediately,
@@ -252,16 +236,16 @@ def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None
 
 
 def decode_get(params: Any) -> tuple[str, int | None]:
-    p = _validate(_GetIn, params)
+    p = validate(_GetIn, params)
     return p.id, p.historyLength
 
 
 def decode_id(params: Any) -> str:
-    return _validate(_IdIn, params).id
+    return validate(_IdIn, params).id
 
 
 def decode_list(params: Any) -> ListQuery:
-    p = _validate(_ListIn, params)
+    p = validate(_ListIn, params)
     return ListQuery(
         context_id=p.contextId or None,
         status=p.status,
