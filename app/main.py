@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from app.agents.base import Agent
 from app.agents.loader import load_agent
+from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, rest, rest_v03, rest_v10
 from app.api.deps import Components
 from app.bus.base import Bus
@@ -45,7 +45,7 @@ def _tune_gc() -> None:
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
     settings = settings or get_settings()
-    agent = agent or load_agent(settings.agent_adapter)
+    agent = agent or load_agent(settings.agent_adapter, settings.agent_options)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

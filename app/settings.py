@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from functools import lru_cache
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,7 +23,10 @@ class Settings(BaseSettings):
     """Unset: the in-process bus (single node)."""
 
     agent_adapter: str = "echo"
-    """`echo`, `scripted`, or `module:attr` naming a user's Agent."""
+    """A built-in adapter name, or `module:attr` naming a user's Agent class, factory or instance."""
+
+    agent_options: dict[str, Any] = Field(default_factory=dict)
+    """JSON object passed to the agent's class or factory as keyword arguments."""
 
     agent_timeout_s: float = Field(default=3600.0, gt=0)
     """Longest an agent run may take before its task fails with a timeout."""

@@ -1,5 +1,1 @@
-"""Agent adapters and the agent API. Imports only protocol's domain types."""
-
-from .base import Agent, AgentEvent, AgentEventKind, AgentRequest, AgentRun, Skill
-
-__all__ = ["Agent", "AgentEvent", "AgentEventKind", "AgentRequest", "AgentRun", "Skill"]
+"""Agents: the public agent API (`app.agents.sdk`), the AgentEvent layer on it, and the built-ins."""

@@ -1,8 +1,18 @@
-"""The agent API: what an adapter implements. Agents know nothing of A2A.
+"""Agents as event streams: the convenience layer the CLI adapters are written in, on `sdk`.
 
-An `Agent` describes itself (name, skills, modes) and starts one `AgentRun` per task. A run yields
-`AgentEvent`s; after it yields `approval_required` it waits for the user's answer, which the server
-delivers with `answer()`. `cancel()` asks the run to stop (a CLI adapter terminates its process).
+An `EventAgent` starts one `AgentRun` per task. A run yields `AgentEvent`s; after it yields
+`approval_required` it waits for the user's answer, which arrives through `answer()`. `cancel()` asks the
+run to stop (a CLI adapter terminates its process group). Each event becomes `TaskContext` calls:
+
+| AgentEvent        | TaskContext call → A2A events                                               |
+|-------------------|-----------------------------------------------------------------------------|
+| init              | artifact `session` (model/session id) when known, else status working       |
+| thinking          | `say`: artifact `assistant-response`, one id per task, chunks appended      |
+| tool_use          | `working("Using tool: <name>")`                                             |
+| tool_result       | `working(<output truncated to 200 characters>)`                             |
+| approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
+| done              | artifact `result` with summary/stats when present; `complete()`             |
+| error             | `fail(text)`                                                                |
 """
 
 from __future__ import annotations
@@ -15,6 +25,12 @@ from enum import StrEnum
 from typing import Any
 
 from app.protocol.model import Message
+
+from .sdk import Agent, TaskContext, data_part
+
+TOOL_RESULT_LIMIT = 200
+RESULT_ARTIFACT = "result"
+SESSION_ARTIFACT = "session"
 
 
 class AgentEventKind(StrEnum):
@@ -106,27 +122,58 @@ class AgentRun(ABC):
         self.cancelled = True
 
 
-@dataclass(slots=True, frozen=True)
-class Skill:
-    id: str
-    name: str
-    description: str
-    tags: tuple[str, ...] = ()
-    examples: tuple[str, ...] = ()
+class EventAgent(Agent):
+    """An agent written as a stream of `AgentEvent`s (the CLI adapters' layer), run on the agent API.
 
-
-class Agent(ABC):
-    """An agent the server can run. One instance serves every task; state lives in the runs."""
-
-    name: str = "agent"
-    description: str = ""
-    skills: tuple[Skill, ...] = ()
-    input_modes: tuple[str, ...] = ("text/plain",)
-    output_modes: tuple[str, ...] = ("text/plain",)
+    Subclasses implement `start()`; `run()` maps each event to `TaskContext` calls by the table in
+    this module's docstring, so event-based and SDK agents share one path to A2A.
+    """
 
     @abstractmethod
     def start(self, request: AgentRequest) -> AgentRun:
         """Begin a run for a task. Called again with the full history after a restart."""
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Release what the agent holds when the server stops."""
+    async def run(self, task: TaskContext) -> None:
+        run = self.start(
+            AgentRequest(
+                task_id=task.id, context_id=task.context_id, message=task.message, history=task.history
+            )
+        )
+        task.on_cancel(run.cancel)
+        async for ev in run.events():
+            if await _apply(task, run, ev):
+                return
+        await task.fail("The agent stopped without reporting a result.")
+
+
+async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
+    """Say one event through the task context; True once the task has ended."""
+    kind = ev.kind
+    if kind is AgentEventKind.THINKING:
+        await task.say(ev.text)
+    elif kind is AgentEventKind.INIT:
+        info = {k: v for k, v in (("model", ev.model), ("sessionId", ev.session_id)) if v}
+        if info:
+            await task.artifact([data_part(info)], name=SESSION_ARTIFACT, metadata=info, last_chunk=True)
+        else:
+            await task.working()
+    elif kind is AgentEventKind.TOOL_USE:
+        await task.working(f"Using tool: {ev.tool_name}")
+    elif kind is AgentEventKind.TOOL_RESULT:
+        await task.working(truncate(ev.text))
+    elif kind is AgentEventKind.APPROVAL_REQUIRED:
+        await run.answer(await task.ask(ev.text))
+    elif kind is AgentEventKind.ERROR:
+        await task.fail(ev.text or "The agent reported an error")
+        return True
+    else:
+        if ev.summary is not None or ev.stats:
+            data = {"summary": ev.summary, "stats": ev.stats or {}}
+            await task.artifact([data_part(data)], name=RESULT_ARTIFACT, last_chunk=True)
+        await task.complete()
+        return True
+    return False
+
+
+def truncate(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-from .base import Agent, AgentEvent, AgentRequest, AgentRun, Skill
-
-
-class EchoRun(AgentRun):
-    async def events(self) -> AsyncIterator[AgentEvent]:
-        yield AgentEvent.init()
-        yield AgentEvent.thinking(self.request.message.text())
-        yield AgentEvent.done()
+from .sdk import Agent, Skill, TaskContext
 
 
 class EchoAgent(Agent):
@@ -27,5 +18,5 @@ class EchoAgent(Agent):
         ),
     )
 
-    def start(self, request: AgentRequest) -> AgentRun:
-        return EchoRun(request)
+    async def run(self, task: TaskContext) -> None:
+        await task.say(task.text)

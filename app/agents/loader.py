@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
-from .base import Agent
 from .echo import EchoAgent
 from .scripted import ScriptedAgent
+from .sdk import Agent
 
 BUILTIN: dict[str, type[Agent]] = {"echo": EchoAgent, "scripted": ScriptedAgent}
 
@@ -15,33 +18,44 @@ class AdapterError(ValueError):
     """The adapter setting names nothing loadable; the message says why in one line."""
 
 
-def load_agent(spec: str) -> Agent:
-    """Instantiate the agent named by `spec`: `echo`, `scripted`, or `package.module:attr`.
+def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
+    """Instantiate the agent named by `spec`: a built-in name or `package.module:attr`.
 
-    `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance.
+    `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance; `options`
+    (the `AGENT_OPTIONS` setting) are passed to the class or factory as keyword arguments. Modules
+    are found from the working directory too, so `AGENT_ADAPTER=myagent:MyAgent` works beside it.
     """
+    options = options or {}
     if spec in BUILTIN:
-        return BUILTIN[spec]()
+        return _create(spec, BUILTIN[spec], options)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         names = ", ".join(sorted(BUILTIN))
         raise AdapterError(f"unknown adapter {spec!r}: use one of {names} or 'module:attr'")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:
         raise AdapterError(f"cannot import adapter module {module_name!r}: {exc}") from None
     try:
         target = getattr(module, attr)
     except AttributeError:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
     if isinstance(target, Agent):
+        if options:
+            raise AdapterError(f"{spec!r} is an Agent instance; AGENT_OPTIONS needs a class or factory")
         return target
     if isinstance(target, type) and not issubclass(target, Agent):
         raise AdapterError(f"{spec!r} is a class but not an Agent subclass")
     if not callable(target):
         raise AdapterError(f"{spec!r} is not an Agent (got {type(target).__name__})")
+    return _create(spec, target, options)
+
+
+def _create(spec: str, factory: Any, options: dict[str, Any]) -> Agent:
     try:
-        agent = target()
+        agent = factory(**options)
     except Exception as exc:
         raise AdapterError(f"creating the agent {spec!r} failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(agent, Agent):

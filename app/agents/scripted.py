@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from .base import Agent, AgentEvent, AgentRequest, AgentRun, Skill
+from .base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from .sdk import Skill
 
 
 class ScriptedRun(AgentRun):
@@ -58,7 +59,7 @@ class ScriptedRun(AgentRun):
         yield AgentEvent.done(summary=summary, stats=stats)
 
 
-class ScriptedAgent(Agent):
+class ScriptedAgent(EventAgent):
     name = "Scripted Test Agent"
     description = "Follows a script in the message text; used by the test suite."
     skills = (

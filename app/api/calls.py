@@ -38,7 +38,7 @@ class Call:
         )
 
 
-Item = Snapshot | EventRecord
+Item = Snapshot | EventRecord | Message
 Stream = tuple[AsyncIterator[Item], Callable[[Item], Any]]
 Handler = Callable[[Any, Call], Awaitable[Any]]
 StreamHandler = Callable[[Any, Call], Awaitable[Stream]]
@@ -72,6 +72,13 @@ def _accepts(mode: str, media_type: str) -> bool:
     if mode in ("*/*", media_type):
         return True
     return mode.endswith("/*") and media_type.startswith(mode[:-1])
+
+
+def accept_message(message: Message, call: Call) -> Message:
+    """Check a new message against what the agent takes, and attach the extensions the call asked for."""
+    check_parts(message, call.c.input_modes)
+    message.requested_extensions = call.extensions
+    return message
 
 
 def check_parts(message: Message, accepted: tuple[str, ...]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.agents.base import Agent
+from app.agents.sdk import Agent
 from app.protocol import v03, v10
 from app.settings import Settings
 
@@ -85,6 +85,8 @@ def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
                 "description": s.description,
                 "tags": list(s.tags),
                 "examples": list(s.examples),
+                **({"inputModes": list(s.input_modes)} if s.input_modes else {}),
+                **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
             }
             for s in agent.skills
         ],

@@ -6,9 +6,10 @@ from typing import Any
 
 from app.protocol import v03
 from app.protocol.errors import ExtendedAgentCardNotConfiguredError, PushNotificationNotSupportedError
+from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, check_parts, last_event_id
+from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
 
 PUSH_OFF = "This agent does not support push notifications (capabilities.pushNotifications is false)"
 
@@ -17,6 +18,8 @@ def _task_encoder(history_length: int | None = None):
     def encode(item: Item) -> Any:
         if isinstance(item, Snapshot):
             return v03.encode_task(item.task, history_length)
+        if isinstance(item, Message):
+            return v03.encode_message(item)
         return v03.encode_event(item.event)
 
     return encode
@@ -26,17 +29,17 @@ async def send(params: Any, call: Call) -> Any:
     message, config, push = v03.decode_send(params)
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    task = await call.c.service.send(call.owner, message, config)
-    return v03.encode_task(task, config.history_length)
+    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    if isinstance(result, Message):
+        return v03.encode_message(result)
+    return v03.encode_task(result, config.history_length)
 
 
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v03.decode_send(params)
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    items = await call.c.service.stream(call.owner, message)
+    items = await call.c.service.stream(call.owner, accept_message(message, call))
     return items, _task_encoder(config.history_length)
 
 

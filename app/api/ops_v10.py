@@ -13,9 +13,10 @@ from app.protocol.errors import (
     PushNotificationNotSupportedError,
     UnsupportedOperationError,
 )
+from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, check_parts, last_event_id
+from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
 from .ops_v03 import PUSH_OFF
 
 
@@ -23,6 +24,8 @@ def _stream_encoder(history_length: int | None = None):
     def encode(item: Item) -> Any:
         if isinstance(item, Snapshot):
             return {"task": v10.encode_task(item.task, history_length)}
+        if isinstance(item, Message):
+            return {"message": v10.encode_message(item)}
         return v10.encode_event(item.event)
 
     return encode
@@ -32,17 +35,17 @@ async def send(params: Any, call: Call) -> Any:
     message, config, push = v10.decode_send(params)
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    task = await call.c.service.send(call.owner, message, config)
-    return {"task": v10.encode_task(task, config.history_length)}
+    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    if isinstance(result, Message):
+        return {"message": v10.encode_message(result)}
+    return {"task": v10.encode_task(result, config.history_length)}
 
 
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v10.decode_send(params)
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    items = await call.c.service.stream(call.owner, message)
+    items = await call.c.service.stream(call.owner, accept_message(message, call))
     return items, _stream_encoder(config.history_length)
 
 

@@ -47,9 +47,10 @@ from app.protocol.errors import (
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
+from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Item, Stream, check_parts, last_event_id
+from .calls import Call, Item, Stream, accept_message, last_event_id
 from .ops_v03 import PUSH_OFF
 from .rest import read_json_body, rest_error
 from .sse import sse_response
@@ -104,6 +105,8 @@ def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
     def encode(item: Item) -> Any:
         if isinstance(item, Snapshot):
             return {"task": v03rest.encode_task(item.task, history_length)}
+        if isinstance(item, Message):
+            return {"message": v03rest.encode_message(item)}
         return v03rest.encode_event(item.event)
 
     return encode
@@ -116,17 +119,17 @@ async def send(request: Request, call: Call) -> Any:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    task = await call.c.service.send(call.owner, message, config)
-    return {"task": v03rest.encode_task(task, config.history_length)}
+    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    if isinstance(result, Message):
+        return {"message": v03rest.encode_message(result)}
+    return {"task": v03rest.encode_task(result, config.history_length)}
 
 
 async def stream(request: Request, call: Call) -> Stream:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     if push is not None:
         raise PushNotificationNotSupportedError(PUSH_OFF)
-    check_parts(message, call.c.input_modes)
-    items = await call.c.service.stream(call.owner, message)
+    items = await call.c.service.stream(call.owner, accept_message(message, call))
     return items, _task_encoder(config.history_length)
 
 

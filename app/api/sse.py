@@ -45,7 +45,10 @@ def sse_response(
                     item = nxt.result()
                 except StopAsyncIteration:
                     return
-                yield ServerSentEvent(data=orjson.dumps(encode(item)).decode(), id=str(item.seq))
+                seq = getattr(item, "seq", None)
+                yield ServerSentEvent(
+                    data=orjson.dumps(encode(item)).decode(), id=None if seq is None else str(seq)
+                )
         finally:
             stop.cancel()
             if nxt is not None and not nxt.done():

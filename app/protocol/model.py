@@ -129,6 +129,8 @@ class Message:
     reference_task_ids: list[str] = field(default_factory=list)
     extensions: list[str] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
+    requested_extensions: list[str] = field(default_factory=list)
+    """Extensions the caller asked for in the request's headers: kept for the agent, never encoded."""
 
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if p.text is not None)
@@ -149,6 +151,8 @@ class Message:
             out["extensions"] = self.extensions
         if self.metadata:
             out["metadata"] = self.metadata
+        if self.requested_extensions:
+            out["requestedExtensions"] = self.requested_extensions
         return out
 
     @classmethod
@@ -162,6 +166,7 @@ class Message:
             reference_task_ids=d.get("referenceTaskIds", []),
             extensions=d.get("extensions", []),
             metadata=d.get("metadata"),
+            requested_extensions=d.get("requestedExtensions", []),
         )
 
 

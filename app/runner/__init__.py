@@ -1,1 +1,1 @@
-"""Runs agents for tasks: concurrency limit, timeouts, the AgentEvent → A2A mapping."""
+"""Runs agents for tasks: concurrency limit, timeouts, and the commits of what agents emit."""

@@ -1,8 +1,8 @@
 """Runs agents for tasks in this process: at most `max_concurrent` at once, each under a timeout.
 
-Tasks beyond the limit wait `submitted`. A run that raises, times out or stops without a result
-ends its task `failed` with a reason a client can read; a cancel stops the run's coroutine (and, through
-`AgentRun.cancel`, the process an adapter owns).
+Tasks beyond the limit wait `submitted`. A run that raises or times out ends its task `failed`
+with a reason a client can read; a run that returns completes it. A cancel runs the agent's cancel hooks
+(a CLI adapter stops its process group there) and then cancels the run's coroutine.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.agents.base import Agent, AgentEvent, AgentEventKind, AgentRequest, AgentRun
-from app.protocol.model import Message, Role, TaskState
-from app.tasks.service import TaskService
-
-from .mapping import EventMapper, response_artifact_id
+from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
+from app.protocol.errors import InternalError
+from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, TaskState
+from app.tasks.service import TaskService, status_update
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +24,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True, eq=False)
 class _Entry:
     task: asyncio.Task[None]
-    run: AgentRun | None = None
+    ctx: TaskContext | None = None
 
 
 class Runner:
@@ -88,9 +87,12 @@ class Runner:
         entry = self._runs.get(task_id)
         if entry is None:
             return
-        if entry.run is not None:
-            with contextlib.suppress(Exception):
-                await entry.run.cancel()
+        if entry.ctx is not None:
+            try:
+                async with asyncio.timeout(self._grace_s + 1):
+                    await entry.ctx.cancel()
+            except Exception:
+                log.exception("cancelling the agent of task %s failed", task_id)
         entry.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(asyncio.shield(entry.task), self._grace_s + 1)
@@ -98,8 +100,8 @@ class Runner:
     async def answer(self, task_id: str, message: Message) -> None:
         """Hand the user's answer to the waiting run; with no run here (a restart), start a new one."""
         entry = self._runs.get(task_id)
-        if entry is not None and entry.run is not None:
-            await entry.run.answer(message)
+        if entry is not None and entry.ctx is not None:
+            entry.ctx.deliver(message)
         elif entry is None:
             self.start(task_id)
 
@@ -201,6 +203,28 @@ class Runner:
             self._runs.pop(task_id, None)
             self.release_slot()
 
+    def _request(self, owner: str, message: Message, history: list[Message], task_id: str | None) -> Request:
+        return Request(
+            message=message,
+            context_id=message.context_id or "",
+            principal=owner,
+            task_id=task_id,
+            history=history,
+            extensions=tuple(dict.fromkeys(message.requested_extensions + message.extensions)),
+        )
+
+    async def reply(self, owner: str, message: Message) -> Message | None:
+        """The agent's direct answer to a new message, if it gives one instead of starting a task."""
+        try:
+            answer = await self._agent.reply(self._request(owner, message, [], None))
+        except Exception as exc:
+            log.exception("agent reply failed")
+            raise InternalError(f"The agent failed: {type(exc).__name__}: {exc}") from None
+        if answer is not None:
+            answer.role = Role.AGENT
+            answer.context_id = answer.context_id or message.context_id
+        return answer
+
     async def _run_agent(self, task_id: str) -> None:
         live = self._service.live(task_id)
         if live is None or live.task.status.state.terminal:
@@ -210,43 +234,39 @@ class Runner:
         if last_user is None:
             await self._service.fail(task_id, "The task has no user message to work on.")
             return
-        request = AgentRequest(
-            task_id=task_id,
-            context_id=task.context_id,
-            message=task.history[last_user],
-            history=task.history[:last_user],
-        )
+        message = task.history[last_user]
+        request = self._request(live.owner, message, task.history[:last_user], task_id)
+        request.context_id = task.context_id
         rid = response_artifact_id(task_id)
-        mapper = EventMapper(task_id, task.context_id, any(a.artifact_id == rid for a in task.artifacts))
+        started = any(a.artifact_id == rid for a in task.artifacts)
+        queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=1024)
+        ctx = TaskContext(request, task_id, queue.put, response_started=started)
+        self._runs[task_id].ctx = ctx
         try:
-            run = self._agent.start(request)
-            self._runs[task_id].run = run
             async with asyncio.timeout(self._timeout_s):
-                if await self._consume(task_id, run, mapper):
-                    return
-            await self._service.fail(task_id, "The agent stopped without reporting a result.")
+                await self._consume(task_id, ctx, queue)
         except TimeoutError:
+            with contextlib.suppress(Exception):
+                await ctx.cancel()
             await self._service.fail(
                 task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped."
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("agent run for task %s failed", task_id)
-            await self._service.fail(task_id, f"The agent failed: {type(exc).__name__}: {exc}")
 
-    async def _consume(self, task_id: str, run: AgentRun, mapper: EventMapper) -> bool:
-        """Apply the run's events, each batch that has piled up in one commit; True once the task ended.
+    async def _consume(
+        self, task_id: str, ctx: TaskContext, queue: asyncio.Queue[list[Event] | BaseException | None]
+    ) -> None:
+        """Apply what the agent emits, each batch that has piled up in one commit, until the task ends.
 
-        A producer reads the agent while the previous batch commits, so a fast agent costs one
-        commit per burst rather than one per event. An exception in the agent is re-raised here.
+        The agent runs as its own task while the previous batch commits, so a fast agent costs one
+        commit per burst rather than one per event. Returning from `run` completes the task; an
+        exception fails it with the exception's text.
         """
-        queue: asyncio.Queue[AgentEvent | BaseException | None] = asyncio.Queue(maxsize=1024)
 
         async def produce() -> None:
             try:
-                async for ev in run.events():
-                    await queue.put(ev)
+                await self._agent.run(ctx)
+                if not ctx.finished:
+                    await ctx.complete()
                 await queue.put(None)
             except asyncio.CancelledError:
                 raise
@@ -260,23 +280,42 @@ class Runner:
                 items = [await queue.get()]
                 while not queue.empty():
                     items.append(queue.get_nowait())
-                events = [i for i in items if isinstance(i, AgentEvent)]
+                events = _merge_closing_chunks([e for i in items if isinstance(i, list) for e in i])
                 if events:
-                    mapped = mapper.map_batch(events)
-                    if (
-                        live is not None
-                        and live.task.status.state is TaskState.SUBMITTED
-                        and events[0].kind is not AgentEventKind.INIT
-                    ):
-                        mapped.insert(0, mapper.status_working())
-                    if await self._service.apply(task_id, mapped):
-                        return True
+                    if live is not None and live.task.status.state is TaskState.SUBMITTED:
+                        events.insert(0, status_update(task_id, live.task.context_id, TaskState.WORKING))
+                    if await self._service.apply(task_id, events):
+                        return
                 end = items[-1]
                 if isinstance(end, BaseException):
-                    raise end
+                    log.error("agent run for task %s failed", task_id, exc_info=end)
+                    await self._service.fail(task_id, f"The agent failed: {type(end).__name__}: {end}")
+                    return
                 if end is None:
-                    return False
+                    await self._service.fail(task_id, "The agent stopped without reporting a result.")
+                    return
         finally:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+
+
+def _merge_closing_chunks(events: list[Event]) -> list[Event]:
+    """Fold an empty closing chunk into the chunk of the same artifact just before it in the batch, so
+    the real last chunk carries `lastChunk` and no empty chunk is stored."""
+    out: list[Event] = []
+    for ev in events:
+        prev = out[-1] if out else None
+        if (
+            isinstance(ev, ArtifactUpdate)
+            and ev.append
+            and ev.last_chunk
+            and ev.artifact.parts == [Part(text="")]
+            and isinstance(prev, ArtifactUpdate)
+            and prev.artifact.artifact_id == ev.artifact.artifact_id
+            and not prev.last_chunk
+        ):
+            prev.last_chunk = True
+            continue
+        out.append(ev)
+    return out

@@ -73,6 +73,10 @@ class Executor(Protocol):
 
     async def answer(self, task_id: str, message: Message) -> None: ...
 
+    async def reply(self, owner: str, message: Message) -> Message | None:
+        """The agent's direct Message for a new message, when it answers without a task."""
+        ...
+
 
 def status_update(task_id: str, context_id: str, state: TaskState, text: str | None = None) -> StatusUpdate:
     """A status-update event, with an agent message when `text` is given; final when terminal."""
@@ -453,8 +457,18 @@ class TaskService:
             await self.executor.answer(task.id, message)
         return task.id, False
 
-    async def send(self, owner: str, message: Message, config: SendConfig) -> Task:
-        """`message/send`: returns at a terminal or interrupted state, or at once if non-blocking."""
+    async def _direct(self, owner: str, message: Message) -> Message | None:
+        """Offer a new message to the agent's quick reply; a Message back means no task is made."""
+        if message.task_id or self.executor is None:
+            return None
+        message.context_id = message.context_id or new_id()
+        return await self.executor.reply(owner, message)
+
+    async def send(self, owner: str, message: Message, config: SendConfig) -> Task | Message:
+        """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
+        (at once if non-blocking)."""
+        if (direct := await self._direct(owner, message)) is not None:
+            return direct
         task_id, _ = await self._accept(owner, message)
         if not config.blocking:
             return (await self._load(owner, task_id)).task
@@ -483,8 +497,11 @@ class TaskService:
             pass
         return (await self._load(owner, task_id)).task
 
-    async def stream(self, owner: str, message: Message) -> AsyncIterator[Snapshot | EventRecord]:
-        """`message/stream`: validates and stores first (errors raise here), then yields events."""
+    async def stream(self, owner: str, message: Message) -> AsyncIterator[Snapshot | EventRecord | Message]:
+        """`message/stream`: validates and stores first (errors raise here), then yields events; a
+        direct reply from the agent is the only item."""
+        if (direct := await self._direct(owner, message)) is not None:
+            return _single(direct)
         task_id, _ = await self._accept(owner, message)
         return self.follow(owner, task_id)
 
@@ -655,6 +672,10 @@ class TaskService:
         for task_id in task_ids:
             self._live.pop(task_id, None)
         await self.leases.release(task_ids)
+
+
+async def _single(message: Message) -> AsyncIterator[Message]:
+    yield message
 
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:

@@ -1,0 +1,330 @@
+"""The agent API: what your own agent implements to be served over A2A, in both protocol versions.
+
+Subclass `Agent`, implement `run(task)`, and start the server with
+`AGENT_ADAPTER=package.module:YourAgent` (a class, a factory, or an instance; `AGENT_OPTIONS` JSON is
+passed to it as keyword arguments). The server handles the wire versions, persistence, fan-out to
+every replica and push; the agent only reads its `TaskContext` and calls its methods:
+
+    class Greeter(Agent):
+        name = "Greeter"
+        skills = (Skill("greet", "Greet", "Says hello"),)
+
+        async def run(self, task: TaskContext) -> None:
+            await task.say(f"Hello, {task.text}!")   # streamed into the `assistant-response` artifact
+            answer = await task.ask("Anything else?")  # input-required; the user's next message
+            await task.complete(f"Bye ({answer.text()})")
+
+Returning from `run` completes the task; raising fails it with the exception's text. After the task is
+cancelled (or has ended) every emission is discarded, never applied, and `cancelled` is true; the run's
+coroutine is cancelled too, so a cancelled agent stops at its next `await`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.protocol.model import (
+    Artifact,
+    ArtifactUpdate,
+    Event,
+    Message,
+    Part,
+    Role,
+    StatusUpdate,
+    TaskState,
+    TaskStatus,
+    new_id,
+    now_iso,
+)
+
+__all__ = [
+    "RESPONSE_ARTIFACT",
+    "Agent",
+    "Message",
+    "Part",
+    "Request",
+    "Skill",
+    "TaskContext",
+    "data_part",
+    "file_part",
+    "text_part",
+    "url_part",
+]
+
+RESPONSE_ARTIFACT = "assistant-response"
+"""The name of the artifact `TaskContext.say` streams text into (one per task, with a stable id)."""
+
+
+def text_part(text: str, metadata: dict[str, Any] | None = None) -> Part:
+    return Part(text=text, metadata=metadata)
+
+
+def file_part(
+    content: bytes, media_type: str, name: str | None = None, metadata: dict[str, Any] | None = None
+) -> Part:
+    """A file sent inline (base64 on the wire)."""
+    return Part(raw=content, media_type=media_type, filename=name, metadata=metadata)
+
+
+def url_part(
+    url: str, media_type: str | None = None, name: str | None = None, metadata: dict[str, Any] | None = None
+) -> Part:
+    """A file sent by reference: the client fetches `url` itself."""
+    return Part(url=url, media_type=media_type, filename=name, metadata=metadata)
+
+
+def data_part(data: Any, metadata: dict[str, Any] | None = None) -> Part:
+    """Structured JSON data."""
+    return Part(data=data, media_type="application/json", metadata=metadata)
+
+
+@dataclass(slots=True, frozen=True)
+class Skill:
+    """One skill on the agent card. Empty modes mean the agent's defaults."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    input_modes: tuple[str, ...] = ()
+    output_modes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Request:
+    """What the caller sent, whatever the wire version: the message, its context and who sent it."""
+
+    message: Message
+    context_id: str
+    principal: str
+    task_id: str | None = None
+    history: list[Message] = field(default_factory=list)
+    """Earlier messages of this task, oldest first (the new `message` is not included)."""
+    extensions: tuple[str, ...] = ()
+    """Extension URIs the caller requested (the `A2A-Extensions` header) or the message declares."""
+
+    @property
+    def text(self) -> str:
+        """The text parts of the message, joined by newlines."""
+        return self.message.text()
+
+    @property
+    def parts(self) -> list[Part]:
+        return self.message.parts
+
+    @property
+    def files(self) -> list[Part]:
+        """File parts: `raw` bytes or a `url`, with `media_type` and `filename` when the client gave them."""
+        return [p for p in self.message.parts if p.kind == "file"]
+
+    @property
+    def data(self) -> list[Any]:
+        """The payloads of the data parts."""
+        return [p.data for p in self.message.parts if p.kind == "data"]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.message.metadata or {}
+
+    def agent_message(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> Message:
+        """A message from the agent in this context: what `Agent.reply` returns."""
+        return Message(
+            message_id=new_id(),
+            role=Role.AGENT,
+            parts=([Part(text=text)] if text else []) + list(parts),
+            context_id=self.context_id,
+            task_id=self.task_id,
+        )
+
+
+Emit = Callable[[list[Event]], Awaitable[None]]
+
+
+class TaskContext(Request):
+    """A running task as its agent sees it: the request, plus everything the agent may say.
+
+    Every method is a coroutine that hands events to the server; they are committed and streamed in
+    order, several at a time when the agent is faster than the database.
+    """
+
+    __slots__ = ("_answers", "_cancel_hooks", "_cancelled", "_emit", "_finished", "_response_started")
+
+    def __init__(self, request: Request, task_id: str, emit: Emit, response_started: bool = False) -> None:
+        super().__init__(
+            message=request.message,
+            context_id=request.context_id,
+            principal=request.principal,
+            task_id=task_id,
+            history=request.history,
+            extensions=request.extensions,
+        )
+        self._emit = emit
+        self._answers: asyncio.Queue[Message] = asyncio.Queue()
+        self._cancelled = asyncio.Event()
+        self._cancel_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._finished = False
+        self._response_started = response_started
+
+    @property
+    def id(self) -> str:
+        assert self.task_id is not None
+        return self.task_id
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    @property
+    def finished(self) -> bool:
+        """True once the agent completed, failed or rejected the task, or it was cancelled."""
+        return self._finished or self.cancelled
+
+    async def wait_cancelled(self) -> None:
+        """Return when the task is cancelled: race it against long work that has no `await` points."""
+        await self._cancelled.wait()
+
+    def on_cancel(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` when the task is cancelled or times out, before the run's coroutine is cancelled
+        (a process-owning agent stops its process here; the cancel call waits for it)."""
+        self._cancel_hooks.append(hook)
+
+    # ---- output -------------------------------------------------------------------------------
+
+    async def say(self, text: str) -> None:
+        """Append text to the task's `assistant-response` artifact (streamed as chunks)."""
+        append = self._response_started
+        self._response_started = True
+        art = Artifact(
+            artifact_id=response_artifact_id(self.id),
+            parts=[Part(text=text)],
+            name=None if append else RESPONSE_ARTIFACT,
+        )
+        await self._send([self._artifact_update(art, append=append)])
+
+    async def artifact(
+        self,
+        parts: Sequence[Part],
+        *,
+        artifact_id: str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        append: bool = False,
+        last_chunk: bool = False,
+    ) -> str:
+        """Emit an artifact, or a chunk of one: give the first chunk's id back with `append=True`
+        for the next chunks, and `last_chunk=True` on the final one. Returns the artifact id."""
+        art = Artifact(
+            artifact_id=artifact_id or new_id(),
+            parts=list(parts),
+            name=name,
+            description=description,
+            metadata=metadata,
+        )
+        await self._send([self._artifact_update(art, append=append, last_chunk=last_chunk)])
+        return art.artifact_id
+
+    async def working(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> None:
+        """A progress note: status `working` with a message from the agent."""
+        await self._send([self._status(TaskState.WORKING, text, parts)])
+
+    async def ask(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> Message:
+        """Ask the user (status `input-required`) and return their next message on this task."""
+        return await self._interrupt(TaskState.INPUT_REQUIRED, text, parts)
+
+    async def ask_auth(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> Message:
+        """Ask for authentication (status `auth-required`) and return the user's next message."""
+        return await self._interrupt(TaskState.AUTH_REQUIRED, text, parts)
+
+    async def complete(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> None:
+        """End the task `completed`, with an optional final message."""
+        await self._finish(TaskState.COMPLETED, text, parts)
+
+    async def fail(self, text: str, *, parts: Sequence[Part] = ()) -> None:
+        """End the task `failed` with the reason."""
+        await self._finish(TaskState.FAILED, text, parts)
+
+    async def reject(self, text: str, *, parts: Sequence[Part] = ()) -> None:
+        """Refuse the task (status `rejected`)."""
+        await self._finish(TaskState.REJECTED, text, parts)
+
+    # ---- what the server calls ------------------------------------------------------------------
+
+    def deliver(self, message: Message) -> None:
+        """The user's answer to `ask`/`ask_auth`."""
+        self._answers.put_nowait(message)
+
+    async def cancel(self) -> None:
+        """Mark the task cancelled and run the agent's cancel hooks; later emissions are dropped."""
+        if self._cancelled.is_set():
+            return
+        self._cancelled.set()
+        for hook in self._cancel_hooks:
+            await hook()
+
+    # ---- internals ------------------------------------------------------------------------------
+
+    async def _send(self, events: list[Event]) -> None:
+        if not self.finished:
+            await self._emit(events)
+
+    async def _interrupt(self, state: TaskState, text: str | None, parts: Sequence[Part]) -> Message:
+        await self._send([self._status(state, text, parts)])
+        return await self._answers.get()
+
+    async def _finish(self, state: TaskState, text: str | None, parts: Sequence[Part]) -> None:
+        events: list[Event] = []
+        if state is TaskState.COMPLETED and self._response_started:
+            closing = Artifact(artifact_id=response_artifact_id(self.id), parts=[Part(text="")])
+            events.append(self._artifact_update(closing, append=True, last_chunk=True))
+        events.append(self._status(state, text, parts))
+        await self._send(events)
+        self._finished = True
+
+    def _status(self, state: TaskState, text: str | None, parts: Sequence[Part] = ()) -> StatusUpdate:
+        message = self.agent_message(text, parts=parts) if text or parts else None
+        status = TaskStatus(state, now_iso(), message)
+        return StatusUpdate(self.id, self.context_id, status, final=state.terminal)
+
+    def _artifact_update(
+        self, art: Artifact, append: bool = False, last_chunk: bool = False
+    ) -> ArtifactUpdate:
+        return ArtifactUpdate(self.id, self.context_id, art, append=append, last_chunk=last_chunk)
+
+
+def response_artifact_id(task_id: str) -> str:
+    """Stable per task, so a run resumed after a restart keeps appending to the same artifact."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"a2a:{task_id}:{RESPONSE_ARTIFACT}"))
+
+
+class Agent(ABC):
+    """An agent the server can run. One instance serves every task; per-task state lives in `run`.
+
+    The class attributes build the agent card. `input_modes` are the media types the agent accepts:
+    a message part declaring any other type is refused with ContentTypeNotSupported (-32005) before
+    the agent runs.
+    """
+
+    name: str = "agent"
+    description: str = ""
+    skills: Sequence[Skill] = ()
+    input_modes: Sequence[str] = ("text/plain",)
+    output_modes: Sequence[str] = ("text/plain",)
+
+    @abstractmethod
+    async def run(self, task: TaskContext) -> None:
+        """Do the task. Called again with the full history if the server restarts while it waits."""
+
+    async def reply(self, request: Request) -> Message | None:
+        """Answer a new message directly with a Message and create no task; None (the default) makes
+        a task and calls `run`. Not called for messages that continue an existing task."""
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release what the agent holds when the server stops."""
