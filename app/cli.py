@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 
 def _settings():
@@ -17,6 +19,11 @@ def _settings():
         err = exc.errors()[0]
         name = str(err["loc"][0]).upper() if err["loc"] else "settings"
         sys.exit(f"error: invalid setting {name}: {err['msg']}")
+    except SettingsError as exc:
+        # A complex setting (a JSON object) that does not parse: name it from pydantic's message.
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = field.group(1).upper() if field else "settings"
+        sys.exit(f"error: invalid setting {name}: not valid JSON")
 
 
 def migrate() -> None:
@@ -37,9 +44,10 @@ def serve() -> None:
 
     settings = _settings()
     try:
-        agent = load_agent(settings.agent_adapter)
+        agent = load_agent(settings.agent_adapter, settings.agent_options)
     except AdapterError as exc:
-        sys.exit(f"error: invalid setting AGENT_ADAPTER: {exc}")
+        name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
+        sys.exit(f"error: invalid setting {name}: {exc}")
     app = create_app(settings, agent)
     uvicorn.run(
         app,

@@ -36,6 +36,14 @@ def test_plain_postgres_url_gets_the_async_driver():
         ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
         ({"AGENT_ADAPTER": "nosuchmodule:Agent"}, "AGENT_ADAPTER"),
         ({"AGENT_ADAPTER": "json:dumps"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.agents:nothing"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.rpc:call"}, "AGENT_ADAPTER"),
+        ({"AGENT_OPTIONS": "{not json"}, "AGENT_OPTIONS"),
+        ({"AGENT_OPTIONS": '{"colour": "red"}'}, "AGENT_OPTIONS"),
+        (
+            {"AGENT_ADAPTER": "tests.agents.capabilities:CapabilitiesAgent", "AGENT_OPTIONS": '{"x": 1}'},
+            "AGENT_OPTIONS",
+        ),
         ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
         ({"REDIS_URL": "http://x"}, "REDIS_URL"),
     ],
@@ -62,3 +70,11 @@ def test_plugin_agent_by_module_attr():
 
     assert isinstance(load_agent("app.agents.echo:EchoAgent"), EchoAgent)
     assert isinstance(load_agent("scripted"), type(load_agent("app.agents.scripted:ScriptedAgent")))
+
+
+def test_plugin_agent_gets_its_options():
+    from app.agents.loader import load_agent
+    from tests.agents.capabilities import CapabilitiesAgent
+
+    agent = load_agent("tests.agents.capabilities:CapabilitiesAgent", {"greeting": "hey"})
+    assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"

@@ -15,7 +15,12 @@ BUILTIN: dict[str, type[Agent]] = {"echo": EchoAgent, "scripted": ScriptedAgent}
 
 
 class AdapterError(ValueError):
-    """The adapter setting names nothing loadable; the message says why in one line."""
+    """The adapter setting names nothing loadable; the message says why in one line. `options` is
+    true when the agent refused its AGENT_OPTIONS."""
+
+    def __init__(self, message: str, options: bool = False) -> None:
+        super().__init__(message)
+        self.options = options
 
 
 def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
@@ -44,7 +49,8 @@ def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
     if isinstance(target, Agent):
         if options:
-            raise AdapterError(f"{spec!r} is an Agent instance; AGENT_OPTIONS needs a class or factory")
+            message = f"{spec!r} is an Agent instance; AGENT_OPTIONS needs a class or factory"
+            raise AdapterError(message, options=True)
         return target
     if isinstance(target, type) and not issubclass(target, Agent):
         raise AdapterError(f"{spec!r} is a class but not an Agent subclass")
@@ -57,7 +63,8 @@ def _create(spec: str, factory: Any, options: dict[str, Any]) -> Agent:
     try:
         agent = factory(**options)
     except Exception as exc:
-        raise AdapterError(f"creating the agent {spec!r} failed: {type(exc).__name__}: {exc}") from None
+        message = f"creating the agent {spec!r} failed: {type(exc).__name__}: {exc}"
+        raise AdapterError(message, options=bool(options)) from None
     if not isinstance(agent, Agent):
         raise AdapterError(f"{spec!r} did not produce an Agent (got {type(agent).__name__})")
     return agent

@@ -14,9 +14,10 @@ every replica and push; the agent only reads its `TaskContext` and calls its met
             answer = await task.ask("Anything else?")  # input-required; the user's next message
             await task.complete(f"Bye ({answer.text()})")
 
-Returning from `run` completes the task; raising fails it with the exception's text. After the task is
-cancelled (or has ended) every emission is discarded, never applied, and `cancelled` is true; the run's
-coroutine is cancelled too, so a cancelled agent stops at its next `await`.
+Returning from `run` completes the task; raising fails it with the exception's text. Once the task is
+cancelled, `cancelled` is true, emissions are discarded (never applied) and raise CancelledError, and the
+run's coroutine is cancelled too, so a cancelled agent stops at its next `await`. Emissions after the agent
+itself ended the task are discarded.
 """
 
 from __future__ import annotations
@@ -271,8 +272,14 @@ class TaskContext(Request):
     # ---- internals ------------------------------------------------------------------------------
 
     async def _send(self, events: list[Event]) -> None:
-        if not self.finished:
-            await self._emit(events)
+        """Hand events to the server; after the task ended they are dropped, and after a cancel the
+        emission raises CancelledError so a loop that only emits still stops."""
+        if self.cancelled:
+            raise asyncio.CancelledError("the task was cancelled")
+        if self._finished:
+            await asyncio.sleep(0)
+            return
+        await self._emit(events)
 
     async def _interrupt(self, state: TaskState, text: str | None, parts: Sequence[Part]) -> Message:
         await self._send([self._status(state, text, parts)])
