@@ -210,12 +210,13 @@ def statuses(out: Outcome) -> list[tuple[str, str]]:
     ]
 
 
-pytestmark = pytest.mark.parametrize(("v", "mode"), [(v, m) for v in VERSIONS for m in MODES])
+both = pytest.mark.parametrize(("v", "mode"), [(v, m) for v in VERSIONS for m in MODES])
 
 
 # ---- the capabilities ------------------------------------------------------------------------------
 
 
+@both
 async def test_text_streams_into_the_response_and_returning_completes(http, v, mode):
     out = await send(http, v, mode, "say:hello there")
     assert out.kind == "task" and out.state == "completed"
@@ -226,6 +227,7 @@ async def test_text_streams_into_the_response_and_returning_completes(http, v, m
         assert statuses(out)[-1][0] == "completed"
 
 
+@both
 async def test_chunked_artifact_with_name_description_and_metadata(http, v, mode):
     out = await send(http, v, mode, "chunks:3")
     assert out.state == "completed"
@@ -239,6 +241,7 @@ async def test_chunked_artifact_with_name_description_and_metadata(http, v, mode
         assert len({c["artifact"]["artifactId"] for c in chunks}) == 1
 
 
+@both
 async def test_file_artifact_by_bytes(http, v, mode):
     out = await send(http, v, mode, "file-bytes")
     (part,) = out.artifact_parts("table")
@@ -246,6 +249,7 @@ async def test_file_artifact_by_bytes(http, v, mode):
     assert base64.b64decode(part["bytes"]) == b"a,b\n1,2\n"
 
 
+@both
 async def test_file_artifact_by_url(http, v, mode):
     out = await send(http, v, mode, "file-url")
     assert out.artifact_parts("image") == [
@@ -253,11 +257,13 @@ async def test_file_artifact_by_url(http, v, mode):
     ]
 
 
+@both
 async def test_data_artifact(http, v, mode):
     out = await send(http, v, mode, "data")
     assert out.artifact_parts("json") == [{"data": {"answer": 42}}]
 
 
+@both
 async def test_working_status_with_a_message(http, v, mode):
     out = await send(http, v, mode, "working:reading the code")
     assert out.state == "completed"
@@ -265,6 +271,7 @@ async def test_working_status_with_a_message(http, v, mode):
         assert ("working", "reading the code") in statuses(out)
 
 
+@both
 async def test_ask_returns_the_users_next_message_in_the_same_run(http, v, mode):
     out = await send(http, v, mode, "ask:Which branch?")
     assert out.state == "input-required" and out.status_text == "Which branch?"
@@ -274,6 +281,7 @@ async def test_ask_returns_the_users_next_message_in_the_same_run(http, v, mode)
     assert done.artifact_text("assistant-response") == 'answer:main data:{"force": false}'
 
 
+@both
 async def test_auth_required_then_the_answer(http, v, mode):
     out = await send(http, v, mode, "auth")
     assert out.state == "auth-required" and out.status_text == "Sign in first"
@@ -291,6 +299,7 @@ async def test_auth_required_then_the_answer(http, v, mode):
         ("raise", "failed", "The agent failed: ValueError: the agent raised"),
     ],
 )
+@both
 async def test_endings_carry_their_message(http, v, mode, text, state, reason):
     out = await send(http, v, mode, text)
     assert out.state == state and out.status_text == reason
@@ -298,6 +307,7 @@ async def test_endings_carry_their_message(http, v, mode, text, state, reason):
         assert statuses(out)[-1] == (state, reason)
 
 
+@both
 async def test_direct_message_reply_creates_no_task(http, v, mode):
     context = str(uuid.uuid4())
     out = await send(http, v, mode, "reply:bob", contextId=context)
@@ -311,6 +321,7 @@ async def test_direct_message_reply_creates_no_task(http, v, mode):
     assert listed["result"]["tasks"] == []
 
 
+@both
 async def test_media_type_the_agent_does_not_accept_is_refused_before_it_runs(http, v, mode):
     context = str(uuid.uuid4())
     zipped = {"bytes": base64.b64encode(b"PK").decode(), "mime": "application/zip", "name": "a.zip"}
@@ -328,6 +339,7 @@ async def test_media_type_the_agent_does_not_accept_is_refused_before_it_runs(ht
     assert listed["result"]["tasks"] == [], "nothing was stored"
 
 
+@both
 async def test_accepted_files_and_data_reach_the_agent(http, v, mode):
     png = {"bytes": base64.b64encode(b"\x89PNG....").decode(), "mime": "image/png", "name": "shot.png"}
     linked = {"uri": "https://example.com/a.png", "mime": "image/png", "name": "a.png"}
@@ -342,6 +354,7 @@ async def test_accepted_files_and_data_reach_the_agent(http, v, mode):
     assert seen["data"]["parts"][3]["data"] == {"k": [1, 2]}
 
 
+@both
 async def test_the_agent_sees_principal_ids_extensions_metadata_and_options(http, v, mode):
     header = "A2A-Extensions" if v == "1.0" else "X-A2A-Extensions"
     uri = "https://example.com/ext/trace/v1"
@@ -363,6 +376,7 @@ async def test_the_agent_sees_principal_ids_extensions_metadata_and_options(http
     assert info["history"] == 0 and info["greeting"] == "hi"
 
 
+@both
 async def test_cancel_racing_emissions_applies_nothing_after_canceled(http, v, mode):
     """The agent emits without pause; after the cancel nothing more is applied, and it stops."""
     params = {"message": message_in(v, [{"text": "spin"}])}
@@ -399,3 +413,30 @@ async def test_cancel_racing_emissions_applies_nothing_after_canceled(http, v, m
     assert later["artifacts"] == first["artifacts"], "an emission after the cancel was applied"
     health = (await http.get("/healthz")).json()
     assert health["runningAgents"] == 0, "the cancelled agent is still running"
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/a2a/rest/message:send", {"role": "ROLE_USER", "parts": [{"text": "reply:rest"}]}),
+        ("/a2a/rest/v1/message:send", {"role": "ROLE_USER", "content": [{"text": "reply:rest"}]}),
+    ],
+)
+async def test_direct_reply_over_rest(http, path, message):
+    body = {"message": {"messageId": str(uuid.uuid4()), **message}}
+    resp = await http.post(path, json=body)
+    assert resp.status_code == 200, resp.text
+    ((key, reply),) = resp.json().items()
+    assert key == "message" and reply["role"] == "ROLE_AGENT"
+    parts = reply.get("parts") or reply.get("content")
+    assert parts[0] == {"text": "hi, rest"}
+
+
+async def test_the_card_comes_from_the_agent(http):
+    card = (await http.get("/.well-known/agent-card.json")).json()
+    assert card["name"] == "Capabilities Test Agent"
+    assert card["defaultInputModes"] == ["text/plain", "application/json", "image/*"]
+    (skill,) = card["skills"]
+    assert skill["id"] == "capabilities" and skill["examples"] == ["chunks:3"]
+    assert skill["inputModes"] == ["text/plain", "image/png"]
+    assert skill["outputModes"] == ["text/plain", "application/json", "text/csv"]
