@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PG_URL = $(shell scripts/pg.sh url)
 TEST_REDIS = $(shell scripts/redis.sh url)
 
-.PHONY: run serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-quick clean services-stop \
+.PHONY: run run-example serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-quick clean services-stop \
 	cluster cluster-stop
 
 $(BIN)/python:
@@ -23,6 +23,10 @@ $(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
 ## Serve the agent on the embedded default: SQLite under ./data, in-process bus.
 run: $(VENV)/.installed migrate
 	$(BIN)/a2a-server serve
+
+## The example agent of "Write your own agent" in the README, served the same way.
+run-example: $(VENV)/.installed migrate
+	AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
 
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
