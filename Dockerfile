@@ -7,6 +7,7 @@ COPY app ./app
 RUN pip install --no-cache-dir -e .
 COPY alembic.ini ./
 COPY migrations ./migrations
+COPY examples ./examples
 ENV HOST=0.0.0.0 PORT=41242
 EXPOSE 41242
 CMD ["a2a-server", "serve"]
