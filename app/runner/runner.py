@@ -20,6 +20,9 @@ from app.tasks.service import TaskService, status_update
 
 log = logging.getLogger(__name__)
 
+STRAGGLER_S = 0.2
+"""How long an agent whose task has ended gets to return before its cancel hooks stop it."""
+
 
 @dataclass(slots=True, eq=False)
 class _Entry:
@@ -246,8 +249,7 @@ class Runner:
             async with asyncio.timeout(self._timeout_s):
                 await self._consume(task_id, ctx, queue)
         except TimeoutError:
-            with contextlib.suppress(Exception):
-                await ctx.cancel()
+            await _stop(ctx)
             await self._service.fail(
                 task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped."
             )
@@ -289,15 +291,30 @@ class Runner:
                 end = items[-1]
                 if isinstance(end, BaseException):
                     log.error("agent run for task %s failed", task_id, exc_info=end)
+                    await _stop(ctx)
                     await self._service.fail(task_id, f"The agent failed: {type(end).__name__}: {end}")
                     return
                 if end is None:
                     await self._service.fail(task_id, "The agent stopped without reporting a result.")
                     return
         finally:
+            if not producer.done():
+                # The task ended while the agent still runs (it failed it, or emitted after the end):
+                # give it a moment to return, then stop what it owns before cancelling it.
+                await asyncio.wait({producer}, timeout=STRAGGLER_S)
+                if not producer.done():
+                    await _stop(ctx)
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+
+
+async def _stop(ctx: TaskContext) -> None:
+    """Run the agent's cancel hooks (a CLI adapter kills its process group), whatever they raise."""
+    try:
+        await ctx.cancel()
+    except Exception:
+        log.exception("stopping the agent of task %s failed", ctx.task_id)
 
 
 def _merge_closing_chunks(events: list[Event]) -> list[Event]:
