@@ -21,6 +21,8 @@ from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
 from app.protocol.model import utcnow
+from app.push.configs import PushConfigs
+from app.push.deliverer import Deliverer, options_from
 from app.runner.runner import Runner
 from app.settings import Settings, get_settings
 from app.store.db import create_engine
@@ -59,7 +61,18 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         )
         await bus.start()
         leases = Leases(engine, settings.replica_id, settings.lease_ttl_s)
-        service = TaskService(Repository(engine), writer, bus, leases, settings.blocking_timeout_s)
+        push = options_from(settings)
+        service = TaskService(
+            Repository(engine),
+            writer,
+            bus,
+            leases,
+            settings.blocking_timeout_s,
+            push_configs=PushConfigs(engine),
+            push_policy=push.policy,
+        )
+        deliverer = Deliverer(engine, settings.replica_id, push)
+        service.push_ring = deliverer.ring
         runner = Runner(
             service,
             agent,
@@ -72,6 +85,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         app.state.engine = engine
         app.state.bus = bus
         app.state.runner = runner
+        app.state.deliverer = deliverer
         app.state.components = Components(
             settings=settings,
             service=service,
@@ -79,11 +93,13 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             input_modes=tuple(agent.input_modes),
         )
         await runner.open()
+        deliverer.start()
         _tune_gc()
         try:
             yield
         finally:
             await runner.aclose()
+            await deliverer.stop()
             await writer.stop()
             await bus.aclose()
             await agent.aclose()

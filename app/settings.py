@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from functools import lru_cache
 from typing import Any
@@ -49,6 +50,27 @@ class Settings(BaseSettings):
     """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
     log_level: str = "info"
 
+    push_notification_allow_http: bool = False
+    """Allow plain-http webhook URLs (https only otherwise)."""
+    push_notification_allowed_hosts: str = ""
+    """Comma-separated webhook host names trusted as they are: no DNS check, no address check."""
+    push_notification_allowed_cidrs: str = ""
+    """Comma-separated networks webhook addresses may be in even when private (e.g. 10.0.0.0/8)."""
+    push_max_attempts: int = Field(default=8, ge=1)
+    """Attempts per notification before it is given up (recorded as failed)."""
+    push_backoff_s: float = Field(default=1.0, gt=0)
+    """First retry delay; doubled per attempt, with jitter, up to `push_backoff_max_s`."""
+    push_backoff_max_s: float = Field(default=300.0, gt=0)
+    push_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest one webhook call may take (connect and answer)."""
+    push_claim_ttl_s: float = Field(default=30.0, gt=0)
+    """How long a replica's claim on a webhook's queue lasts without renewal; a dead replica's
+    deliveries are taken over by another replica within this time."""
+    push_poll_s: float = Field(default=1.0, gt=0)
+    """Interval of looking for due deliveries (retries, other replicas' work) when no doorbell rings."""
+    push_max_in_flight: int = Field(default=64, ge=1)
+    """Webhooks this process delivers to at once (each one in order, one call at a time)."""
+
     @field_validator("database_url")
     @classmethod
     def _known_driver(cls, v: str) -> str:
@@ -82,6 +104,26 @@ class Settings(BaseSettings):
             raise ValueError("must be one of critical, error, warning, info, debug")
         return v
 
+    @field_validator("push_notification_allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, v: str) -> str:
+        for item in _split(v):
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from exc
+        return v
+
+    @property
+    def push_allowed_hosts(self) -> frozenset[str]:
+        return frozenset(h.lower() for h in _split(self.push_notification_allowed_hosts))
+
+    @property
+    def push_allowed_cidrs(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(
+            ipaddress.ip_network(c, strict=False) for c in _split(self.push_notification_allowed_cidrs)
+        )
+
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:
         if not self.public_url:
@@ -89,6 +131,10 @@ class Settings(BaseSettings):
         if not self.replica_id:
             self.replica_id = f"{socket.gethostname()}:{self.port}"
         return self
+
+
+def _split(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
 
 
 @lru_cache

@@ -1,7 +1,7 @@
 """The agent card at `/.well-known/agent-card.json` (and the `agent.json` alias), cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
-works: streaming and state-transition history yes, push notifications and an extended card not yet. One
+works: streaming, push notifications and state-transition history yes, an extended card not yet. One
 document serves both versions: v1.0 clients read `supportedInterfaces`, v0.3 clients `url` and friends.
 """
 
@@ -73,7 +73,7 @@ def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
         "version": _server_version(),
         "capabilities": {
             "streaming": True,
-            "pushNotifications": False,
+            "pushNotifications": True,
             "stateTransitionHistory": True,
         },
         "defaultInputModes": list(agent.input_modes),

@@ -26,10 +26,18 @@ def head_revision() -> str | None:
 
 @router.get("/healthz", include_in_schema=False)
 async def healthz(request: Request) -> JSONResponse:
-    """Alive, with what an operator wants at a glance: this replica and the agents it runs now."""
+    """Alive, with what an operator wants at a glance: this replica, the agents it runs now, and its
+    webhook delivery counters since start (attempts, delivered, retried, failed, refused, in flight)."""
     settings = request.app.state.components.settings
     runner = request.app.state.runner
-    return JSONResponse({"status": "ok", "replica": settings.replica_id, "runningAgents": runner.running})
+    return JSONResponse(
+        {
+            "status": "ok",
+            "replica": settings.replica_id,
+            "runningAgents": runner.running,
+            "push": request.app.state.deliverer.stats(),
+        }
+    )
 
 
 @router.get("/readyz", include_in_schema=False)

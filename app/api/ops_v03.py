@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.protocol import v03
-from app.protocol.errors import ExtendedAgentCardNotConfiguredError, PushNotificationNotSupportedError
+from app.protocol import pushconfig, v03
+from app.protocol.errors import ExtendedAgentCardNotConfiguredError
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
 
-PUSH_OFF = "This agent does not support push notifications (capabilities.pushNotifications is false)"
+INLINE = "configuration.pushNotificationConfig"
 
 
 def _task_encoder(history_length: int | None = None):
@@ -27,9 +27,8 @@ def _task_encoder(history_length: int | None = None):
 
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v03.decode_send(params)
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
+    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
     if isinstance(result, Message):
         return v03.encode_message(result)
     return v03.encode_task(result, config.history_length)
@@ -37,9 +36,8 @@ async def send(params: Any, call: Call) -> Any:
 
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v03.decode_send(params)
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    items = await call.c.service.stream(call.owner, accept_message(message, call))
+    webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
+    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
     return items, _task_encoder(config.history_length)
 
 
@@ -60,8 +58,30 @@ async def resubscribe(params: Any, call: Call) -> Stream:
     return items, _task_encoder()
 
 
-async def push_config(params: Any, call: Call) -> Any:
-    raise PushNotificationNotSupportedError(PUSH_OFF)
+async def set_push(params: Any, call: Call) -> Any:
+    """`tasks/pushNotificationConfig/set`: the stored config (server id if none given), redacted."""
+    cfg = pushconfig.decode_v03_set(params)
+    stored = await call.c.service.set_push_config(call.owner, cfg.task_id, cfg)
+    return pushconfig.encode_v03(stored)
+
+
+async def get_push(params: Any, call: Call) -> Any:
+    """`tasks/pushNotificationConfig/get`; without a config id (deprecated form), the task's first."""
+    task_id, config_id = pushconfig.decode_v03_ref(params)
+    return pushconfig.encode_v03(await call.c.service.get_push_config(call.owner, task_id, config_id))
+
+
+async def list_push(params: Any, call: Call) -> Any:
+    task_id, _ = pushconfig.decode_v03_ref(params)
+    configs, _ = await call.c.service.list_push_configs(call.owner, task_id)
+    return [pushconfig.encode_v03(c) for c in configs]
+
+
+async def delete_push(params: Any, call: Call) -> Any:
+    task_id, config_id = pushconfig.decode_v03_ref(params, need_config=True)
+    assert config_id is not None
+    await call.c.service.delete_push_config(call.owner, task_id, config_id)
+    return None
 
 
 async def extended_card(params: Any, call: Call) -> Any:
@@ -72,15 +92,15 @@ METHODS: dict[str, Handler] = {
     "message/send": send,
     "tasks/get": get,
     "tasks/cancel": cancel,
-    "tasks/pushNotificationConfig/set": push_config,
-    "tasks/pushNotificationConfig/get": push_config,
-    "tasks/pushNotificationConfig/list": push_config,
-    "tasks/pushNotificationConfig/delete": push_config,
+    "tasks/pushNotificationConfig/set": set_push,
+    "tasks/pushNotificationConfig/get": get_push,
+    "tasks/pushNotificationConfig/list": list_push,
+    "tasks/pushNotificationConfig/delete": delete_push,
     "agent/getAuthenticatedExtendedCard": extended_card,
     # Pre-0.3 names from the seed documents, answered in v0.3 shapes.
     "tasks/send": send,
-    "tasks/pushNotification/set": push_config,
-    "tasks/pushNotification/get": push_config,
+    "tasks/pushNotification/set": set_push,
+    "tasks/pushNotification/get": get_push,
 }
 STREAMING: dict[str, StreamHandler] = {
     "message/stream": stream,

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.protocol import v10
-from app.protocol.errors import (
-    PushNotificationNotSupportedError,
-    UnsupportedOperationError,
-)
+from app.protocol import pushconfig, v10
+from app.protocol.errors import UnsupportedOperationError
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
-from .ops_v03 import PUSH_OFF
+
+INLINE = "configuration.taskPushNotificationConfig"
 
 
 def _stream_encoder(history_length: int | None = None):
@@ -33,9 +31,8 @@ def _stream_encoder(history_length: int | None = None):
 
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v10.decode_send(params)
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
+    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
     if isinstance(result, Message):
         return {"message": v10.encode_message(result)}
     return {"task": v10.encode_task(result, config.history_length)}
@@ -43,9 +40,8 @@ async def send(params: Any, call: Call) -> Any:
 
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v10.decode_send(params)
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    items = await call.c.service.stream(call.owner, accept_message(message, call))
+    webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
+    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
     return items, _stream_encoder(config.history_length)
 
 
@@ -91,8 +87,30 @@ async def subscribe(params: Any, call: Call) -> Stream:
     return items, _stream_encoder()
 
 
-async def push_config(params: Any, call: Call) -> Any:
-    raise PushNotificationNotSupportedError(PUSH_OFF)
+async def create_push(params: Any, call: Call) -> Any:
+    """`CreateTaskPushNotificationConfig`: the stored config with its (assigned) id, redacted."""
+    cfg = pushconfig.decode_v10_create(params)
+    stored = await call.c.service.set_push_config(call.owner, cfg.task_id, cfg)
+    return pushconfig.encode_v10(stored)
+
+
+async def get_push(params: Any, call: Call) -> Any:
+    task_id, config_id, _, _ = pushconfig.decode_v10_ref(params, need_config=True)
+    return pushconfig.encode_v10(await call.c.service.get_push_config(call.owner, task_id, config_id))
+
+
+async def list_push(params: Any, call: Call) -> Any:
+    task_id, _, page_size, page_token = pushconfig.decode_v10_ref(params)
+    configs, token = await call.c.service.list_push_configs(call.owner, task_id, page_size, page_token)
+    return {"configs": [pushconfig.encode_v10(c) for c in configs], "nextPageToken": token}
+
+
+async def delete_push(params: Any, call: Call) -> Any:
+    """`DeleteTaskPushNotificationConfig`: idempotent; JSON-RPC `null` (REST answers `{}`)."""
+    task_id, config_id, _, _ = pushconfig.decode_v10_ref(params, need_config=True)
+    assert config_id is not None
+    await call.c.service.delete_push_config(call.owner, task_id, config_id)
+    return None
 
 
 async def extended_card(params: Any, call: Call) -> Any:
@@ -106,10 +124,10 @@ METHODS: dict[str, Handler] = {
     "GetTask": get,
     "ListTasks": list_tasks,
     "CancelTask": cancel,
-    "CreateTaskPushNotificationConfig": push_config,
-    "GetTaskPushNotificationConfig": push_config,
-    "ListTaskPushNotificationConfigs": push_config,
-    "DeleteTaskPushNotificationConfig": push_config,
+    "CreateTaskPushNotificationConfig": create_push,
+    "GetTaskPushNotificationConfig": get_push,
+    "ListTaskPushNotificationConfigs": list_push,
+    "DeleteTaskPushNotificationConfig": delete_push,
     "GetExtendedAgentCard": extended_card,
 }
 STREAMING: dict[str, StreamHandler] = {

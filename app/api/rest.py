@@ -7,7 +7,9 @@ Aliases (version-neutral paths, v0.3 shapes, the v0.3 REST error body):
   `pageSize`, `pageToken`, `historyLength`, `statusTimestampAfter`, `includeArtifacts`) and semantics
   (newest status first, cursor pages), v0.3 Task JSON in `{"tasks", "nextPageToken", "pageSize",
   "totalSize"}`; `status` takes `working` or `TASK_STATE_WORKING`.
-- `POST|GET /a2a/tasks/{taskId}/pushNotificationConfig`: push notifications are not supported (-32003).
+- `POST /a2a/tasks/{taskId}/pushNotificationConfig`: add a webhook (body: the v0.3 `PushNotificationConfig`,
+  or `{"pushNotificationConfig": ...}`) → the v0.3 `TaskPushNotificationConfig`, secrets redacted.
+- `GET /a2a/tasks/{taskId}/pushNotificationConfig`: the task's webhooks, a bare array of those.
 
 The bindings themselves live in `rest_v10` (HTTP+JSON v1.0 under `/a2a/rest`) and `rest_v03` (HTTP+JSON
 v0.3 under `/a2a/rest/v1`).
@@ -21,19 +23,17 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import errors, v03, v10
+from app.protocol import errors, pushconfig, v03, v10
 from app.protocol.errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
-    PushNotificationNotSupportedError,
 )
 from app.protocol.model import TaskState
 
 from .deps import components, owner_of
-from .ops_v03 import PUSH_OFF
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -170,7 +170,22 @@ async def list_tasks(request: Request) -> Response:
 
 
 async def push_config(request: Request) -> Response:
-    return rest_error(PushNotificationNotSupportedError(PUSH_OFF))
+    task_id = request.path_params["task_id"]
+    service = components(request).service
+    owner = owner_of(request)
+    try:
+        if request.method == "POST":
+            body = await read_json_body(request) or {}
+            inner = body.get("pushNotificationConfig", body)
+            cfg = pushconfig.decode(inner, "0.3", "body")
+            return _json(pushconfig.encode_v03(await service.set_push_config(owner, task_id, cfg)))
+        configs, _ = await service.list_push_configs(owner, task_id)
+    except A2AError as err:
+        return rest_error(err)
+    except Exception:
+        log.exception("internal error in %s %s", request.method, request.url.path)
+        return rest_error(InternalError())
+    return _json([pushconfig.encode_v03(c) for c in configs])
 
 
 router.add_route(

@@ -7,12 +7,16 @@
 | `GET /v1/tasks/{id}` | GetTask (`?historyLength=`) → `Task` |
 | `POST /v1/tasks/{id}:cancel` | CancelTask → `Task` |
 | `GET` or `POST /v1/tasks/{id}:subscribe` | TaskSubscription → SSE of `StreamResponse` (1) |
-| `POST`, `GET /v1/tasks/{id}/pushNotificationConfigs` | push configs (not supported) |
-| `GET`, `DELETE /v1/tasks/{id}/pushNotificationConfigs/{configId}` | push configs (not supported) |
+| `POST /v1/tasks/{id}/pushNotificationConfigs` | CreateTaskPushNotificationConfig (2) |
+| `GET /v1/tasks/{id}/pushNotificationConfigs` | ListTaskPushNotificationConfig → `{"configs": [...]}` |
+| `GET`, `DELETE /v1/tasks/{id}/pushNotificationConfigs/{configId}` | Get / Delete (`{}`) a push config |
 | `GET /v1/card` | GetAgentCard: the served card as the v0.3 proto's AgentCard |
 
 (1) The task first, then its events until it ends; for a finished task, the task and the end of the stream
 (as the proto says). `GET /v1/tasks` (no RPC in the v0.3 proto) answers UnsupportedOperation.
+(2) The body is `CreateTaskPushNotificationConfigRequest` (`{parent, configId, config: {name,
+pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificationConfig` or the config.
+Configs come back as `{name: "tasks/{id}/pushNotificationConfigs/{configId}", pushNotificationConfig}`.
 
 Payloads are ProtoJSON of the v0.3 proto (`app.protocol.v03rest`), not the JSON-RPC shapes. Official v0.3
 clients append `/v1` to the interface URL themselves, so the card advertises `/a2a/rest` for both versions.
@@ -30,7 +34,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import v03rest
+from app.protocol import pushconfig, v03rest
 from app.protocol.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -51,7 +55,6 @@ from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Item, Stream, accept_message, last_event_id
-from .ops_v03 import PUSH_OFF
 from .rest import read_json_body, rest_error
 from .sse import sse_response
 
@@ -115,11 +118,14 @@ def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
 # ---- operations: (request, call) → result object or stream ----------------------------------------
 
 
+def _inline(push: dict[str, Any] | None) -> Any:
+    return pushconfig.decode(push, "0.3", "configuration.pushNotification") if push is not None else None
+
+
 async def send(request: Request, call: Call) -> Any:
     message, config, push = v03rest.decode_send(await read_json_body(request))
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    result = await call.c.service.send(call.owner, accept_message(message, call), config)
+    webhook = _inline(push)
+    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
     if isinstance(result, Message):
         return {"message": v03rest.encode_message(result)}
     return {"task": v03rest.encode_task(result, config.history_length)}
@@ -127,9 +133,8 @@ async def send(request: Request, call: Call) -> Any:
 
 async def stream(request: Request, call: Call) -> Stream:
     message, config, push = v03rest.decode_send(await read_json_body(request))
-    if push is not None:
-        raise PushNotificationNotSupportedError(PUSH_OFF)
-    items = await call.c.service.stream(call.owner, accept_message(message, call))
+    webhook = _inline(push)
+    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
     return items, _task_encoder(config.history_length)
 
 
@@ -154,8 +159,44 @@ async def subscribe(request: Request, call: Call) -> Stream:
     return items, _task_encoder()
 
 
-async def push_config(request: Request, call: Call) -> Any:
-    raise PushNotificationNotSupportedError(PUSH_OFF)
+def _create_body(body: dict[str, Any] | None) -> dict[str, Any]:
+    """The config of a create request, whichever of the accepted shapes it came in."""
+    body = body or {}
+    config_id = body.get("configId") or body.get("config_id")
+    outer = body.get("config")
+    if isinstance(outer, dict):
+        body = outer
+    inner = body.get("pushNotificationConfig", body.get("push_notification_config", body))
+    if not isinstance(inner, dict):
+        raise InvalidParamsError("Invalid body: config.pushNotificationConfig must be an object")
+    if config_id and not inner.get("id"):
+        inner = {**inner, "id": config_id}
+    return inner
+
+
+async def create_push(request: Request, call: Call) -> Any:
+    task_id = request.path_params["id"]
+    cfg = pushconfig.decode(_create_body(await read_json_body(request)), "0.3", "body")
+    stored = await call.c.service.set_push_config(call.owner, task_id, cfg)
+    return pushconfig.encode_v03_proto(stored)
+
+
+async def list_push(request: Request, call: Call) -> Any:
+    configs, _ = await call.c.service.list_push_configs(call.owner, request.path_params["id"])
+    return {"configs": [pushconfig.encode_v03_proto(c) for c in configs]}
+
+
+async def get_push(request: Request, call: Call) -> Any:
+    p = request.path_params
+    return pushconfig.encode_v03_proto(
+        await call.c.service.get_push_config(call.owner, p["id"], p["config_id"])
+    )
+
+
+async def delete_push(request: Request, call: Call) -> Any:
+    p = request.path_params
+    await call.c.service.delete_push_config(call.owner, p["id"], p["config_id"])
+    return {}
 
 
 async def list_tasks(request: Request, call: Call) -> Any:
@@ -210,8 +251,10 @@ ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = 
     ("/tasks/{id}:cancel", ["POST"], unary(cancel)),
     ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(subscribe)),
     ("/tasks/{id}", ["GET"], unary(get)),
-    ("/tasks/{id}/pushNotificationConfigs", ["GET", "POST"], unary(push_config)),
-    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET", "DELETE"], unary(push_config)),
+    ("/tasks/{id}/pushNotificationConfigs", ["POST"], unary(create_push)),
+    ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(list_push)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(get_push)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(delete_push)),
     ("/card", ["GET"], unary(card)),
 ]
 

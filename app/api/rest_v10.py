@@ -8,8 +8,9 @@
 | `GET /tasks/{id}` | GetTask (`?historyLength=`) → `Task` |
 | `POST /tasks/{id}:cancel` | CancelTask → `Task` |
 | `GET` or `POST /tasks/{id}:subscribe` | SubscribeToTask → SSE of `StreamResponse` |
-| `POST`, `GET /tasks/{id}/pushNotificationConfigs` | push configs (not supported) |
-| `GET`, `DELETE /tasks/{id}/pushNotificationConfigs/{configId}` | push configs (not supported) |
+| `POST /tasks/{id}/pushNotificationConfigs` | CreateTaskPushNotificationConfig (body: the flat config) |
+| `GET /tasks/{id}/pushNotificationConfigs` | ListTaskPushNotificationConfigs (`?pageSize=&pageToken=`) |
+| `GET`, `DELETE /tasks/{id}/pushNotificationConfigs/{configId}` | Get / Delete (`{}`) a push config |
 | `GET /extendedAgentCard` | GetExtendedAgentCard (none declared) |
 
 (1) Query: `contextId`, `status` (`TASK_STATE_*` or its number), `pageSize`, `pageToken`, `historyLength`,
@@ -148,6 +149,28 @@ async def _list_params(request: Request) -> dict[str, Any]:
     return _with_tenant(request, list_query(request))
 
 
+async def _push_create_params(request: Request) -> dict[str, Any]:
+    """The flat config from the body, for the task of the path."""
+    params = await _body(request)
+    params["taskId"] = request.path_params["id"]
+    return params
+
+
+async def _push_ref_params(request: Request) -> dict[str, Any]:
+    params: dict[str, Any] = {"taskId": request.path_params["id"]}
+    if "config_id" in request.path_params:
+        params["id"] = request.path_params["config_id"]
+    for key in ("pageSize", "pageToken"):
+        if key in request.query_params:
+            params[key] = request.query_params[key]
+    return _with_tenant(request, params)
+
+
+async def _delete_push(params: Any, call: Call) -> Any:
+    await ops_v10.delete_push(params, call)
+    return {}
+
+
 async def _no_params(request: Request) -> dict[str, Any]:
     return _with_tenant(request, {})
 
@@ -192,12 +215,10 @@ ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = 
     ("/tasks/{id}:cancel", ["POST"], unary(ops_v10.cancel, _body_with_id)),
     ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(ops_v10.subscribe, _body_with_id)),
     ("/tasks/{id}", ["GET"], unary(ops_v10.get, _get_params)),
-    ("/tasks/{id}/pushNotificationConfigs", ["GET", "POST"], unary(ops_v10.push_config, _no_params)),
-    (
-        "/tasks/{id}/pushNotificationConfigs/{config_id}",
-        ["GET", "DELETE"],
-        unary(ops_v10.push_config, _no_params),
-    ),
+    ("/tasks/{id}/pushNotificationConfigs", ["POST"], unary(ops_v10.create_push, _push_create_params)),
+    ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(ops_v10.list_push, _push_ref_params)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(ops_v10.get_push, _push_ref_params)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(_delete_push, _push_ref_params)),
     ("/extendedAgentCard", ["GET"], unary(ops_v10.extended_card, _no_params)),
 ]
 

@@ -371,3 +371,18 @@ def fold_artifact(artifacts: list[Artifact], update: ArtifactUpdate) -> None:
             extensions=list(art.extensions),
         )
     )
+
+
+@dataclass(slots=True)
+class PushConfig:
+    """A webhook for a task's updates. `version` is the wire version it was registered in: its
+    notifications are sent in that version's shape. `delivery` (read-only) holds the outcomes so far."""
+
+    url: str
+    id: str = ""
+    token: str | None = None
+    scheme: str | None = None
+    credentials: str | None = None
+    task_id: str = ""
+    version: str = "0.3"
+    delivery: dict[str, Any] | None = None

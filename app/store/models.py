@@ -1,4 +1,5 @@
-"""Tables: tasks, messages (history), artifacts (append-only chunks) and the event log."""
+"""Tables: tasks, messages (history), artifacts (append-only chunks), the event log, and push webhooks
+with their delivery outbox."""
 
 from __future__ import annotations
 
@@ -99,3 +100,53 @@ class EventRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+
+
+class PushConfigRow(Base):
+    """A webhook of a task, in the protocol version it was registered with, and its delivery state.
+
+    `claimed_by`/`claim_expires_at` say which replica is delivering its queue (one at a time, in order);
+    `retry_at` holds the queue back while its head waits for a retry.
+    """
+
+    __tablename__ = "push_configs"
+
+    pk: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    config_id: Mapped[str] = mapped_column(String(256))
+    owner: Mapped[str] = mapped_column(String(256))
+    version: Mapped[str] = mapped_column(String(8))
+    url: Mapped[str] = mapped_column(String(2048))
+    token: Mapped[str | None] = mapped_column(String(1024))
+    auth_scheme: Mapped[str | None] = mapped_column(String(64))
+    auth_credentials: Mapped[str | None] = mapped_column(String(4096))
+    created_at: Mapped[datetime]
+    retry_at: Mapped[datetime | None]
+    claimed_by: Mapped[str | None] = mapped_column(String(256))
+    claim_expires_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    delivered: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_outcome: Mapped[str | None] = mapped_column(String(512))
+    last_attempt_at: Mapped[datetime | None]
+    last_delivered_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        UniqueConstraint("task_id", "config_id", name="uq_push_configs_task_config"),
+        Index("ix_push_configs_claimed_by", "claimed_by"),
+    )
+
+
+class PushOutboxRow(Base):
+    """One notification waiting for delivery: written in the transaction of the event it is about."""
+
+    __tablename__ = "push_outbox"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    config_pk: Mapped[int] = mapped_column(ForeignKey("push_configs.pk", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]]
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_push_outbox_config_seq", "config_pk", "seq"),)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import exists, func, select, tuple_
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -28,7 +28,7 @@ from app.protocol.model import (
     parse_iso,
 )
 
-from .models import ArtifactRow, EventRow, MessageRow, TaskRow
+from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskRow
 
 _tasks = TaskRow.__table__
 
@@ -38,6 +38,8 @@ class StoredTask:
     task: Task
     owner: str
     last_seq: int
+    push: bool = False
+    """Whether the task has webhooks (its events then go to the push outbox too)."""
 
 
 @dataclass(slots=True)
@@ -70,11 +72,12 @@ class Repository:
 
     async def get_task(self, task_id: str) -> StoredTask | None:
         async with self._engine.connect() as conn:
-            row = (await conn.execute(select(_tasks).where(_tasks.c.id == task_id))).first()
+            has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
+            row = (await conn.execute(select(_tasks, has_push).where(_tasks.c.id == task_id))).first()
             if row is None:
                 return None
             tasks = await self._assemble(conn, [row], artifacts=True)
-        return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq)
+        return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq, push=bool(row.has_push))
 
     async def list_tasks(
         self,

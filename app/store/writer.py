@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, insert, update
+from sqlalchemy import bindparam, case, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .models import ArtifactRow, EventRow, MessageRow, TaskRow
+from .models import ArtifactRow, EventRow, JsonType, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,24 @@ _update_task = (
         lease_owner=bindparam("lease_owner"),
         lease_expires_at=bindparam("lease_expires_at"),
     )
+)
+
+_configs = PushConfigRow.__table__
+# One notification per webhook the task has when the event commits, in the webhook's version's shape:
+# the webhooks are read inside the event's own transaction, so one registered on another replica a moment
+# ago is not missed, and a deleted one gets nothing.
+_notify = insert(PushOutboxRow).from_select(
+    ["config_pk", "seq", "body", "attempts", "created_at"],
+    select(
+        _configs.c.pk,
+        bindparam("seq"),
+        case(
+            (_configs.c.version == "0.3", bindparam("body_v03", type_=JsonType)),
+            else_=bindparam("body_v10", type_=JsonType),
+        ),
+        literal(0),
+        bindparam("created_at", type_=PushOutboxRow.__table__.c.created_at.type),
+    ).where(_configs.c.task_id == bindparam("task_id")),
 )
 
 
@@ -58,6 +76,10 @@ class Write:
     messages: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    push_configs: list[dict[str, Any]] = field(default_factory=list)
+    """New webhooks (inline in a send), inserted before the notifications."""
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    """Per event: `task_id`, `seq`, `body_v03`, `body_v10`, `created_at` (see `app.push.payloads`)."""
 
 
 class Writer:
@@ -129,6 +151,8 @@ class Writer:
         messages = [m for w in writes for m in w.messages]
         events = [e for w in writes for e in w.events]
         artifacts = [a for w in writes for a in w.artifacts]
+        push_configs = [c for w in writes for c in w.push_configs]
+        notifications = [n for w in writes for n in w.notifications]
         updates: dict[str, dict[str, Any]] = {}
         for w in writes:
             if w.task_update is not None:
@@ -144,6 +168,10 @@ class Writer:
                 await conn.execute(insert(ArtifactRow), artifacts)
             if updates:
                 await conn.execute(_update_task, list(updates.values()))
+            if push_configs:
+                await conn.execute(insert(PushConfigRow), push_configs)
+            if notifications:
+                await conn.execute(_notify, notifications)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -9,8 +9,9 @@ task at a time, so the in-memory sequence number is the truth between commits.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from app.protocol.model import (
     EventRecord,
     Message,
     Part,
+    PushConfig,
     Role,
     SendConfig,
     StateTransition,
@@ -49,6 +51,8 @@ from app.protocol.model import (
     now_iso,
     utcnow,
 )
+from app.push import guard, payloads
+from app.push.configs import PushConfigs, new_row
 from app.store.leases import Held, Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import ConflictError, Write, Writer
@@ -112,6 +116,8 @@ class LiveTask:
     task: Task
     owner: str
     seq: int
+    push: bool = False
+    """The task has webhooks: its events also go to the push outbox (built only then)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
 
@@ -142,8 +148,14 @@ class TaskService:
         bus: Bus,
         leases: Leases,
         blocking_timeout_s: float,
+        push_configs: PushConfigs | None = None,
+        push_policy: guard.Policy | None = None,
     ):
         self.repo = repo
+        self.push_configs = push_configs
+        self.push_policy = push_policy or guard.Policy()
+        self.push_ring: Callable[[], None] | None = None
+        """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
         self.writer = writer
         self.bus = bus
         self.leases = leases
@@ -191,7 +203,7 @@ class TaskService:
             if live is None:
                 if stored is None:
                     raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-                live = LiveTask(stored.task, stored.owner, stored.last_seq)
+                live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
                 if took and not stored.task.status.state.terminal:
                     self._live[task_id] = live
         if live.owner != owner:
@@ -244,7 +256,8 @@ class TaskService:
             seq = live.seq
             status = task.status
             transitions = list(task.transitions)
-            history_add = list(messages)
+            user_messages = list(messages)
+            history_add = list(user_messages)
             records: list[EventRecord] = []
             write = Write()
             for ev in events:
@@ -279,6 +292,8 @@ class TaskService:
                     )
             for m in history_add:
                 write.messages.append(_message_row(task.id, live.owner, m, now))
+            if live.push:
+                write.notifications = payloads.notifications(task, records, user_messages, now)
             ended = state.terminal
             write.task_update = {
                 "_id": task.id,
@@ -299,6 +314,8 @@ class TaskService:
                     self._live.pop(task.id, None)
                     log.warning("task %s was taken over by another replica; dropping it here", task.id)
                 raise
+            if write.notifications and self.push_ring is not None:
+                self.push_ring()
             task.status = status
             task.transitions = transitions
             task.history.extend(history_add)
@@ -338,12 +355,15 @@ class TaskService:
 
     # ---- send --------------------------------------------------------------------------------
 
-    async def _accept(self, owner: str, message: Message) -> tuple[str, bool]:
+    async def _accept(self, owner: str, message: Message, push: PushConfig | None = None) -> tuple[str, bool]:
         """Store the message as a new task or as the answer to a waiting one; start the agent.
 
-        Returns the task id and whether the message was a repeat of one already stored.
+        A webhook given with the message (already checked by the caller) is stored with the task, or
+        added to the task the message continues. Returns the task id and whether it was a repeat.
         """
         if message.task_id:
+            if push is not None:
+                await self.set_push_config(owner, message.task_id, push)
             return await self._continue(owner, message)
         task_id = new_id()
         context_id = message.context_id or new_id()
@@ -387,6 +407,9 @@ class TaskService:
                 }
             ],
         )
+        if push is not None:
+            write.push_configs.append(new_row(owner, task_id, push, now))
+            write.notifications = payloads.notifications(task, [EventRecord(1, submitted)], [], now)
         try:
             await self.writer.commit(write)
         except ConflictError:
@@ -397,9 +420,11 @@ class TaskService:
             if here:
                 self.executor.release_slot()  # type: ignore[union-attr]
             raise
+        if write.notifications and self.push_ring is not None:
+            self.push_ring()
         await self.bus.publish(task_id, context_id, [EventRecord(1, submitted)])
         if here:
-            self._live[task_id] = LiveTask(task, owner, 1)
+            self._live[task_id] = LiveTask(task, owner, 1, push is not None)
             self.executor.start(task_id, reserved=True)  # type: ignore[union-attr]
         else:
             await self.bus.ring_queue()
@@ -464,12 +489,17 @@ class TaskService:
         message.context_id = message.context_id or new_id()
         return await self.executor.reply(owner, message)
 
-    async def send(self, owner: str, message: Message, config: SendConfig) -> Task | Message:
+    async def send(
+        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None = None
+    ) -> Task | Message:
         """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
-        (at once if non-blocking)."""
+        (at once if non-blocking). A webhook is checked even when the agent answers directly (and then
+        has nothing to be told)."""
+        if push is not None:
+            await self._check_url(push.url)
         if (direct := await self._direct(owner, message)) is not None:
             return direct
-        task_id, _ = await self._accept(owner, message)
+        task_id, _ = await self._accept(owner, message, push)
         if not config.blocking:
             return (await self._load(owner, task_id)).task
         return await self.wait_stopped(owner, task_id)
@@ -497,12 +527,16 @@ class TaskService:
             pass
         return (await self._load(owner, task_id)).task
 
-    async def stream(self, owner: str, message: Message) -> AsyncIterator[Snapshot | EventRecord | Message]:
+    async def stream(
+        self, owner: str, message: Message, push: PushConfig | None = None
+    ) -> AsyncIterator[Snapshot | EventRecord | Message]:
         """`message/stream`: validates and stores first (errors raise here), then yields events; a
         direct reply from the agent is the only item."""
+        if push is not None:
+            await self._check_url(push.url)
         if (direct := await self._direct(owner, message)) is not None:
             return _single(direct)
-        task_id, _ = await self._accept(owner, message)
+        task_id, _ = await self._accept(owner, message, push)
         return self.follow(owner, task_id)
 
     async def resubscribe(
@@ -612,6 +646,68 @@ class TaskService:
             await self.executor.stop(task_id)
         return live.snapshot().task
 
+    # ---- push notification configs ---------------------------------------------------------------
+
+    def _configs(self) -> PushConfigs:
+        if self.push_configs is None:
+            raise errors.PushNotificationNotSupportedError()
+        return self.push_configs
+
+    async def _check_url(self, url: str) -> None:
+        """The SSRF guard at registration: a refused URL is the client's error, with the reason."""
+        try:
+            await guard.check(url, self.push_policy)
+        except guard.Refused as exc:
+            raise InvalidParamsError(f"Push notification URL refused: {exc}", {"url": url}) from None
+
+    async def set_push_config(self, owner: str, task_id: str, config: PushConfig) -> PushConfig:
+        """Add (or replace, by id) a webhook of the caller's task; its events from now on go to it."""
+        configs = self._configs()
+        await self._load(owner, task_id)
+        await self._check_url(config.url)
+        stored = await configs.put(owner, task_id, config)
+        live = self._live.get(task_id)
+        if live is not None:
+            live.push = True
+        else:
+            holder = await self.leases.holder(task_id)
+            if holder is not None and holder != self.replica_id:
+                try:
+                    await self.bus.request(holder, {"op": "push", "task": task_id}, CONTROL_TIMEOUT_S)
+                except TimeoutError:
+                    log.warning("replica %s did not hear of task %s's new webhook", holder, task_id)
+        return stored
+
+    async def get_push_config(self, owner: str, task_id: str, config_id: str | None) -> PushConfig:
+        await self._load(owner, task_id)
+        found = await self._configs().get(owner, task_id, config_id)
+        if found is None:
+            what = f"push notification config {config_id}" if config_id else "push notification config"
+            raise TaskNotFoundError(
+                f"Task {task_id} has no {what}", {"taskId": task_id, "configId": config_id or ""}
+            )
+        return found
+
+    async def list_push_configs(
+        self, owner: str, task_id: str, page_size: int | None = None, page_token: str | None = None
+    ) -> tuple[list[PushConfig], str]:
+        """The task's webhooks in creation order, a page at a time (the token is opaque)."""
+        await self._load(owner, task_id)
+        after = 0
+        if page_token:
+            try:
+                after = int(base64.urlsafe_b64decode(page_token.encode()).decode())
+            except (ValueError, UnicodeDecodeError):
+                raise InvalidParamsError("pageToken is not one this server issued") from None
+        configs, cursor = await self._configs().list(owner, task_id, page_size, after)
+        token = base64.urlsafe_b64encode(str(cursor).encode()).decode() if cursor is not None else ""
+        return configs, token
+
+    async def delete_push_config(self, owner: str, task_id: str, config_id: str) -> None:
+        """Remove a webhook and what it had not received yet; a second delete is a no-op."""
+        await self._load(owner, task_id)
+        await self._configs().delete(owner, task_id, config_id)
+
     # ---- control between replicas -------------------------------------------------------------
 
     async def _forward(self, replica_id: str, body: dict[str, Any]) -> None:
@@ -632,6 +728,10 @@ class TaskService:
         try:
             if body.get("op") == "cancel":
                 await self.cancel(body["owner"], body["task"], hops=1)
+            elif body.get("op") == "push":
+                live = self._live.get(body["task"])
+                if live is not None:
+                    live.push = True
             elif body.get("op") == "answer":
                 await self._continue(body["owner"], Message.from_store(body["message"]), hops=1)
             else:
@@ -649,7 +749,7 @@ class TaskService:
         stored = await self.repo.get_task(task_id)
         if stored is None or stored.task.status.state.terminal:
             return False
-        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq)
+        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
         return True
 
     async def end_lost(self, held: Held, reason: str) -> None:
@@ -659,7 +759,7 @@ class TaskService:
         stored = await self.repo.get_task(held.task_id)
         if stored is None or stored.task.status.state.terminal:
             return
-        live = LiveTask(stored.task, stored.owner, stored.last_seq)
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
         self._live[held.task_id] = live
         event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
         try:

@@ -1,0 +1,299 @@
+"""The delivery worker: every replica runs one; each webhook is delivered by one replica at a time.
+
+It claims webhooks with waiting notifications (`Outbox.claim`), and for each runs one asyncio task that
+posts the queue in order through one pooled httpx client. Outcomes:
+
+- 2xx: delivered, the row leaves the queue;
+- network error, timeout, 5xx, 429: retried after an exponential backoff with full jitter (or the
+  `Retry-After` the receiver asked for), the queue held back meanwhile, until `max_attempts`, then given up;
+- any other status (4xx, or a 3xx: redirects are never followed) and a URL the SSRF guard now refuses:
+  given up at once, without retry.
+
+Every attempt is logged and counted on the webhook's row (visible in the config's `metadata.delivery`) and
+in this process's counters (`/healthz`). The task never waits for any of this: events only add rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+import orjson
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.protocol.model import utcnow
+
+from . import guard
+from .outbox import Hook, Outbox, Pending, Tally
+
+log = logging.getLogger(__name__)
+
+BATCH = 64
+"""Notifications read (and settled) per database round trip for one webhook."""
+
+
+@dataclass(slots=True, frozen=True)
+class Options:
+    policy: guard.Policy
+    max_attempts: int = 8
+    backoff_s: float = 1.0
+    backoff_max_s: float = 300.0
+    timeout_s: float = 10.0
+    claim_ttl_s: float = 30.0
+    poll_s: float = 1.0
+    max_in_flight: int = 64
+
+
+@dataclass(slots=True, frozen=True)
+class Outcome:
+    """One attempt's result: `done` leaves the queue (delivered or given up), else retry (`retry_in`)."""
+
+    text: str
+    delivered: bool = False
+    done: bool = True
+    retry_in: float | None = None
+
+
+def headers(hook: Hook) -> dict[str, str]:
+    """`Authorization: <scheme> <secret>` (the token wins over credentials) and the token header."""
+    out = {"Content-Type": "application/json"}
+    secret = hook.token or hook.credentials
+    if secret:
+        out["Authorization"] = f"{hook.scheme or 'Bearer'} {secret}"
+    if hook.token:
+        out["X-A2A-Notification-Token"] = hook.token
+    return out
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - utcnow()).total_seconds())
+
+
+class Deliverer:
+    def __init__(self, engine: AsyncEngine, replica_id: str, options: Options) -> None:
+        self.options = options
+        self.outbox = Outbox(engine, replica_id, options.claim_ttl_s)
+        self.counters: dict[str, int] = {
+            "attempts": 0,
+            "delivered": 0,
+            "retried": 0,
+            "failed": 0,
+            "refused": 0,
+        }
+        self._client = httpx.AsyncClient(
+            timeout=options.timeout_s,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=options.max_in_flight * 2, max_keepalive_connections=64),
+        )
+        self._wake = asyncio.Event()
+        self._active: dict[int, asyncio.Task[None]] = {}
+        self._loops: list[asyncio.Task[None]] = []
+
+    def ring(self) -> None:
+        """New notifications were committed here: look for work now."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._run(), name="push-deliverer"),
+            asyncio.create_task(self._heartbeat(), name="push-heartbeat"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop delivering and give the claims up, so another replica (or the next start) goes on."""
+        for t in self._loops:
+            t.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        held = list(self._active)
+        for t in self._active.values():
+            t.cancel()
+        await asyncio.gather(*self._active.values(), return_exceptions=True)
+        try:
+            await self.outbox.release(held)
+        except (OSError, SQLAlchemyError):
+            log.warning("could not release %d webhook claims; they expire on their own", len(held))
+        await self._client.aclose()
+
+    # ---- the loops ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = self.options.poll_s
+        while True:
+            self._wake.clear()
+            free = self.options.max_in_flight - len(self._active)
+            try:
+                hooks = await self.outbox.claim(free)
+                delay = self.options.poll_s
+            except (OSError, SQLAlchemyError) as exc:
+                log.warning("claiming webhook deliveries failed (%s); retrying", exc)
+                hooks = []
+                delay = min(delay * 2, 30.0)
+            for hook in hooks:
+                task = asyncio.create_task(self._deliver(hook), name=f"push-{hook.pk}")
+                self._active[hook.pk] = task
+                task.add_done_callback(lambda _t, pk=hook.pk: self._finished(pk))
+            if hooks and len(hooks) == free:
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+
+    def _finished(self, pk: int) -> None:
+        self._active.pop(pk, None)
+        self._wake.set()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.claim_ttl_s / 3)
+            try:
+                await self.outbox.renew(list(self._active))
+            except (OSError, SQLAlchemyError) as exc:
+                log.warning("renewing webhook claims failed (%s)", exc)
+
+    # ---- one webhook --------------------------------------------------------------------------
+
+    async def _deliver(self, hook: Hook) -> None:
+        """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
+        try:
+            while True:
+                rows = await self.outbox.pending(hook.pk, BATCH)
+                if not rows:
+                    await self.outbox.settle(hook.pk, [], Tally(), release=True)
+                    return
+                done: list[int] = []
+                tally = Tally()
+                for row in rows:
+                    outcome = await self._attempt(hook, row)
+                    now = utcnow()
+                    tally.attempts += 1
+                    tally.last_outcome = outcome.text
+                    tally.last_attempt_at = now
+                    attempts = row.attempts + 1
+                    if outcome.delivered:
+                        tally.delivered += 1
+                        tally.last_delivered_at = now
+                        done.append(row.id)
+                        continue
+                    if not outcome.done and attempts < self.options.max_attempts:
+                        self.counters["retried"] += 1
+                        wait = outcome.retry_in
+                        if wait is None:
+                            wait = self.backoff(attempts)
+                        wait = min(wait, self.options.backoff_max_s)
+                        log.warning(
+                            "webhook %s of task %s: event %d attempt %d: %s; retry in %.1fs",
+                            hook.config_id,
+                            hook.task_id,
+                            row.seq,
+                            attempts,
+                            outcome.text,
+                            wait,
+                        )
+                        retry = (row.id, attempts, now + timedelta(seconds=wait))
+                        await self.outbox.settle(hook.pk, done, tally, retry=retry)
+                        return
+                    self.counters["failed"] += 1
+                    tally.failed += 1
+                    done.append(row.id)
+                    log.warning(
+                        "webhook %s of task %s: event %d given up after attempt %d: %s",
+                        hook.config_id,
+                        hook.task_id,
+                        row.seq,
+                        attempts,
+                        outcome.text,
+                    )
+                await self.outbox.settle(hook.pk, done, tally)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, SQLAlchemyError) as exc:
+            log.warning("webhook %s: outbox unreachable (%s); its claim will expire", hook.config_id, exc)
+        except Exception:
+            log.exception("webhook %s: delivery failed unexpectedly", hook.config_id)
+
+    def backoff(self, attempts: int) -> float:
+        """Exponential with jitter: between half and all of base * 2^(attempts-1), capped; the jitter
+        spreads the retries of many webhooks that failed together."""
+        ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempts - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def _attempt(self, hook: Hook, row: Pending) -> Outcome:
+        self.counters["attempts"] += 1
+        try:
+            target = await guard.check(hook.url, self.options.policy)
+        except guard.Refused as exc:
+            self.counters["refused"] += 1
+            return Outcome(f"refused: {exc}")
+        request_headers = headers(hook)
+        extensions: dict[str, Any] = {}
+        if target.ip is not None:
+            request_headers["Host"] = target.host_header()
+            if target.url.scheme == "https":
+                extensions["sni_hostname"] = target.host
+        started = time.monotonic()
+        try:
+            resp = await self._client.post(
+                target.request_url(),
+                content=orjson.dumps(row.body),
+                headers=request_headers,
+                extensions=extensions,
+            )
+        except httpx.TimeoutException:
+            return Outcome(f"timeout after {time.monotonic() - started:.1f}s", done=False)
+        except httpx.HTTPError as exc:
+            return Outcome(f"network error: {type(exc).__name__}: {exc}"[:300], done=False)
+        code = resp.status_code
+        if 200 <= code < 300:
+            self.counters["delivered"] += 1
+            return Outcome(f"HTTP {code}", delivered=True)
+        if code == 429 or code >= 500:
+            return Outcome(f"HTTP {code}", done=False, retry_in=retry_after(resp.headers.get("retry-after")))
+        if 300 <= code < 400:
+            return Outcome(f"HTTP {code}: redirect not followed")
+        return Outcome(f"HTTP {code}: not retried")
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.counters, "inFlight": len(self._active)}
+
+
+def options_from(settings: Any) -> Options:
+    """The worker's options from the app settings."""
+    return Options(
+        policy=policy_from(settings),
+        max_attempts=settings.push_max_attempts,
+        backoff_s=settings.push_backoff_s,
+        backoff_max_s=settings.push_backoff_max_s,
+        timeout_s=settings.push_timeout_s,
+        claim_ttl_s=settings.push_claim_ttl_s,
+        poll_s=settings.push_poll_s,
+        max_in_flight=settings.push_max_in_flight,
+    )
+
+
+def policy_from(settings: Any) -> guard.Policy:
+    return guard.Policy(
+        allow_http=settings.push_notification_allow_http,
+        allowed_hosts=settings.push_allowed_hosts,
+        allowed_cidrs=settings.push_allowed_cidrs,
+    )

@@ -1,0 +1,172 @@
+"""The delivery outbox in the database: which webhook queues are due, who delivers each, what happened.
+
+Notifications are rows of `push_outbox`, written in the same transaction as the event they are about (the
+group-commit writer), so a committed event always has its notifications and a rolled-back one none. A
+replica claims whole webhooks (`push_configs` rows), never single notifications: the claim holder delivers
+that webhook's queue in event order, one call at a time. Claims use `FOR UPDATE SKIP LOCKED` on PostgreSQL
+(SQLite serialises writers) and expire: a replica that dies mid-delivery stops renewing, and another takes
+the queue over, so nothing is lost (a notification may arrive twice: delivery is at least once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.protocol.model import utcnow
+from app.store.models import PushConfigRow, PushOutboxRow
+
+_configs = PushConfigRow.__table__
+_outbox = PushOutboxRow.__table__
+
+
+@dataclass(slots=True, frozen=True)
+class Hook:
+    """A claimed webhook: where and how to call it."""
+
+    pk: int
+    task_id: str
+    config_id: str
+    version: str
+    url: str
+    token: str | None
+    scheme: str | None
+    credentials: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class Pending:
+    id: int
+    seq: int
+    body: dict[str, Any]
+    attempts: int
+
+
+@dataclass(slots=True)
+class Tally:
+    """Outcomes of a run of attempts on one webhook, added to its row in one update."""
+
+    attempts: int = 0
+    delivered: int = 0
+    failed: int = 0
+    last_outcome: str | None = None
+    last_attempt_at: datetime | None = None
+    last_delivered_at: datetime | None = None
+
+    def values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "attempts": _configs.c.attempts + self.attempts,
+            "delivered": _configs.c.delivered + self.delivered,
+            "failed": _configs.c.failed + self.failed,
+        }
+        if self.last_outcome is not None:
+            out["last_outcome"] = self.last_outcome[:512]
+            out["last_attempt_at"] = self.last_attempt_at
+        if self.last_delivered_at is not None:
+            out["last_delivered_at"] = self.last_delivered_at
+        return out
+
+
+class Outbox:
+    def __init__(self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float) -> None:
+        self._engine = engine
+        self.replica_id = replica_id
+        self.ttl = timedelta(seconds=claim_ttl_s)
+        self._pg = engine.dialect.name == "postgresql"
+
+    async def claim(self, limit: int) -> list[Hook]:
+        """Claim up to `limit` webhooks that have notifications waiting and are not held back."""
+        if limit <= 0:
+            return []
+        now = utcnow()
+        free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
+        due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
+        pick = (
+            select(_configs.c.pk)
+            .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
+            .limit(limit)
+        )
+        if self._pg:
+            pick = pick.with_for_update(skip_locked=True, of=_configs)
+        stmt = (
+            update(_configs)
+            .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
+            .values(claimed_by=self.replica_id, claim_expires_at=now + self.ttl, retry_at=None)
+            .returning(
+                _configs.c.pk,
+                _configs.c.task_id,
+                _configs.c.config_id,
+                _configs.c.version,
+                _configs.c.url,
+                _configs.c.token,
+                _configs.c.auth_scheme,
+                _configs.c.auth_credentials,
+            )
+        )
+        async with self._engine.begin() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [Hook(*r) for r in rows]
+
+    async def pending(self, pk: int, limit: int) -> list[Pending]:
+        """The webhook's next notifications, oldest event first."""
+        stmt = (
+            select(_outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts)
+            .where(_outbox.c.config_pk == pk)
+            .order_by(_outbox.c.seq, _outbox.c.id)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [Pending(*r) for r in (await conn.execute(stmt)).all()]
+
+    async def settle(
+        self,
+        pk: int,
+        done: list[int],
+        tally: Tally,
+        *,
+        retry: tuple[int, int, datetime] | None = None,
+        release: bool = False,
+    ) -> None:
+        """Record a run of attempts: `done` rows leave the queue; `retry` (row id, attempts, when) holds
+        the queue back until then and gives the claim up; `release` gives it up too."""
+        values = tally.values()
+        if retry is not None:
+            row_id, attempts, when = retry
+            values["retry_at"] = when
+        if retry is not None or release:
+            values["claimed_by"] = None
+            values["claim_expires_at"] = None
+        async with self._engine.begin() as conn:
+            if done:
+                await conn.execute(delete(_outbox).where(_outbox.c.id.in_(done)))
+            if retry is not None:
+                await conn.execute(update(_outbox).where(_outbox.c.id == row_id).values(attempts=attempts))
+            await conn.execute(update(_configs).where(_configs.c.pk == pk).values(**values))
+
+    async def renew(self, pks: list[int]) -> None:
+        """Heartbeat: keep the claims on the webhooks being delivered here."""
+        if not pks:
+            return
+        stmt = (
+            update(_configs)
+            .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
+            .values(claim_expires_at=utcnow() + self.ttl)
+        )
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def release(self, pks: list[int]) -> None:
+        """Give claims up (shutdown): another replica may deliver at once."""
+        if not pks:
+            return
+        stmt = (
+            update(_configs)
+            .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
+            .values(claimed_by=None, claim_expires_at=None)
+        )
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
