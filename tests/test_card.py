@@ -13,7 +13,7 @@ async def test_card_content(client, server):
     assert card["preferredTransport"] == "JSONRPC"
     assert card["capabilities"] == {
         "streaming": True,
-        "pushNotifications": False,
+        "pushNotifications": True,
         "stateTransitionHistory": True,
     }
     assert card["supportsAuthenticatedExtendedCard"] is False

@@ -186,21 +186,25 @@ async def test_agent_that_stops_without_result_fails_the_task(client):
     assert "without reporting a result" in task["status"]["message"]["parts"][0]["text"]
 
 
-async def test_push_config_methods_are_not_supported(client):
+async def test_push_config_methods_check_the_task_and_the_url(client):
     for method in (
-        "tasks/pushNotificationConfig/set",
         "tasks/pushNotificationConfig/get",
         "tasks/pushNotificationConfig/list",
-        "tasks/pushNotificationConfig/delete",
     ):
         body = await call(client, method, {"id": "t"})
-        assert body["error"]["code"] == -32003, method
+        assert body["error"]["code"] == -32001, method
+    body = await call(
+        client, "tasks/pushNotificationConfig/delete", {"id": "t", "pushNotificationConfigId": "c"}
+    )
+    assert body["error"]["code"] == -32001
+    body = await call(client, "tasks/pushNotificationConfig/set", {"id": "t"})
+    assert body["error"]["code"] == -32602
     inline = {
         "message": text_message("say:x"),
-        "configuration": {"pushNotificationConfig": {"url": "https://example.com/hook"}},
+        "configuration": {"pushNotificationConfig": {"url": "http://example.com/hook"}},
     }
     body = await call(client, "message/send", inline)
-    assert body["error"]["code"] == -32003
+    assert body["error"]["code"] == -32602 and "https" in body["error"]["message"]
 
 
 async def test_extended_card_not_configured(client):

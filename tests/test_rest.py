@@ -357,20 +357,18 @@ async def test_v10_subscribe_to_a_terminal_task_is_unsupported(client, method):
 async def test_v10_push_configs_and_extended_card(client):
     task = await send_v10(client, "say:x")
     base = f"{REST}/tasks/{task['id']}/pushNotificationConfigs"
-    for method, url, body in (
-        ("POST", base, {"url": "https://client.example/hook"}),
-        ("GET", base, None),
-        ("GET", f"{base}/cfg-1", None),
-        ("DELETE", f"{base}/cfg-1", None),
-    ):
-        resp = await client.request(method, url, json=body)
-        assert_status(resp, 400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED")
+    resp = await client.post(base, json={"url": "http://client.example/hook"})
+    assert_status(resp, 400, "INVALID_ARGUMENT", "INVALID_PARAMS")
+    assert (await client.get(base)).json() == {"configs": [], "nextPageToken": ""}
+    assert_status(await client.get(f"{base}/cfg-1"), 404, "NOT_FOUND", "TASK_NOT_FOUND")
+    resp = await client.delete(f"{base}/cfg-1")
+    assert resp.status_code == 200 and resp.json() == {}
     body = {
         "message": v10_message("say:x"),
-        "configuration": {"taskPushNotificationConfig": {"url": "https://client.example/hook"}},
+        "configuration": {"taskPushNotificationConfig": {"url": "https://127.0.0.1/hook"}},
     }
     resp = await client.post(f"{REST}/message:send", json=body)
-    assert_status(resp, 400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED")
+    assert_status(resp, 400, "INVALID_ARGUMENT", "INVALID_PARAMS")
     resp = await client.get(f"{REST}/extendedAgentCard")
     assert_status(resp, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION")
 
@@ -391,7 +389,7 @@ async def test_v10_tenant_form(client):
     resp = await client.get(f"{tenant}/tasks/{task['id']}:subscribe")
     assert_status(resp, 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION")
     resp = await client.get(f"{tenant}/tasks/{task['id']}/pushNotificationConfigs")
-    assert_status(resp, 400, "FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED")
+    assert resp.status_code == 200 and resp.json()["configs"] == []
     assert_status(
         await client.get(f"{tenant}/extendedAgentCard"), 400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION"
     )
@@ -567,23 +565,23 @@ async def test_v03_push_configs_card_and_list(client, server):
         "config_id": "c",
         "config": {"push_notification_config": {"url": "u"}},
     }
-    for method, url, body in (
-        ("POST", base, create),
-        ("GET", base, None),
-        ("GET", f"{base}/c", None),
-        ("DELETE", f"{base}/c", None),
-    ):
-        resp = await client.request(method, url, json=body)
-        assert_v03_error(resp, 501, -32003, "PushNotificationNotSupportedError")
-    body = {"message": v03_message("say:x"), "configuration": {"pushNotification": {"url": "https://h"}}}
+    assert_v03_error(await client.post(base, json=create), 422, -32602, "InvalidParamsError")
+    assert (await client.get(base)).json() == {"configs": []}
+    assert_v03_error(await client.get(f"{base}/c"), 404, -32001, "TaskNotFoundError")
+    resp = await client.delete(f"{base}/c")
+    assert resp.status_code == 200 and resp.json() == {}
+    body = {
+        "message": v03_message("say:x"),
+        "configuration": {"pushNotification": {"url": "https://10.0.0.1"}},
+    }
     resp = await client.post(f"{V1}/message:send", json=body)
-    assert_v03_error(resp, 501, -32003, "PushNotificationNotSupportedError")
+    assert_v03_error(resp, 422, -32602, "InvalidParamsError")
 
     card = (await client.get(f"{V1}/card")).json()
     assert card["name"] == "Scripted Test Agent" and card["protocolVersion"] == "0.3.0"
     assert card["url"] == f"http://localhost:{server.port}/a2a/jsonrpc"
     assert "supportedInterfaces" not in card
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
 
     assert_v03_error(await client.get(f"{V1}/tasks"), 501, -32004, "UnsupportedOperationError")
 
@@ -651,10 +649,12 @@ async def test_alias_list_tasks(client):
 
 async def test_alias_push_notification_config(client):
     task = await send_v10(client, "say:p")
-    for method in ("GET", "POST"):
-        resp = await client.request(
-            method,
-            f"/a2a/tasks/{task['id']}/pushNotificationConfig",
-            json={"url": "https://h"} if method == "POST" else None,
-        )
-        assert_v03_error(resp, 400, -32003, "PushNotificationNotSupportedError")
+    path = f"/a2a/tasks/{task['id']}/pushNotificationConfig"
+    resp = await client.post(path, json={"url": "https://169.254.169.254/latest"})
+    assert_v03_error(resp, 400, -32602, "InvalidParamsError")
+    assert "169.254.169.254" in resp.json()["message"]
+    resp = await client.get(path)
+    assert resp.status_code == 200 and resp.json() == []
+    assert_v03_error(
+        await client.get("/a2a/tasks/missing/pushNotificationConfig"), 404, -32001, "TaskNotFoundError"
+    )

@@ -146,10 +146,12 @@ async def test_errors_carry_error_info(client):
     for method in (
         "CreateTaskPushNotificationConfig",
         "GetTaskPushNotificationConfig",
-        "ListTaskPushNotificationConfigs",
         "DeleteTaskPushNotificationConfig",
     ):
-        error_of(await rpc(client, method, {"taskId": done["id"]}), -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
+        error_of(await rpc(client, method, {"taskId": done["id"]}), -32602, "INVALID_PARAMS")
+    error_of(
+        await rpc(client, "ListTaskPushNotificationConfigs", {"taskId": "nope"}), -32001, "TASK_NOT_FOUND"
+    )
     error_of(await rpc(client, "GetExtendedAgentCard"), -32004, "UNSUPPORTED_OPERATION")
     more = await rpc(client, "SendMessage", {"message": message("more", taskId=done["id"])})
     error_of(more, -32004, "UNSUPPORTED_OPERATION")
@@ -284,7 +286,7 @@ async def test_pre_03_names_and_type_tagged_parts(client):
     events = await sse(client, "tasks/sendSubscribe", {"message": legacy}, headers={"X-Unused": "1"})
     assert events[-1][1]["kind"] == "status-update" and events[-1][1]["final"] is True
     data = await rpc(client, "tasks/pushNotification/get", {"id": task["id"]}, headers={})
-    assert data["error"]["code"] == -32003
+    assert data["error"]["code"] == -32001
 
 
 async def test_card_serves_both_versions(client, server):
