@@ -22,10 +22,11 @@ from a2a.compat.v0_3.rest_transport import CompatRestTransport
 from a2a.helpers import get_message_text
 from a2a.types import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
-    PushNotificationNotSupportedError,
     Role,
     SendMessageRequest,
     StreamResponse,
@@ -337,18 +338,53 @@ async def test_unknown_task_is_task_not_found(sdk: Client, sdk_stream: Client, w
     assert [m for m, _ in wire.seen] == ["GET", "POST", "POST"]
 
 
-async def test_push_configs_are_not_supported(sdk: Client, wire: Wire) -> None:
+async def test_push_configs_round_trip(sdk: Client, wire: Wire, server: ServerProcess) -> None:
+    """The official client creates, reads, lists and deletes a webhook over either REST binding.
+
+    The URL is a public address literal (the SSRF guard refuses private ones); the config is deleted at
+    the end so no delivery to it is left waiting.
+    """
     task = await send_for_task(sdk, user_message("say:x"))
-    with pytest.raises(PushNotificationNotSupportedError):
-        await sdk.create_task_push_notification_config(
-            TaskPushNotificationConfig(task_id=task.id, id="cfg-1", url="https://client.example/hook")
-        )
-    with pytest.raises(PushNotificationNotSupportedError):
+    url = "https://93.184.215.14/hook"
+    created = await sdk.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task.id, id="cfg-1", url=url, token="secret")
+    )
+    assert created.id == "cfg-1" and created.url == url and created.token != "secret"
+    got = await sdk.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+    )
+    assert got.url == url and got.token != "secret"
+    if wire.protocol == "0.3":
+        # The 0.3 compat transport has no list or delete; delete over plain HTTP.
+        async with httpx.AsyncClient(base_url=server.base_url) as http:
+            resp = await http.delete(f"/a2a/rest/v1/tasks/{task.id}/pushNotificationConfigs/cfg-1")
+            assert resp.status_code == 200
+        assert wire.seen[1:] == [
+            ("POST", "/tasks/{id}/pushNotificationConfigs"),
+            ("GET", "/tasks/{id}/pushNotificationConfigs/cfg-1"),
+        ]
+        return
+    listed = await sdk.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    assert [c.id for c in listed.configs] == ["cfg-1"]
+    await sdk.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+    )
+    listed = await sdk.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    assert list(listed.configs) == []
+    with pytest.raises(TaskNotFoundError):
         await sdk.get_task_push_notification_config(
             GetTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
         )
     assert wire.seen[1:] == [
         ("POST", "/tasks/{id}/pushNotificationConfigs"),
+        ("GET", "/tasks/{id}/pushNotificationConfigs/cfg-1"),
+        ("GET", "/tasks/{id}/pushNotificationConfigs"),
+        ("DELETE", "/tasks/{id}/pushNotificationConfigs/cfg-1"),
+        ("GET", "/tasks/{id}/pushNotificationConfigs"),
         ("GET", "/tasks/{id}/pushNotificationConfigs/cfg-1"),
     ]
 
