@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -142,14 +142,14 @@ class Deliverer:
             self._wake.clear()
             free = self.options.max_in_flight - len(self._active)
             try:
-                hooks = await self.outbox.claim(free)
+                hooks = await self.outbox.claim(free, BATCH)
                 delay = self.options.poll_s
             except (OSError, SQLAlchemyError) as exc:
                 log.warning("claiming webhook deliveries failed (%s); retrying", exc)
                 hooks = []
                 delay = min(delay * 2, 30.0)
-            for hook in hooks:
-                task = asyncio.create_task(self._deliver(hook), name=f"push-{hook.pk}")
+            for hook, rows in hooks:
+                task = asyncio.create_task(self._deliver(hook, rows), name=f"push-{hook.pk}")
                 self._active[hook.pk] = task
                 task.add_done_callback(lambda _t, pk=hook.pk: self._finished(pk))
             if hooks and len(hooks) == free:
@@ -173,16 +173,15 @@ class Deliverer:
 
     # ---- one webhook --------------------------------------------------------------------------
 
-    async def _deliver(self, hook: Hook) -> None:
+    async def _deliver(self, hook: Hook, rows: list[Pending]) -> None:
         """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
         try:
-            while True:
-                rows = await self.outbox.pending(hook.pk, BATCH)
-                if not rows:
-                    await self.outbox.settle(hook.pk, [], Tally(), release=True)
-                    return
+            if not rows:
+                rows = await self.outbox.settle(hook.pk, [], Tally(), BATCH)
+            while rows:
                 done: list[int] = []
                 tally = Tally()
+                retry: tuple[int, int, datetime] | None = None
                 for row in rows:
                     outcome = await self._attempt(hook, row)
                     now = utcnow()
@@ -197,9 +196,7 @@ class Deliverer:
                         continue
                     if not outcome.done and attempts < self.options.max_attempts:
                         self.counters["retried"] += 1
-                        wait = outcome.retry_in
-                        if wait is None:
-                            wait = self.backoff(attempts)
+                        wait = outcome.retry_in if outcome.retry_in is not None else self.backoff(attempts)
                         wait = min(wait, self.options.backoff_max_s)
                         log.warning(
                             "webhook %s of task %s: event %d attempt %d: %s; retry in %.1fs",
@@ -211,8 +208,7 @@ class Deliverer:
                             wait,
                         )
                         retry = (row.id, attempts, now + timedelta(seconds=wait))
-                        await self.outbox.settle(hook.pk, done, tally, retry=retry)
-                        return
+                        break
                     self.counters["failed"] += 1
                     tally.failed += 1
                     done.append(row.id)
@@ -224,7 +220,7 @@ class Deliverer:
                         attempts,
                         outcome.text,
                     )
-                await self.outbox.settle(hook.pk, done, tally)
+                rows = await self.outbox.settle(hook.pk, done, tally, BATCH, retry)
         except asyncio.CancelledError:
             raise
         except (OSError, SQLAlchemyError) as exc:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import utcnow
 from app.store.models import PushConfigRow, PushOutboxRow
@@ -78,8 +78,9 @@ class Outbox:
         self.ttl = timedelta(seconds=claim_ttl_s)
         self._pg = engine.dialect.name == "postgresql"
 
-    async def claim(self, limit: int) -> list[Hook]:
-        """Claim up to `limit` webhooks that have notifications waiting and are not held back."""
+    async def claim(self, limit: int, batch: int) -> list[tuple[Hook, list[Pending]]]:
+        """Claim up to `limit` webhooks that have notifications waiting and are not held back; each
+        with its first `batch` notifications (one transaction for all)."""
         if limit <= 0:
             return []
         now = utcnow()
@@ -91,7 +92,9 @@ class Outbox:
             .limit(limit)
         )
         if self._pg:
-            pick = pick.with_for_update(skip_locked=True, of=_configs)
+            # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
+            # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
+            pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
         stmt = (
             update(_configs)
             .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
@@ -108,44 +111,65 @@ class Outbox:
             )
         )
         async with self._engine.begin() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [Hook(*r) for r in rows]
+            hooks = [Hook(*r) for r in (await conn.execute(stmt)).all()]
+            if not hooks:
+                return []
+            queued: dict[int, list[Pending]] = {h.pk: [] for h in hooks}
+            rank = (
+                func.row_number()
+                .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
+                .label("rank")
+            )
+            ranked = (
+                select(
+                    _outbox.c.config_pk, _outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts, rank
+                )
+                .where(_outbox.c.config_pk.in_(list(queued)))
+                .subquery()
+            )
+            first = select(ranked).where(ranked.c.rank <= batch).order_by(ranked.c.config_pk, ranked.c.rank)
+            for r in (await conn.execute(first)).all():
+                queued[r.config_pk].append(Pending(r.id, r.seq, r.body, r.attempts))
+        return [(h, queued[h.pk]) for h in hooks]
 
-    async def pending(self, pk: int, limit: int) -> list[Pending]:
-        """The webhook's next notifications, oldest event first."""
+    async def _next(self, conn: AsyncConnection, pk: int, limit: int) -> list[Pending]:
         stmt = (
             select(_outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts)
             .where(_outbox.c.config_pk == pk)
             .order_by(_outbox.c.seq, _outbox.c.id)
             .limit(limit)
         )
-        async with self._engine.connect() as conn:
-            return [Pending(*r) for r in (await conn.execute(stmt)).all()]
+        return [Pending(*r) for r in (await conn.execute(stmt)).all()]
 
     async def settle(
         self,
         pk: int,
         done: list[int],
         tally: Tally,
-        *,
+        batch: int,
         retry: tuple[int, int, datetime] | None = None,
-        release: bool = False,
-    ) -> None:
-        """Record a run of attempts: `done` rows leave the queue; `retry` (row id, attempts, when) holds
-        the queue back until then and gives the claim up; `release` gives it up too."""
+    ) -> list[Pending]:
+        """Record a run of attempts and return the next notifications to send, in one transaction.
+
+        `done` rows leave the queue. `retry` (row id, attempts, when) holds the queue back until then and
+        gives the claim up; so does an empty queue. Returns [] when the claim was given up.
+        """
         values = tally.values()
-        if retry is not None:
-            row_id, attempts, when = retry
-            values["retry_at"] = when
-        if retry is not None or release:
-            values["claimed_by"] = None
-            values["claim_expires_at"] = None
         async with self._engine.begin() as conn:
             if done:
                 await conn.execute(delete(_outbox).where(_outbox.c.id.in_(done)))
+            following: list[Pending] = []
             if retry is not None:
+                row_id, attempts, when = retry
                 await conn.execute(update(_outbox).where(_outbox.c.id == row_id).values(attempts=attempts))
+                values["retry_at"] = when
+            else:
+                following = await self._next(conn, pk, batch)
+            if not following:
+                values["claimed_by"] = None
+                values["claim_expires_at"] = None
             await conn.execute(update(_configs).where(_configs.c.pk == pk).values(**values))
+        return following
 
     async def renew(self, pks: list[int]) -> None:
         """Heartbeat: keep the claims on the webhooks being delivered here."""
