@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 PG_URL = $(shell scripts/pg.sh url)
 TEST_REDIS = $(shell scripts/redis.sh url)
 
-.PHONY: run run-example serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-quick clean services-stop \
+.PHONY: run run-example serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-push \
+	bench-quick clean services-stop \
 	cluster cluster-stop
 
 $(BIN)/python:
@@ -47,14 +48,22 @@ format: $(VENV)/.test-installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-## Both benchmarks beside the official SDK's reference server (about 10 minutes); each also runs alone.
+## The benchmarks: two beside the official SDK's reference server, then push delivery (about 12 minutes);
+## each also runs alone.
 bench: $(VENV)/.test-installed
-	$(MAKE) --no-print-directory bench-send; s=$$?; $(MAKE) --no-print-directory bench-cluster || s=1; exit $$s
+	$(MAKE) --no-print-directory bench-send; s=$$?; $(MAKE) --no-print-directory bench-cluster || s=1; \
+	$(MAKE) --no-print-directory bench-push || s=1; exit $$s
 
-## The same with short points (a few minutes): BENCH_ARGS / BENCH_CLUSTER_ARGS still apply.
+## The same with short points (a few minutes): BENCH_ARGS / BENCH_CLUSTER_ARGS / BENCH_PUSH_ARGS still apply.
 bench-quick: $(VENV)/.test-installed
 	$(MAKE) --no-print-directory bench BENCH_ARGS="--duration 3 --warmup 1 --retries 0 --quiet-wait 10 $(BENCH_ARGS)" \
-		BENCH_CLUSTER_ARGS="--quick $(BENCH_CLUSTER_ARGS)"
+		BENCH_CLUSTER_ARGS="--quick $(BENCH_CLUSTER_ARGS)" BENCH_PUSH_ARGS="--quick $(BENCH_PUSH_ARGS)"
+
+## Push notifications: deliveries per second to a fast local receiver, and message/send latency with and
+## without a webhook that takes 10 s to answer, side by side.
+bench-push: $(VENV)/.test-installed
+	scripts/pg.sh start
+	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.push $(BENCH_PUSH_ARGS)
 
 ## Blocking message/send throughput and latency, one server at a time.
 bench-send: $(VENV)/.test-installed
