@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -146,6 +145,29 @@ async def latency(server: OurServer, receiver: str, args: argparse.Namespace) ->
     return out
 
 
+def start_receiver(port: int, slow_s: float, workdir: Path) -> subprocess.Popen[bytes]:
+    """The receiver process, once it answers."""
+    with open(workdir / "receiver.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.push_receiver", "--port", str(port), "--slow-s", str(slow_s)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+        )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/stats", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(
+                    f"the bench receiver did not start: see {workdir / 'receiver.log'}"
+                ) from None
+            time.sleep(0.05)
+
+
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if args.postgres_url:
         db = await create_database(args.postgres_url, "bench_push")
@@ -153,36 +175,20 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         db = f"sqlite+aiosqlite:///{workdir / 'push.db'}"
     port = free_port()
     receiver_url = f"http://127.0.0.1:{port}"
-    log = open(workdir / "receiver.log", "ab")
-    receiver = subprocess.Popen(
-        [sys.executable, "-m", "bench.push_receiver", "--port", str(port), "--slow-s", str(args.slow_s)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=log,
-    )
+    receiver = await asyncio.to_thread(start_receiver, port, args.slow_s, workdir)
     server = PushServer("ours", db, workdir / "server.log")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{receiver_url}/stats", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the bench receiver did not start") from None
-                time.sleep(0.05)
-        server.prepare()
-        server.start()
+        await asyncio.to_thread(server.prepare)
+        await asyncio.to_thread(server.start)
         return {
             "database": "postgresql" if args.postgres_url else "sqlite",
             "throughput": await throughput(server, receiver_url, args),
             "latency": await latency(server, receiver_url, args),
         }
     finally:
-        server.stop()
+        await asyncio.to_thread(server.stop)
         receiver.terminate()
-        receiver.wait()
-        log.close()
+        await asyncio.to_thread(receiver.wait)
         if args.postgres_url:
             await drop_database(args.postgres_url, db)
 
@@ -193,15 +199,13 @@ def report(doc: dict[str, Any]) -> bool:
     met = (t["per_s"] or 0) >= TARGET_PER_S
     print(f"\npush notifications ({doc['database']}, one replica)")
     print(f"  delivered        {t['delivered']}/{t['expected']} {'(all)' if complete else '(MISSING SOME)'}")
-    print(
-        f"  throughput       {t['per_s']}/s over {t['window_s']} s (target >= {TARGET_PER_S:.0f}/s: {'met' if met else 'missed'})"
-    )
+    verdict = "met" if met else "missed"
+    print(f"  throughput       {t['per_s']}/s over {t['window_s']} s (>= {TARGET_PER_S:.0f}/s: {verdict})")
     print(f"\nmessage/send, blocking, one at a time ({lat['sends_per_side']} per side)")
     print(f"  {'':24} {'p50 ms':>8} {'p95 ms':>8}")
     print(f"  {'without webhook':24} {lat['without']['p50_ms']:>8} {lat['without']['p95_ms']:>8}")
-    print(
-        f"  {'with 10 s webhook':24} {lat['with_slow_webhook']['p50_ms']:>8} {lat['with_slow_webhook']['p95_ms']:>8}"
-    )
+    slow = lat["with_slow_webhook"]
+    print(f"  {'with 10 s webhook':24} {slow['p50_ms']:>8} {slow['p95_ms']:>8}")
     print(f"  {'ratio':24} {lat['ratio_p50']:>8} {lat['ratio_p95']:>8}")
     return complete
 
