@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     """The `ndjson` adapter's command line (shell-like quoting), e.g. `python my_agent.py`."""
     claude_bin: str = "claude"
     cursor_bin: str = "cursor-agent"
+    codex_bin: str = "codex"
+    gemini_bin: str = "gemini"
 
     agent_timeout_s: float = Field(default=3600.0, gt=0)
     """Longest an agent run may take before its task fails with a timeout."""
