@@ -37,7 +37,10 @@ class Scenario:
 
 
 def scenario_of(texts: list[str]) -> Scenario:
-    """The scenario named in the user's texts (the last directive wins), else text."""
+    """The scenario named in the texts of the latest user message (its last directive), else text.
+
+    Only the latest message counts: a resumed session's history holds earlier turns' directives.
+    """
     found = [m for text in texts for m in _DIRECTIVE.finditer(text)]
     if not found:
         return Scenario("text")

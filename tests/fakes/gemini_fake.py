@@ -53,7 +53,7 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
         for part in c.get("parts") or ():
             if isinstance(part, dict) and "functionResponse" in part:
                 return "final", json.dumps(part["functionResponse"].get("response"))
-    scenario = scenario_of([t for n in users for t in texts(contents[n])][-3:])
+    scenario = scenario_of(texts(contents[last_user]) if users else [])
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None

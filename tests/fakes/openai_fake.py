@@ -61,8 +61,7 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
     outputs = [i for i in items[last_user + 1 :] if i.get("type") == "function_call_output"]
     if outputs:
         return "final", _output_text(outputs[-1].get("output"))
-    texts = [t for n in users for t in _texts(items[n])]
-    scenario = scenario_of(texts[-3:])
+    scenario = scenario_of(_texts(items[last_user]) if users else [])
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None
