@@ -5,10 +5,19 @@ from __future__ import annotations
 import importlib
 
 from .base import Agent
+from .claude import ClaudeAgent
+from .cursor import CursorAgent
 from .echo import EchoAgent
+from .ndjson import NdjsonAgent
 from .scripted import ScriptedAgent
 
-BUILTIN: dict[str, type[Agent]] = {"echo": EchoAgent, "scripted": ScriptedAgent}
+BUILTIN: dict[str, type[Agent]] = {
+    "echo": EchoAgent,
+    "scripted": ScriptedAgent,
+    "claude-code": ClaudeAgent,
+    "cursor": CursorAgent,
+    "ndjson": NdjsonAgent,
+}
 
 
 class AdapterError(ValueError):
@@ -21,7 +30,10 @@ def load_agent(spec: str) -> Agent:
     `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance.
     """
     if spec in BUILTIN:
-        return BUILTIN[spec]()
+        try:
+            return BUILTIN[spec]()
+        except ValueError as exc:
+            raise AdapterError(str(exc)) from None
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         names = ", ".join(sorted(BUILTIN))

@@ -218,6 +218,7 @@ class Runner:
         )
         rid = response_artifact_id(task_id)
         mapper = EventMapper(task_id, task.context_id, any(a.artifact_id == rid for a in task.artifacts))
+        run: AgentRun | None = None
         try:
             run = self._agent.start(request)
             self._runs[task_id].run = run
@@ -226,6 +227,7 @@ class Runner:
                     return
             await self._service.fail(task_id, "The agent stopped without reporting a result.")
         except TimeoutError:
+            await self._cancel_run(run)
             await self._service.fail(
                 task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped."
             )
@@ -233,7 +235,17 @@ class Runner:
             raise
         except Exception as exc:
             log.exception("agent run for task %s failed", task_id)
+            await self._cancel_run(run)
             await self._service.fail(task_id, f"The agent failed: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    async def _cancel_run(run: AgentRun | None) -> None:
+        """Stop what the run owns (a CLI's process group) before its task is reported failed."""
+        if run is not None:
+            try:
+                await run.cancel()
+            except Exception:
+                log.exception("cancelling an agent run failed")
 
     async def _consume(self, task_id: str, run: AgentRun, mapper: EventMapper) -> bool:
         """Apply the run's events, each batch that has piled up in one commit; True once the task ended.
