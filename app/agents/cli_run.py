@@ -208,6 +208,7 @@ class CliRun(AgentRun):
             try:
                 obj = await self._next()
             except IdleTimeout as idle:
+                await self._shutdown(graceful=False)  # a hung CLI gets no grace to exit on its own
                 yield AgentEvent.error(str(idle))
                 return
             if obj is None:
