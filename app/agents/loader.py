@@ -6,8 +6,10 @@ import importlib
 
 from .base import Agent
 from .claude import ClaudeAgent
+from .codex import CodexAgent
 from .cursor import CursorAgent
 from .echo import EchoAgent
+from .gemini import GeminiAgent
 from .ndjson import NdjsonAgent
 from .scripted import ScriptedAgent
 
@@ -17,6 +19,8 @@ BUILTIN: dict[str, type[Agent]] = {
     "claude-code": ClaudeAgent,
     "cursor": CursorAgent,
     "ndjson": NdjsonAgent,
+    "codex": CodexAgent,
+    "gemini": GeminiAgent,
 }
 
 
