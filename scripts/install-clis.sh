@@ -7,6 +7,8 @@ set -euo pipefail
 
 PACKAGES=(
   "@anthropic-ai/claude-code@2.1.197"
+  "@openai/codex@0.169.0"
+  "@google/gemini-cli@0.61.0"
 )
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -45,4 +47,6 @@ for spec in "${PACKAGES[@]}"; do
   fi
 done
 "$DIR/node_modules/.bin/claude" --version >/dev/null
+"$DIR/node_modules/.bin/codex" --version >/dev/null
+"$DIR/node_modules/.bin/gemini" --version >/dev/null
 echo "install-clis: ok (${PACKAGES[*]})"
