@@ -4,7 +4,8 @@ A fake chooses its answer from the request body, never from a turn counter, so h
 makes (routers, retries) cannot shift the script. The scenario is named in the user's prompt:
 
 - `FAKE:tool:<file>`  ask for a shell command that writes `<file>` in the workspace
-- `FAKE:long:<file>`  ask for a shell command that writes its PID to `<file>`, then sleeps 300 s
+- `FAKE:long:<n>`     ask for the shell command `exec sleep 300.<n>` (digits: a marker to find it by)
+- `FAKE:error`        answer HTTP 400 with the message `ERROR_MESSAGE`
 - anything else       answer text (`TEXT_CHUNKS`, streamed in pieces)
 
 Once a tool's output is in the history, the answer is the final text `Done: tool said <output>`.
@@ -21,18 +22,19 @@ from typing import Any
 
 TEXT_CHUNKS = ("hi from ", "the fake ", "model")
 TEXT = "".join(TEXT_CHUNKS)
-_DIRECTIVE = re.compile(r"FAKE:(tool|long):([\w.\-]+)")
+ERROR_MESSAGE = "fake model refuses this request"
+_DIRECTIVE = re.compile(r"FAKE:(tool|long|error)(?::([\w.\-]+))?")
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    kind: str  # "text", "tool" or "long"
+    kind: str  # "text", "tool", "long" or "error"
     file: str = ""
 
     def command(self) -> str:
         """The shell command the fake model asks the CLI to run."""
         if self.kind == "long":
-            return f"echo $$ > {self.file} && exec sleep 300"
+            return f"exec sleep 300.{self.file}"
         return f"echo hi > {self.file}"
 
 
@@ -44,7 +46,7 @@ def scenario_of(texts: list[str]) -> Scenario:
     found = [m for text in texts for m in _DIRECTIVE.finditer(text)]
     if not found:
         return Scenario("text")
-    return Scenario(found[-1].group(1), found[-1].group(2))
+    return Scenario(found[-1].group(1), found[-1].group(2) or "")
 
 
 def final_text(tool_output: str) -> str:

@@ -2,7 +2,8 @@
 
 The CLI needs three settings to use it (see `gemini_env` and `write_gemini_home`): the base URL and key,
 `security.auth.selectedType = gemini-api-key` in `$HOME/.gemini/settings.json` (else it picks the
-"gateway" auth and exits 41), and a trusted workspace. Run alone: `python -m tests.fakes.gemini_fake`.
+"gateway" auth and exits 41), and a trusted workspace (the adapter passes `--skip-trust`; by hand, set
+GEMINI_CLI_TRUST_WORKSPACE=true). Run alone: `python -m tests.fakes.gemini_fake`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .base import TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
+from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
 
 USAGE = {"promptTokenCount": 20, "candidatesTokenCount": 10, "totalTokenCount": 30}
 HELPER_JSON = {
@@ -36,12 +37,11 @@ def gemini_env(base_url: str, home: Path) -> dict[str, str]:
         "HOME": str(home),
         "GOOGLE_GEMINI_BASE_URL": base_url,
         "GEMINI_API_KEY": "sk-test",
-        "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("text", None) for one generate request."""
+    """("final", tool output) | ("tool", Scenario) | ("error", None) | ("text", None) for one request."""
     contents = [c for c in body.get("contents") or () if isinstance(c, dict)]
 
     def texts(c: dict[str, Any]) -> list[str]:
@@ -54,6 +54,8 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
             if isinstance(part, dict) and "functionResponse" in part:
                 return "final", json.dumps(part["functionResponse"].get("response"))
     scenario = scenario_of(texts(contents[last_user]) if users else [])
+    if scenario.kind == "error":
+        return "error", None
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None
@@ -81,6 +83,9 @@ class GeminiFake(FakeServer):
         if not route.endswith(":streamGenerateContent"):
             return Reply(404, {"error": {"code": 404, "message": f"fake: no {method} {path}"}})
         kind, arg = plan(body)
+        if kind == "error":
+            error = {"code": 400, "message": ERROR_MESSAGE, "status": "INVALID_ARGUMENT"}
+            return Reply(400, {"error": error})
         if kind == "tool":
             return Reply(events=[_chunk([self._function_call(arg)], last=True)])
         chunks = [final_text(arg)] if kind == "final" else list(TEXT_CHUNKS)

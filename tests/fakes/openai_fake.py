@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
+from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
 
 API_KEY_ENV = "FAKE_OPENAI_KEY"
 
@@ -54,7 +54,7 @@ def _output_text(output: Any) -> str:
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("text", None) for one Responses request."""
+    """("final", tool output) | ("tool", Scenario) | ("error", None) | ("text", None) for one request."""
     items = [i for i in body.get("input") or () if isinstance(i, dict)]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
     last_user = users[-1] if users else -1
@@ -62,6 +62,8 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
     if outputs:
         return "final", _output_text(outputs[-1].get("output"))
     scenario = scenario_of(_texts(items[last_user]) if users else [])
+    if scenario.kind == "error":
+        return "error", None
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None
@@ -79,6 +81,8 @@ class OpenAIFake(FakeServer):
             return Reply(404, {"error": {"message": f"fake: no {method} {path}"}})
         kind, arg = plan(body)
         n = next(self._ids)
+        if kind == "error":
+            return Reply(400, {"error": {"message": ERROR_MESSAGE, "type": "invalid_request_error"}})
         if kind == "tool":
             return self._stream(n, self._function_call(n, arg))
         text = final_text(arg) if kind == "final" else None
