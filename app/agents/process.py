@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import signal
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,9 @@ CHUNK = 1 << 16
 MAX_LINE = 64 << 20
 """A line longer than this is dropped (not the run): 64 MiB is far beyond any real event."""
 STDERR_TAIL = 8192
+RUN_ENV = "A2A_AGENT_RUN_ID"
+"""Set to a fresh id in each CLI's environment: tools inherit it, so `stop()` finds a tool that left the
+CLI's session and was orphaned (codex's sandbox helper does both) by the id in /proc/<pid>/environ."""
 KILL_WAIT_S = 5.0
 """After SIGKILL, how long to wait for the processes to vanish before giving up with a warning."""
 
@@ -107,7 +111,8 @@ class CliProcess:
         """`env` is added to (and overrides) the server's own environment."""
         self.argv = list(argv)
         self.cwd = cwd
-        self.env = {**os.environ, **(env or {})}
+        self.run_id = uuid.uuid4().hex
+        self.env = {**os.environ, **(env or {}), RUN_ENV: self.run_id}
         self._proc: asyncio.subprocess.Process | None = None
         self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._stderr: deque[bytes] = deque()
@@ -230,6 +235,13 @@ class CliProcess:
         if self._proc is None:
             return
         pid = self._proc.pid
+        groups: set[int] = set()
+
+        def family() -> set[int]:
+            return _family(pid, groups, self.run_id)
+
+        # Seen before the interrupt: tools the CLI leaves behind when it exits are still found after.
+        family()
         if interrupt is not None and self._proc.returncode is None:
             with contextlib.suppress(TimeoutError, OSError):
                 async with asyncio.timeout(grace_s):
@@ -237,13 +249,13 @@ class CliProcess:
                     await self.close_stdin()
                     await self._proc.wait()
         await self.close_stdin()
-        targets = _family(pid)
+        targets = family()
         if targets:
             _signal_all(pid, targets, signal.SIGTERM)
-            if not await _gone(targets, grace_s):
-                targets |= _family(pid)
+            if not await _gone(targets, grace_s, family, signal.SIGTERM):
+                targets |= family()
                 _signal_all(pid, targets, signal.SIGKILL)
-                if not await _gone(targets, KILL_WAIT_S):
+                if not await _gone(targets, KILL_WAIT_S, family, signal.SIGKILL):
                     log.warning("cli %s: processes %s survived SIGKILL", pid, sorted(_alive(targets)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wait(), KILL_WAIT_S)
@@ -273,22 +285,45 @@ def _all_pids() -> list[int]:
         return []
 
 
-def _family(leader: int) -> set[int]:
-    """Live processes that belong to the CLI: its session, its group, and its descendants."""
+def _has_env(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read()
+    except OSError:
+        return False
+
+
+def _family(leader: int, groups: set[int] | None = None, run_id: str | None = None) -> set[int]:
+    """Live processes that belong to the CLI: its session, its group, and its descendants, plus those
+    whose environment carries `run_id` and the members of any session or group a member had.
+
+    A tool that starts its own session and is orphaned by its parent's death has init as its parent;
+    only its inherited environment (or a session id seen earlier: `groups`, updated in place) still
+    says it belongs to the CLI.
+    """
+    known = {leader} if groups is None else groups
+    known.add(leader)
     stats = {pid: st for pid in _all_pids() if (st := _stat(pid)) is not None and st[0] != "Z"}
-    found = {pid for pid, (_, _, pgrp, sid) in stats.items() if leader in (pgrp, sid)}
-    if leader in stats:
-        found.add(leader)
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    todo = list(found)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    found: set[int] = {leader} if leader in stats else set()
+    if run_id:
+        marker = f"{RUN_ENV}={run_id}\0".encode()
+        found |= {pid for pid in stats if pid != os.getpid() and _has_env(pid, marker)}
+    while True:
+        size = len(found)
+        found |= {pid for pid, (_, _, pgrp, sid) in stats.items() if pgrp in known or sid in known}
+        todo = list(found)
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        for pid in found:
+            known.update(stats[pid][2:])
+        if len(found) == size:
+            return found
 
 
 def _signal_all(leader: int, pids: set[int], sig: signal.Signals) -> None:
@@ -303,12 +338,28 @@ def _alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if (st := _stat(pid)) is not None and st[0] != "Z"}
 
 
-async def _gone(pids: set[int], within_s: float) -> bool:
-    """Poll until none of `pids` is alive; False if some still are after `within_s`."""
+async def _gone(
+    pids: set[int],
+    within_s: float,
+    rescan: Callable[[], set[int]] | None = None,
+    sig: signal.Signals | None = None,
+) -> bool:
+    """Poll until none of `pids` is alive; False if some still are after `within_s`.
+
+    With `rescan`, processes that joined the family meanwhile (a fork racing the signal) get `sig` too
+    and are waited for as well.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
-    while _alive(pids):
+    while True:
+        if rescan is not None and (late := rescan() - pids):
+            pids |= late
+            if sig is not None:
+                for pid in late:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+        if not _alive(pids):
+            return True
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(0.05)
-    return True
