@@ -151,8 +151,19 @@ async def _cancel_and_check_nothing_survives(served: Served, task: dict, marker:
     assert canceled["status"]["state"] == "canceled"
     # Checked at once: tasks/cancel returned only after the CLI and its tool were gone.
     assert [pid for pid in [sleeper, *cli_processes] if alive(pid)] == []
-    assert find_process(marker) is None
+    survivor = find_process(marker)
+    assert survivor is None, _describe(survivor)
     assert working_in(served.workspace(task)) == []
+
+
+def _describe(pid: int | None) -> str:
+    """A surviving process, for the failure message: its stat line and command line."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return f"process {pid} (gone by now)"
+    return f"process {pid} survived: {stat.strip()[:120]} | {cmd[:200]}"
 
 
 # ---- unattended (AGENT_FORCE=true) -------------------------------------------------------------------
