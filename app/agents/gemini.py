@@ -7,8 +7,10 @@
   `session/request_permission` becomes `approval_required`; the answer selects the allow or reject option.
 
 Both trust the workspace (`--skip-trust`): it is the folder the server was told the agent works in, and an
-untrusted folder makes headless Gemini exit 55. A later turn in the same context resumes the CLI session
-(`--resume <id>` / ACP `session/load`).
+untrusted folder makes headless Gemini exit 55. A later unattended turn in the same context resumes the CLI
+session (`--resume <id>`). ACP turns start a new session each time: 0.61.0's `session/load` rewrites the
+stored session before reading it and then finds nothing to resume ("No previous sessions found"), and
+`--resume` is ignored with `--acp`.
 """
 
 from __future__ import annotations
@@ -101,8 +103,6 @@ class GeminiAcpRun(CliRun):
         self._ids = itertools.count(1)
         self._calls: dict[int, str] = {}
         self._pending: tuple[Any, list[Any]] | None = None
-        self._can_load = False
-        self._loading = False
         self.acp_session: str | None = None
 
     def command(self) -> list[str]:
@@ -128,34 +128,21 @@ class GeminiAcpRun(CliRun):
             return await self._agent_request(obj["id"], method, params)
         if "id" in obj:
             return await self._response(obj)
-        if method == "session/update" and not self._loading and isinstance(params.get("update"), dict):
+        if method == "session/update" and isinstance(params.get("update"), dict):
             return self.parser.feed(params["update"])
         return []
 
     async def _open_session(self) -> None:
-        previous = self.session_id()
-        where = {"cwd": str(self.workspace), "mcpServers": []}
-        if previous and self._can_load:
-            self.acp_session, self._loading = previous, True
-            await self._call("session/load", {"sessionId": previous, **where})
-        else:
-            await self._call("session/new", where)
+        await self._call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
 
     async def _response(self, obj: dict[str, Any]) -> list[AgentEvent]:
         method = self._calls.pop(obj["id"], None) if isinstance(obj["id"], int) else None
         error = obj.get("error")
-        if method == "session/load" and error is not None:
-            log.info("gemini: cannot load session %s (%s); starting a new one", self.acp_session, error)
-            self._loading, self._can_load = False, False
-            await self._open_session()
-            return []
         if error is not None:
             message = error.get("message") if isinstance(error, dict) else error
             return [AgentEvent.error(f"gemini --acp: {method} failed: {message}")]
         result = obj.get("result") if isinstance(obj.get("result"), dict) else {}
         if method == "initialize":
-            caps = result.get("agentCapabilities")
-            self._can_load = bool(isinstance(caps, dict) and caps.get("loadSession"))
             methods = {m.get("id") for m in result.get("authMethods") or () if isinstance(m, dict)}
             if (auth := auth_method()) in methods:
                 await self._call("authenticate", {"methodId": auth})
@@ -163,10 +150,9 @@ class GeminiAcpRun(CliRun):
                 await self._open_session()
         elif method == "authenticate":
             await self._open_session()
-        elif method in ("session/new", "session/load"):
-            self._loading = False
-            self.acp_session = result.get("sessionId") or self.acp_session
-            self.remember_session(self.acp_session)
+        elif method == "session/new":
+            # Not remembered: an ACP session cannot be resumed (see the module docstring).
+            self.acp_session = result.get("sessionId")
             prompt = [{"type": "text", "text": prompt_of(self.request)}]
             await self._call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
             return [AgentEvent.init(model=self.settings.agent_model, session_id=self.acp_session)]
