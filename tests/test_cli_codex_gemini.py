@@ -237,6 +237,7 @@ async def test_approval_yes_lets_the_tool_run(approvals: Served) -> None:
     assert done["status"]["state"] == "completed", status_text(done)
     assert (approvals.workspace(task) / name).read_text().strip() == "hi"
     assert response_text(done).startswith("Done: tool said")
+    assert await wait_none_working_in(approvals.workspace(task)) == []
 
 
 async def test_approval_no_denies_the_tool_and_the_task_completes(approvals: Served) -> None:
@@ -259,3 +260,21 @@ async def test_cancel_of_an_approved_long_tool_leaves_no_process(approvals: Serv
     assert find_process(marker) is None, "nothing runs before the user allows it"
     await send_message(c, "y", blocking=False, taskId=task["id"], contextId=task["contextId"])
     await _cancel_and_check_nothing_survives(approvals, task, marker)
+
+
+async def test_approvals_on_next_turn_in_the_context(approvals: Served) -> None:
+    """Codex resumes its thread (`thread/resume`); Gemini 0.61.0 cannot load an ACP session, so a new one
+    starts in the same workspace (if an upgrade fixes that, this test says so)."""
+    c = approvals.client
+    first_prompt = _unique("remember")
+    first = await wait_until_stopped(c, await send_message(c, first_prompt))
+    assert first["status"]["state"] == "completed", status_text(first)
+    second_prompt = _unique("again")
+    second = await wait_until_stopped(c, await send_message(c, second_prompt, contextId=first["contextId"]))
+    assert second["status"]["state"] == "completed", status_text(second)
+    sent = [
+        json.dumps(body) for _, _, body in approvals.cli.fake.requests if second_prompt in json.dumps(body)
+    ]
+    resumed = approvals.cli.name == "codex"
+    assert (_session_id(second) == _session_id(first)) is resumed
+    assert sent and (first_prompt in sent[-1]) is resumed
