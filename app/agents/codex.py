@@ -30,10 +30,6 @@ APPROVAL_POLICY = "untrusted"
 SANDBOX = "workspace-write"
 
 
-def prompt_of(request: AgentRequest) -> str:
-    return request.message.text()
-
-
 class CodexExecRun(CliRun):
     """One unattended `codex exec` turn."""
 
@@ -50,7 +46,7 @@ class CodexExecRun(CliRun):
             argv += ["--model", self.settings.agent_model]
         if thread := self.session_id():
             argv += ["resume", thread]
-        return [*argv, "--", prompt_of(self.request)]
+        return [*argv, "--", self.request.message.text()]
 
     async def begin(self) -> None:
         assert self.proc is not None
@@ -81,7 +77,8 @@ class CodexAppServerRun(CliRun):
         self.parser = AppServerParser()
         self._ids = itertools.count(1)
         self._calls: dict[int, str] = {}
-        self._pending: Any = None
+        self._pending: list[Any] = []
+        """Open approval requests; one answer decides them all (parallel tool calls ask together)."""
         self.thread_id: str | None = None
         self.turn_id: str | None = None
 
@@ -140,7 +137,7 @@ class CodexAppServerRun(CliRun):
             thread = result.get("thread") if isinstance(result.get("thread"), dict) else {}
             self.thread_id = thread.get("id")
             self.remember_session(self.thread_id)
-            text = {"type": "text", "text": prompt_of(self.request)}
+            text = {"type": "text", "text": self.request.message.text()}
             await self._call("turn/start", {"threadId": self.thread_id, "input": [text]})
             return [AgentEvent.init(model=thread.get("model"), session_id=self.thread_id)]
         elif method == "turn/start":
@@ -151,7 +148,7 @@ class CodexAppServerRun(CliRun):
     async def _server_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         assert self.proc is not None
         if method in APPROVAL_REQUESTS:
-            self._pending = request_id
+            self._pending.append(request_id)
             name, tool_input = self.parser.describe(method, params)
             return [AgentEvent.approval_required(describe_tool(name, tool_input))]
         log.info("codex: declining unsupported request %s", method)
@@ -160,11 +157,12 @@ class CodexAppServerRun(CliRun):
         return []
 
     async def respond(self, message: Message) -> None:
-        if self.proc is None or self._pending is None:
+        if self.proc is None:
             return
         decision = "accept" if approval_decision(message) else "decline"
-        request_id, self._pending = self._pending, None
-        await self.proc.send({"id": request_id, "result": {"decision": decision}})
+        pending, self._pending = self._pending, []
+        for request_id in pending:
+            await self.proc.send({"id": request_id, "result": {"decision": decision}})
 
     async def interrupt(self) -> None:
         if self.thread_id and self.turn_id:

@@ -32,10 +32,6 @@ ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
 
 
-def prompt_of(request: AgentRequest) -> str:
-    return request.message.text()
-
-
 def auth_method() -> str | None:
     """The ACP auth method the environment's credentials call for; None: the CLI's own login."""
     if os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true"):
@@ -71,7 +67,7 @@ class GeminiHeadlessRun(CliRun):
             argv += ["--model", self.settings.agent_model]
         if session := self.session_id():
             argv += ["--resume", session]
-        return [*argv, f"--prompt={prompt_of(self.request)}"]
+        return [*argv, f"--prompt={self.request.message.text()}"]
 
     async def begin(self) -> None:
         assert self.proc is not None
@@ -102,7 +98,8 @@ class GeminiAcpRun(CliRun):
         self.parser = AcpParser()
         self._ids = itertools.count(1)
         self._calls: dict[int, str] = {}
-        self._pending: tuple[Any, list[Any]] | None = None
+        self._pending: list[tuple[Any, list[Any]]] = []
+        """Open permission requests with their options; one answer decides them all."""
         self.acp_session: str | None = None
 
     def command(self) -> list[str]:
@@ -153,7 +150,7 @@ class GeminiAcpRun(CliRun):
         elif method == "session/new":
             # Not remembered: an ACP session cannot be resumed (see the module docstring).
             self.acp_session = result.get("sessionId")
-            prompt = [{"type": "text", "text": prompt_of(self.request)}]
+            prompt = [{"type": "text", "text": self.request.message.text()}]
             await self._call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
             return [AgentEvent.init(model=self.settings.agent_model, session_id=self.acp_session)]
         elif method == "session/prompt":
@@ -169,7 +166,7 @@ class GeminiAcpRun(CliRun):
         if method == "session/request_permission":
             call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             options = params.get("options") if isinstance(params.get("options"), list) else []
-            self._pending = (request_id, options)
+            self._pending.append((request_id, options))
             known = self.parser.known(call)
             use = self.parser.tool_use(call)
             question = describe_tool(str(use.tool_name), call.get("title") or use.tool_input)
@@ -180,12 +177,14 @@ class GeminiAcpRun(CliRun):
         return []
 
     async def respond(self, message: Message) -> None:
-        if self.proc is None or self._pending is None:
+        if self.proc is None:
             return
-        (request_id, options), self._pending = self._pending, None
-        option = pick_option(options, approval_decision(message))
-        outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
-        await self.proc.send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
+        allow = approval_decision(message)
+        pending, self._pending = self._pending, []
+        for request_id, options in pending:
+            option = pick_option(options, allow)
+            outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
+            await self.proc.send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
 
     async def interrupt(self) -> None:
         if self.proc is not None and self.acp_session:

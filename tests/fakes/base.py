@@ -120,6 +120,10 @@ class FakeServer:
             handler.wfile.flush()
         handler.close_connection = True
 
+    def join(self) -> None:
+        """Serve until interrupted (running a fake alone, by hand)."""
+        self._thread.join()
+
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()

@@ -100,4 +100,4 @@ class GeminiFake(FakeServer):
 if __name__ == "__main__":
     fake = GeminiFake()
     print(fake.url, flush=True)
-    fake._thread.join()
+    fake.join()

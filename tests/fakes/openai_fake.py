@@ -156,4 +156,4 @@ class OpenAIFake(FakeServer):
 if __name__ == "__main__":
     fake = OpenAIFake()
     print(fake.url, flush=True)
-    fake._thread.join()
+    fake.join()
