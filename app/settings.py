@@ -24,10 +24,30 @@ class Settings(BaseSettings):
     """Unset: the in-process bus (single node)."""
 
     agent_adapter: str = "echo"
-    """A built-in adapter name, or `module:attr` naming a user's Agent class, factory or instance."""
+    """A built-in adapter name (`echo`, `scripted`, or a coding-agent CLI: `claude-code`, `codex`,
+    `gemini`, `cursor`, `ndjson`), or `module:attr` naming a user's Agent class, factory or instance."""
 
     agent_options: dict[str, Any] = Field(default_factory=dict)
     """JSON object passed to the agent's class or factory as keyword arguments."""
+
+    agent_repo_path: str | None = None
+    """Where CLI agents work. Unset: a workspace per context under `agent_workspace_root`."""
+    agent_workspace_root: str = "./data/workspaces"
+    """Parent of the per-context workspaces (`<root>/<contextId>`); a later turn reuses its folder."""
+    agent_idle_timeout_s: float = Field(default=900.0, gt=0)
+    """A CLI that prints nothing on stdout this long fails its task (a long tool run prints nothing,
+    so keep it above the longest command you expect)."""
+    agent_force: bool = True
+    """True: the CLI runs unattended (skips its permission prompts). False: approvals round-trip
+    through input-required where the CLI has a channel for them."""
+    agent_model: str | None = None
+    """Passed to the CLI as its model (`--model`); unset: the CLI's default."""
+    agent_command: str | None = None
+    """The `ndjson` adapter's command line (shell-like quoting), e.g. `python my_agent.py`."""
+    claude_bin: str = "claude"
+    cursor_bin: str = "cursor-agent"
+    codex_bin: str = "codex"
+    gemini_bin: str = "gemini"
 
     agent_timeout_s: float = Field(default=3600.0, gt=0)
     """Longest an agent run may take before its task fails with a timeout."""
@@ -70,6 +90,11 @@ class Settings(BaseSettings):
     """Interval of looking for due deliveries (retries, other replicas' work) when no doorbell rings."""
     push_max_in_flight: int = Field(default=64, ge=1)
     """Webhooks this process delivers to at once (each one in order, one call at a time)."""
+
+    @field_validator("agent_repo_path", "agent_model", "agent_command")
+    @classmethod
+    def _blank_is_unset(cls, v: str | None) -> str | None:
+        return v or None
 
     @field_validator("database_url")
     @classmethod

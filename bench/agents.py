@@ -17,9 +17,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from app.agents.base import Agent, AgentEvent, AgentRequest, AgentRun, Skill
-from app.agents.echo import EchoRun
+from app.agents.base import AgentEvent, AgentRequest, AgentRun, EventAgent
 from app.agents.scripted import ScriptedRun
+from app.agents.sdk import Skill
 
 from .stamp import STAMP, parse_stamp
 
@@ -42,7 +42,16 @@ class StampRun(AgentRun):
         yield AgentEvent.done()
 
 
-class StampAgent(Agent):
+class EchoRun(AgentRun):
+    """The echo agent's output as events: one chunk of the user's text, then done."""
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        yield AgentEvent.init()
+        yield AgentEvent.thinking(self.request.message.text())
+        yield AgentEvent.done()
+
+
+class StampAgent(EventAgent):
     """Stamped chunks, scripted steps or an echo, chosen by the message text (see the module doc)."""
 
     name = "Bench Stamp Agent"

@@ -7,11 +7,24 @@ import os
 import sys
 from typing import Any
 
+from .claude import ClaudeAgent
+from .codex import CodexAgent
+from .cursor import CursorAgent
 from .echo import EchoAgent
+from .gemini import GeminiAgent
+from .ndjson import NdjsonAgent
 from .scripted import ScriptedAgent
 from .sdk import Agent
 
-BUILTIN: dict[str, type[Agent]] = {"echo": EchoAgent, "scripted": ScriptedAgent}
+BUILTIN: dict[str, type[Agent]] = {
+    "echo": EchoAgent,
+    "scripted": ScriptedAgent,
+    "claude-code": ClaudeAgent,
+    "cursor": CursorAgent,
+    "ndjson": NdjsonAgent,
+    "codex": CodexAgent,
+    "gemini": GeminiAgent,
+}
 
 
 class AdapterError(ValueError):

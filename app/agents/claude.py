@@ -1,0 +1,195 @@
+"""Claude Code behind the agent API: `claude -p` with stream-json in and out, stdin open for approvals.
+
+The prompt goes in as a stream-json user message and stdin stays open, because Claude asks for tool
+permission (`--permission-prompt-tool stdio`) with a `control_request` on stdout and reads the
+`control_response` from stdin; closing stdin early makes every permission request fail closed.
+
+| Claude stream-json line                                 | AgentEvent                                  |
+|---------------------------------------------------------|---------------------------------------------|
+| `system`/`init`                                         | init(model, session_id); session remembered |
+| `stream_event` text_delta (`--include-partial-messages`) | thinking(delta)                             |
+| `assistant` text not already streamed                   | thinking(text)                              |
+| `assistant` tool_use                                    | tool_use(name, input)                       |
+| `user` tool_result                                      | tool_result(content, tool name)             |
+| `control_request` can_use_tool                          | approval_required("Allow Bash {...}? ...")  |
+| `result` success / error                                | done(result, stats) / error(result text)    |
+
+With several permission requests open at once, one answer decides all of them. A later task in the same
+context resumes the session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from app.protocol.model import Message
+
+from .base import AgentEvent, AgentRequest, AgentRun
+from .cli_run import CliAgent, CliRun, approval_decision, describe_tool
+from .sdk import Skill
+
+CODING_SKILL = Skill(
+    id="coding",
+    name="Coding",
+    description="Reads, writes and runs code in its workspace: features, fixes, tests, refactors.",
+    tags=("coding", "tests", "refactoring"),
+    examples=("Add unit tests for src/utils/date.ts",),
+)
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return "" if content is None else str(content)
+
+
+class ClaudeRun(CliRun):
+    bin_setting = "CLAUDE_BIN"
+    interruptible = True
+
+    def __init__(self, request: AgentRequest, agent: ClaudeAgent) -> None:
+        super().__init__(request, agent.settings, agent.adapter)
+        self._streamed: set[str] = set()
+        self._tools: dict[str, str] = {}
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._started = False
+
+    def command(self) -> list[str]:
+        s = self.settings
+        argv = [s.claude_bin, "-p", "--output-format", "stream-json", "--verbose"]
+        argv += ["--input-format", "stream-json", "--include-partial-messages"]
+        if s.agent_force:
+            argv.append("--dangerously-skip-permissions")
+        else:
+            argv += ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
+        if s.agent_model:
+            argv += ["--model", s.agent_model]
+        if session := self.session_id():
+            argv += ["--resume", session]
+        return argv
+
+    async def begin(self) -> None:
+        assert self.proc is not None
+        message = {"role": "user", "content": self.request.message.text()}
+        await self.proc.send(
+            {"type": "user", "message": message, "parent_tool_use_id": None, "session_id": "default"}
+        )
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        kind = obj.get("type")
+        if kind == "system" and obj.get("subtype") == "init":
+            return self._init(obj)
+        if kind == "stream_event":
+            return self._stream_event(obj)
+        if kind == "assistant":
+            return self._assistant(obj)
+        if kind == "user":
+            return self._tool_results(obj)
+        if kind == "control_request":
+            return await self._control(obj)
+        if kind == "result":
+            return self._result(obj)
+        return []
+
+    def _init(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        if self._started:
+            return []
+        self._started = True
+        self.remember_session(obj.get("session_id"))
+        return [AgentEvent.init(model=obj.get("model"), session_id=obj.get("session_id"))]
+
+    def _stream_event(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        if obj.get("parent_tool_use_id"):
+            return []
+        event = obj.get("event") or {}
+        if event.get("type") == "message_start":
+            self._streamed.add(str((event.get("message") or {}).get("id")))
+        elif event.get("type") == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                return [AgentEvent.thinking(delta["text"])]
+        return []
+
+    def _assistant(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        message = obj.get("message") or {}
+        streamed = str(message.get("id")) in self._streamed
+        out: list[AgentEvent] = []
+        for block in message.get("content") or []:
+            if block.get("type") == "text" and block.get("text"):
+                if not streamed and not obj.get("parent_tool_use_id"):
+                    out.append(AgentEvent.thinking(block["text"]))
+            elif block.get("type") == "tool_use":
+                self._tools[str(block.get("id"))] = str(block.get("name"))
+                out.append(AgentEvent.tool_use(str(block.get("name")), block.get("input")))
+        return out
+
+    def _tool_results(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        content = (obj.get("message") or {}).get("content")
+        if not isinstance(content, list):
+            return []
+        return [
+            AgentEvent.tool_result(_result_text(b.get("content")), self._tools.get(str(b.get("tool_use_id"))))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+
+    async def _control(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        request = obj.get("request") or {}
+        request_id = str(obj.get("request_id"))
+        if request.get("subtype") == "can_use_tool":
+            self._pending[request_id] = request
+            name = str(request.get("tool_name") or request.get("display_name") or "a tool")
+            return [AgentEvent.approval_required(describe_tool(name, request.get("input")))]
+        assert self.proc is not None
+        error = f"unsupported control request {request.get('subtype')!r}"
+        await self.proc.send(
+            {
+                "type": "control_response",
+                "response": {"subtype": "error", "request_id": request_id, "error": error},
+            }
+        )
+        return []
+
+    def _result(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        self.remember_session(obj.get("session_id"))
+        text = obj.get("result")
+        if obj.get("is_error") or obj.get("subtype") != "success":
+            return [AgentEvent.error(str(text or f"Claude Code ended with {obj.get('subtype')}"))]
+        stats = {
+            "turns": obj.get("num_turns"),
+            "duration_ms": obj.get("duration_ms"),
+            "cost_usd": obj.get("total_cost_usd"),
+            "usage": obj.get("usage"),
+        }
+        return [AgentEvent.done(summary=text, stats={k: v for k, v in stats.items() if v is not None})]
+
+    async def respond(self, message: Message) -> None:
+        """Allow or deny every open permission request, as the answer says."""
+        assert self.proc is not None
+        allow = approval_decision(message)
+        for request_id, request in list(self._pending.items()):
+            if allow:
+                decision = {"behavior": "allow", "updatedInput": request.get("input") or {}}
+            else:
+                reason = message.text().strip() or "no"
+                decision = {"behavior": "deny", "message": f"The user denied this (answer: {reason})."}
+            response = {"subtype": "success", "request_id": request_id, "response": decision}
+            await self.proc.send({"type": "control_response", "response": response})
+            del self._pending[request_id]
+
+    async def interrupt(self) -> None:
+        assert self.proc is not None
+        request = {"subtype": "interrupt"}
+        await self.proc.send(
+            {"type": "control_request", "request_id": f"int-{uuid.uuid4()}", "request": request}
+        )
+
+
+class ClaudeAgent(CliAgent):
+    adapter = "claude-code"
+    description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
+    skills = (CODING_SKILL,)
+
+    def start(self, request: AgentRequest) -> AgentRun:
+        return ClaudeRun(request, self)

@@ -1,0 +1,279 @@
+"""What every coding-agent CLI adapter shares: workspace, session memory, approvals, and the run loop.
+
+An adapter is a `CliAgent` subclass whose `start()` returns a `CliRun` subclass implementing:
+
+- `command()`       the argv (binary from settings, flags for AGENT_FORCE / AGENT_MODEL / resume);
+- `environment()`   extra environment variables (optional);
+- `begin()`         what to write once the process runs, e.g. the prompt on stdin (optional);
+- `handle(obj)`     one JSON object from stdout → AgentEvents (may `await self.proc.send(...)`);
+- `respond(msg)`    the user's answer to an `approval_required` → written to the CLI (optional);
+- `interrupt()`     the CLI's own interrupt, with `interruptible = True` (optional);
+- `on_exit(code)`   events when stdout closes before a `done`/`error` (the default fits most CLIs).
+
+`CliRun.events()` starts the process in the workspace, feeds every stdout object to `handle`, ends the run
+at the first `done` or `error`, fails it on the idle limit (paused while waiting for the user), and always
+stops the process group on the way out. `cancel()` returns once the CLI and its children are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import signal
+from abc import abstractmethod
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from app.protocol.model import Message
+from app.settings import Settings, get_settings
+
+from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
+from .process import CliProcess, IdleTimeout
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
+_background: set[asyncio.Task[None]] = set()
+
+
+def _dir_name(context_id: str) -> str:
+    """The context id when it is a safe folder name, else a hash of it (ids come from clients)."""
+    if _SAFE_ID.fullmatch(context_id) and ".." not in context_id:
+        return context_id
+    return hashlib.sha256(context_id.encode()).hexdigest()[:32]
+
+
+def workspace(settings: Settings, context_id: str) -> Path:
+    """The folder a CLI works in: AGENT_REPO_PATH, or `<AGENT_WORKSPACE_ROOT>/<contextId>`."""
+    if settings.agent_repo_path:
+        return Path(settings.agent_repo_path).resolve()
+    return (Path(settings.agent_workspace_root) / _dir_name(context_id)).resolve()
+
+
+def _session_file(settings: Settings, adapter: str, context_id: str) -> Path:
+    """Outside the workspace, so a user's repository never gets our bookkeeping files."""
+    root = Path(settings.agent_workspace_root).resolve() / ".sessions" / adapter
+    return root / f"{_dir_name(context_id)}.json"
+
+
+def load_session(settings: Settings, adapter: str, context_id: str) -> str | None:
+    """The CLI session id an earlier turn of this context left, to resume it."""
+    try:
+        data = json.loads(_session_file(settings, adapter, context_id).read_text())
+    except (OSError, ValueError):
+        return None
+    sid = data.get("sessionId") if isinstance(data, dict) else None
+    return sid if isinstance(sid, str) and sid else None
+
+
+def save_session(settings: Settings, adapter: str, context_id: str, session_id: str) -> None:
+    path = _session_file(settings, adapter, context_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sessionId": session_id}))
+    tmp.replace(path)
+
+
+def approval_decision(message: Message) -> bool:
+    """Whether the user's answer allows the pending action.
+
+    A data part `{"decision": "allow"|"deny"}` (or `{"approved": true|false}`) wins; otherwise the text
+    allows only when it is y / yes / allow (and a few synonyms); anything else denies.
+    """
+    for part in message.parts:
+        data = part.data
+        if isinstance(data, dict):
+            if isinstance(data.get("approved"), bool):
+                return data["approved"]
+            decision = data.get("decision")
+            if isinstance(decision, str):
+                return decision.strip().lower() in _YES
+    return message.text().strip().strip(".!").lower() in _YES
+
+
+def describe_tool(name: str, tool_input: Any, limit: int = 500) -> str:
+    """The approval question: the tool and its input, short enough for a status message."""
+    shown = json.dumps(tool_input, ensure_ascii=False) if tool_input is not None else ""
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return f"Allow {name} {shown}? Answer y to allow, n to deny.".replace("  ", " ")
+
+
+def exit_reason(binary: str, code: int, stderr: str) -> str:
+    """The failure text for a CLI that ended without a result."""
+    if code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    elif code:
+        how = f"exited with status {code}"
+    else:
+        how = "exited without a result"
+    return f"{binary} {how}" + (f": {stderr}" if stderr else "")
+
+
+class CliRun(AgentRun):
+    """One turn of a CLI for one task; see the module docstring for the hooks."""
+
+    bin_setting = "the adapter's *_BIN setting"
+    """Named in the error when the binary cannot be started."""
+    interruptible = False
+    """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
+
+    def __init__(self, request: AgentRequest, settings: Settings, adapter: str) -> None:
+        super().__init__(request)
+        self.settings = settings
+        self.adapter = adapter
+        self.workspace = workspace(settings, request.context_id)
+        self.proc: CliProcess | None = None
+        self.waiting = False
+        self._last_activity = 0.0
+        self._stopping: asyncio.Task[None] | None = None
+
+    # ---- hooks -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The argv to run."""
+
+    def environment(self) -> dict[str, str]:
+        return {}
+
+    async def begin(self) -> None:
+        """Runs once the process has started, before reading its output."""
+
+    @abstractmethod
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        """One JSON object from the CLI's stdout → the events it means (often none)."""
+
+    async def respond(self, message: Message) -> None:
+        """Deliver the user's answer to the CLI; by default it is queued for `wait_answer()`."""
+        await super().answer(message)
+
+    async def interrupt(self) -> None:
+        """Ask the CLI to stop its turn (used only when `interruptible`)."""
+
+    def on_exit(self, code: int) -> list[AgentEvent]:
+        assert self.proc is not None
+        return [AgentEvent.error(exit_reason(Path(self.proc.argv[0]).name, code, self.proc.stderr_tail()))]
+
+    # ---- the run ---------------------------------------------------------------------------------
+
+    def session_id(self) -> str | None:
+        return load_session(self.settings, self.adapter, self.request.context_id)
+
+    def remember_session(self, session_id: str | None) -> None:
+        if session_id:
+            save_session(self.settings, self.adapter, self.request.context_id, session_id)
+
+    async def answer(self, message: Message) -> None:
+        self.waiting = False
+        self._touch()
+        await self.respond(message)
+
+    def _touch(self) -> None:
+        self._last_activity = asyncio.get_running_loop().time()
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        if self.cancelled:
+            return
+        argv = self.command()
+        proc = CliProcess(argv, self.workspace, self.environment())
+        try:
+            await proc.start()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {self.bin_setting}")
+            return
+        self.proc = proc
+        ended = False
+        try:
+            if not self.cancelled:
+                async for ev in self._read():
+                    yield ev
+            ended = True
+        finally:
+            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own;
+            # on cancellation or the hard timeout the group is signalled at once.
+            await self._shutdown(graceful=ended)
+
+    async def _read(self) -> AsyncIterator[AgentEvent]:
+        assert self.proc is not None
+        await self.begin()
+        self._touch()
+        while True:
+            try:
+                obj = await self._next()
+            except IdleTimeout as idle:
+                await self._shutdown(graceful=False)  # a hung CLI gets no grace to exit on its own
+                yield AgentEvent.error(str(idle))
+                return
+            if obj is None:
+                break
+            self._touch()
+            for ev in await self.handle(obj):
+                if ev.kind is AgentEventKind.APPROVAL_REQUIRED:
+                    self.waiting = True
+                yield ev
+                if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
+                    return
+        if not self.cancelled:
+            for ev in self.on_exit(await self.proc.wait()):
+                yield ev
+
+    async def _next(self) -> dict[str, Any] | None:
+        """The next stdout object; IdleTimeout after the idle limit, which never runs while waiting."""
+        assert self.proc is not None
+        idle = self.settings.agent_idle_timeout_s
+        loop = asyncio.get_running_loop()
+        while True:
+            left = idle if self.waiting else idle - (loop.time() - self._last_activity)
+            try:
+                return await self.proc.next_message(max(left, 0.0))
+            except IdleTimeout:
+                if self.waiting or loop.time() - self._last_activity < idle:
+                    continue
+                name = Path(self.proc.argv[0]).name
+                raise IdleTimeout(
+                    f"{name} printed nothing for {idle:g} s (AGENT_IDLE_TIMEOUT_S) and was stopped"
+                ) from None
+
+    async def cancel(self) -> None:
+        """Stop the CLI (its own interrupt first when it has one); returns once its processes are gone."""
+        self.cancelled = True
+        await self._shutdown(graceful=False)
+
+    async def _shutdown(self, graceful: bool) -> None:
+        """Stop the process once, in a task of its own, so a cancelled caller cannot leave it half done."""
+        if self.proc is None:
+            return
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(graceful), name=f"cli-stop-{self.proc.pid}")
+            _background.add(self._stopping)
+            self._stopping.add_done_callback(_background.discard)
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self, graceful: bool) -> None:
+        assert self.proc is not None
+        grace = self.settings.cancel_grace_s
+        if graceful and self.proc.returncode is None:
+            await self.proc.close_stdin()
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace)
+            except TimeoutError:
+                pass
+        hook = self.interrupt if self.interruptible and not graceful else None
+        await self.proc.stop(grace, hook)
+
+
+class CliAgent(EventAgent):
+    """An agent backed by a CLI; reads the settings once (the loader builds it with none)."""
+
+    adapter = "cli"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.name = f"coding-agent-a2a ({self.adapter})"

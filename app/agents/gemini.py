@@ -1,0 +1,212 @@
+"""The Google Gemini CLI as an agent.
+
+- `AGENT_FORCE=true`: `gemini --output-format stream-json --approval-mode yolo --prompt=<text>`. Headless
+  mode offers no approval channel (without yolo it does not even offer write tools to the model), and it
+  appends stdin to the prompt, so stdin is closed at once.
+- `AGENT_FORCE=false`: `gemini --acp` (Agent Client Protocol, JSON-RPC 2.0 over stdio). Its
+  `session/request_permission` becomes `approval_required`; the answer selects the allow or reject option.
+
+Both trust the workspace (`--skip-trust`): it is the folder the server was told the agent works in, and an
+untrusted folder makes headless Gemini exit 55. A later unattended turn in the same context resumes the CLI
+session (`--resume <id>`). ACP turns start a new session each time: 0.61.0's `session/load` rewrites the
+stored session before reading it and then finds nothing to resume ("No previous sessions found"), and
+`--resume` is ignored with `--acp`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from typing import Any
+
+from app.protocol.model import Message
+
+from .base import AgentEvent, AgentRequest, AgentRun
+from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .gemini_events import AcpParser, StreamJsonParser
+from .sdk import Skill
+
+log = logging.getLogger(__name__)
+
+ACP_VERSION = 1
+DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
+
+
+def auth_method() -> str | None:
+    """The ACP auth method the environment's credentials call for; None: the CLI's own login."""
+    if os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true"):
+        return "vertex-ai"
+    if os.environ.get("GEMINI_API_KEY"):
+        return "gemini-api-key"
+    return None
+
+
+def pick_option(options: list[Any], allow: bool) -> str | None:
+    """The permission option for the user's decision: once rather than always; None if none fits."""
+    kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
+    for kind in kinds:
+        for option in options:
+            if isinstance(option, dict) and option.get("kind") == kind:
+                return str(option.get("optionId"))
+    return None
+
+
+class GeminiHeadlessRun(CliRun):
+    """One unattended `gemini -p` turn."""
+
+    bin_setting = "GEMINI_BIN"
+
+    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+        super().__init__(request, agent.settings, agent.adapter)
+        self.parser = StreamJsonParser()
+
+    def command(self) -> list[str]:
+        argv = [self.settings.gemini_bin, "--output-format", "stream-json", "--approval-mode", "yolo"]
+        argv.append("--skip-trust")
+        if self.settings.agent_model:
+            argv += ["--model", self.settings.agent_model]
+        if session := self.session_id():
+            argv += ["--resume", session]
+        return [*argv, f"--prompt={self.request.message.text()}"]
+
+    async def begin(self) -> None:
+        assert self.proc is not None
+        await self.proc.close_stdin()
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        events = self.parser.feed(obj)
+        if obj.get("type") == "init":
+            self.remember_session(self.parser.session_id)
+        return events
+
+    def on_exit(self, code: int) -> list[AgentEvent]:
+        assert self.proc is not None
+        reason = exit_reason("gemini", code, self.proc.stderr_tail())
+        if self.parser.last_error:
+            reason = f"{reason} (last error: {self.parser.last_error})"
+        return [AgentEvent.error(reason)]
+
+
+class GeminiAcpRun(CliRun):
+    """One turn through `gemini --acp`, asking the user before each tool that needs permission."""
+
+    bin_setting = "GEMINI_BIN"
+    interruptible = True
+
+    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+        super().__init__(request, agent.settings, agent.adapter)
+        self.parser = AcpParser()
+        self._ids = itertools.count(1)
+        self._calls: dict[int, str] = {}
+        self._pending: list[tuple[Any, list[Any]]] = []
+        """Open permission requests with their options; one answer decides them all."""
+        self.acp_session: str | None = None
+
+    def command(self) -> list[str]:
+        argv = [self.settings.gemini_bin, "--acp", "--skip-trust"]
+        if self.settings.agent_model:
+            argv += ["--model", self.settings.agent_model]
+        return argv
+
+    async def _call(self, method: str, params: dict[str, Any]) -> None:
+        assert self.proc is not None
+        call_id = next(self._ids)
+        self._calls[call_id] = method
+        await self.proc.send({"jsonrpc": "2.0", "id": call_id, "method": method, "params": params})
+
+    async def begin(self) -> None:
+        capabilities = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+        await self._call("initialize", {"protocolVersion": ACP_VERSION, "clientCapabilities": capabilities})
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        method = obj.get("method")
+        params = obj.get("params") if isinstance(obj.get("params"), dict) else {}
+        if "id" in obj and isinstance(method, str):
+            return await self._agent_request(obj["id"], method, params)
+        if "id" in obj:
+            return await self._response(obj)
+        if method == "session/update" and isinstance(params.get("update"), dict):
+            return self.parser.feed(params["update"])
+        return []
+
+    async def _open_session(self) -> None:
+        await self._call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
+
+    async def _response(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        method = self._calls.pop(obj["id"], None) if isinstance(obj["id"], int) else None
+        error = obj.get("error")
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else error
+            return [AgentEvent.error(f"gemini --acp: {method} failed: {message}")]
+        result = obj.get("result") if isinstance(obj.get("result"), dict) else {}
+        if method == "initialize":
+            methods = {m.get("id") for m in result.get("authMethods") or () if isinstance(m, dict)}
+            if (auth := auth_method()) in methods:
+                await self._call("authenticate", {"methodId": auth})
+            else:
+                await self._open_session()
+        elif method == "authenticate":
+            await self._open_session()
+        elif method == "session/new":
+            # Not remembered: an ACP session cannot be resumed (see the module docstring).
+            self.acp_session = result.get("sessionId")
+            prompt = [{"type": "text", "text": self.request.message.text()}]
+            await self._call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
+            return [AgentEvent.init(model=self.settings.agent_model, session_id=self.acp_session)]
+        elif method == "session/prompt":
+            reason = result.get("stopReason")
+            if reason in DONE_REASONS:
+                meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}
+                return [AgentEvent.done(summary=self.parser.summary, stats=meta.get("quota"))]
+            return [AgentEvent.error(f"gemini: the turn ended: {reason}")]
+        return []
+
+    async def _agent_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
+        assert self.proc is not None
+        if method == "session/request_permission":
+            call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+            options = params.get("options") if isinstance(params.get("options"), list) else []
+            self._pending.append((request_id, options))
+            known = self.parser.known(call)
+            use = self.parser.tool_use(call)
+            question = describe_tool(str(use.tool_name), call.get("title") or use.tool_input)
+            return [*([] if known else [use]), AgentEvent.approval_required(question)]
+        log.info("gemini: refusing unsupported request %s", method)
+        error = {"code": -32601, "message": f"{method} is not supported by this A2A server"}
+        await self.proc.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+        return []
+
+    async def respond(self, message: Message) -> None:
+        if self.proc is None:
+            return
+        allow = approval_decision(message)
+        pending, self._pending = self._pending, []
+        for request_id, options in pending:
+            option = pick_option(options, allow)
+            outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
+            await self.proc.send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
+
+    async def interrupt(self) -> None:
+        if self.proc is not None and self.acp_session:
+            params = {"sessionId": self.acp_session}
+            await self.proc.send({"jsonrpc": "2.0", "method": "session/cancel", "params": params})
+
+
+class GeminiAgent(CliAgent):
+    adapter = "gemini"
+    description = "Google Gemini CLI working in a workspace: edits files and runs commands."
+    skills = (
+        Skill(
+            id="coding",
+            name="Coding with Gemini CLI",
+            description="Reads, writes and tests code in the task's workspace with the Gemini CLI.",
+            tags=("coding", "gemini"),
+            examples=("Add unit tests for src/utils/date.ts",),
+        ),
+    )
+
+    def start(self, request: AgentRequest) -> AgentRun:
+        if self.settings.agent_force:
+            return GeminiHeadlessRun(request, self)
+        return GeminiAcpRun(request, self)

@@ -1,0 +1,110 @@
+"""Any command that speaks the AgentEvent schema as NDJSON: wrap your own tool without writing Python.
+
+`AGENT_COMMAND` is split like a shell would (no shell runs it) and started in the workspace. Input, on stdin,
+one JSON object per line; stdin stays open while the command runs:
+
+    {"type": "prompt", "text": "<the user's text>", "taskId": "…", "contextId": "…", "workspace": "/abs"}
+    {"type": "answer", "text": "y", "approved": true}      (after it asked with approval_required)
+
+Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lines are ignored):
+
+    {"kind": "init", "model": "my-model", "session_id": "abc"}
+    {"kind": "thinking", "text": "part of the answer"}
+    {"kind": "tool_use", "tool_name": "shell", "tool_input": {"command": "ls"}}
+    {"kind": "tool_result", "tool_name": "shell", "text": "README.md"}
+    {"kind": "approval_required", "text": "Run rm -rf build?"}
+    {"kind": "done", "summary": "what was done", "stats": {"files": 2}}
+    {"kind": "error", "text": "why it failed"}
+
+The run ends at `done` or `error` (stdin is then closed); exiting without one fails the task with the exit
+status and the end of stderr.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from app.protocol.model import Message
+from app.settings import Settings
+
+from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun
+from .cli_run import CliAgent, CliRun, approval_decision
+from .sdk import Skill
+
+
+def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
+    """An AgentEvent from one line's object, or None when it names no known kind."""
+    try:
+        kind = AgentEventKind(obj.get("kind") or obj.get("type"))
+    except ValueError:
+        return None
+
+    def text(key: str) -> str | None:
+        value = obj.get(key)
+        return value if isinstance(value, str) else None
+
+    stats = obj.get("stats")
+    return AgentEvent(
+        kind,
+        text=text("text") or "",
+        tool_name=text("tool_name"),
+        tool_input=obj.get("tool_input"),
+        model=text("model"),
+        session_id=text("session_id"),
+        summary=text("summary"),
+        stats=stats if isinstance(stats, dict) else None,
+    )
+
+
+class NdjsonRun(CliRun):
+    bin_setting = "AGENT_COMMAND"
+
+    def __init__(self, request: AgentRequest, agent: NdjsonAgent) -> None:
+        super().__init__(request, agent.settings, agent.adapter)
+
+    def command(self) -> list[str]:
+        return shlex.split(self.settings.agent_command or "")
+
+    async def begin(self) -> None:
+        assert self.proc is not None
+        await self.proc.send(
+            {
+                "type": "prompt",
+                "text": self.request.message.text(),
+                "taskId": self.request.task_id,
+                "contextId": self.request.context_id,
+                "workspace": str(self.workspace),
+            }
+        )
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        ev = parse_event(obj)
+        return [ev] if ev is not None else []
+
+    async def respond(self, message: Message) -> None:
+        assert self.proc is not None
+        await self.proc.send(
+            {"type": "answer", "text": message.text(), "approved": approval_decision(message)}
+        )
+
+
+class NdjsonAgent(CliAgent):
+    adapter = "ndjson"
+    description = "A command of your own that prints AgentEvents as NDJSON (AGENT_COMMAND)."
+    skills = (
+        Skill(
+            id="command",
+            name="Custom command",
+            description="Runs the configured command with the user's text and streams what it reports.",
+            tags=("custom",),
+        ),
+    )
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        super().__init__(settings)
+        if not shlex.split(self.settings.agent_command or ""):
+            raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
+
+    def start(self, request: AgentRequest) -> AgentRun:
+        return NdjsonRun(request, self)

@@ -1,0 +1,135 @@
+"""What the model-API fakes share: a threaded HTTP server on 127.0.0.1, a request log, SSE, scenarios.
+
+A fake chooses its answer from the request body, never from a turn counter, so helper requests a CLI
+makes (routers, retries) cannot shift the script. The scenario is named in the user's prompt:
+
+- `FAKE:tool:<file>`  ask for a shell command that writes `<file>` in the workspace
+- `FAKE:long:<n>`     ask for the shell command `exec sleep 300.<n>` (digits: a marker to find it by)
+- `FAKE:error`        answer HTTP 400 with the message `ERROR_MESSAGE`
+- anything else       answer text (`TEXT_CHUNKS`, streamed in pieces)
+
+Once a tool's output is in the history, the answer is the final text `Done: tool said <output>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TEXT_CHUNKS = ("hi from ", "the fake ", "model")
+TEXT = "".join(TEXT_CHUNKS)
+ERROR_MESSAGE = "fake model refuses this request"
+_DIRECTIVE = re.compile(r"FAKE:(tool|long|error)(?::([\w.\-]+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    kind: str  # "text", "tool", "long" or "error"
+    file: str = ""
+
+    def command(self) -> str:
+        """The shell command the fake model asks the CLI to run."""
+        if self.kind == "long":
+            return f"exec sleep 300.{self.file}"
+        return f"echo hi > {self.file}"
+
+
+def scenario_of(texts: list[str]) -> Scenario:
+    """The scenario named in the texts of the latest user message (its last directive), else text.
+
+    Only the latest message counts: a resumed session's history holds earlier turns' directives.
+    """
+    found = [m for text in texts for m in _DIRECTIVE.finditer(text)]
+    if not found:
+        return Scenario("text")
+    return Scenario(found[-1].group(1), found[-1].group(2) or "")
+
+
+def final_text(tool_output: str) -> str:
+    return f"Done: tool said {tool_output.strip()[:120]!r}"
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the handler sends: `events` as SSE `data:` lines, else `body` as JSON."""
+
+    status: int = 200
+    body: Any = None
+    events: list[dict[str, Any]] | None = None
+    sse_event_names: bool = False
+
+
+class FakeServer:
+    """A stdlib HTTP server in a daemon thread; subclasses implement `reply(method, path, body)`."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(size) if size else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode("utf-8", "replace")
+                fake.requests.append((self.command, self.path, body))
+                fake.send(self, fake.reply(self.command, self.path, body))
+
+            do_GET = _handle
+            do_POST = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def reply(self, method: str, path: str, body: Any) -> Reply:
+        raise NotImplementedError
+
+    @staticmethod
+    def send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if reply.events is None:
+            data = json.dumps(reply.body if reply.body is not None else {}).encode()
+            handler.send_response(reply.status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            return
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        for event in reply.events:
+            name = f"event: {event['type']}\n" if reply.sse_event_names else ""
+            handler.wfile.write(f"{name}data: {json.dumps(event)}\r\n\r\n".encode())
+            handler.wfile.flush()
+        handler.close_connection = True
+
+    def join(self) -> None:
+        """Serve until interrupted (running a fake alone, by hand)."""
+        self._thread.join()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
