@@ -72,7 +72,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             push_policy=push.policy,
         )
         deliverer = Deliverer(engine, settings.replica_id, push)
-        service.push_ring = deliverer.ring
+        if settings.push_deliver:
+            service.push_ring = deliverer.ring
         runner = Runner(
             service,
             agent,
@@ -93,7 +94,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             input_modes=tuple(agent.input_modes),
         )
         await runner.open()
-        deliverer.start()
+        if settings.push_deliver:
+            deliverer.start()
         _tune_gc()
         try:
             yield

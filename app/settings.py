@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     """Interval of looking for due deliveries (retries, other replicas' work) when no doorbell rings."""
     push_max_in_flight: int = Field(default=64, ge=1)
     """Webhooks this process delivers to at once (each one in order, one call at a time)."""
+    push_deliver: bool = True
+    """Run the delivery worker here. Off: this replica only queues notifications and others deliver them
+    (a write-only replica, or a benchmark building a backlog to time one replica's delivery alone)."""
 
     @field_validator("agent_repo_path", "agent_model", "agent_command")
     @classmethod

@@ -1,18 +1,24 @@
-"""`make bench-push`: push notification throughput, and what a slow webhook costs the sender (nothing).
+"""`make bench-push`: push notification throughput of one replica, and what a slow webhook costs the sender.
 
-One server (`a2a-server serve`, echo agent, one worker) on a fresh database (PostgreSQL when
+Our server (`a2a-server serve`, echo agent, one worker) on a fresh database (PostgreSQL when
 BENCH_POSTGRES_URL is set, else SQLite), and the receiver of `bench.push_receiver` in its own process,
-allowlisted through `PUSH_NOTIFICATION_ALLOWED_HOSTS=127.0.0.1`.
+allowlisted through `PUSH_NOTIFICATION_ALLOWED_HOSTS=127.0.0.1`. Every task gives 4 notifications
+(submitted, working, the artifact, completed); only notifications the receiver got count, each once.
 
-1. Throughput: `--tasks` blocking `message/send` calls (`--concurrency` at a time), each registering an
-   inline webhook on the fast receiver; each task gives 4 notifications (submitted, working, the
-   artifact, completed). Reported: notifications delivered per second between the receiver's first and
-   last arrival (target: at least 1,000/s from one replica), and that every one arrived.
-2. Latency: `--sends` blocking `message/send` calls one at a time, alternating without a webhook and with
-   one whose receiver takes 10 s to answer; p50/p95 of each and their ratio (target: no measurable
-   difference, since delivery never sits on the task's path).
+1. Drain (the deliverer alone): `--tasks` blocking `message/send` calls, each with an inline webhook on the
+   fast receiver, to a replica with delivery off (`PUSH_DELIVER=false`), which queues the notifications;
+   then that replica stops and a fresh one starts on the same database with delivery on and nothing else
+   to do. Reported: distinct notifications received per second between the first and the last arrival
+   (target: at least 1,000/s from one replica), and that every one arrived.
+2. Live: `--live-tasks` more sends with a webhook to the running replica (`--concurrency` at a time), so
+   the same process serves the sends and delivers: notifications/s received while the sends run, and how
+   long after the last send the last notification arrived.
+3. Latency: `--sends` blocking sends one at a time, alternating without a webhook and with one whose
+   receiver takes `--slow-s` (10) seconds to answer; p50/p95/p99 of each and their ratio (target: no
+   measurable difference, since delivery never sits on the task's path).
 
-Prints a table and saves the figures to bench/results/push-<time>.json.
+`--profile` adds a py-spy pass over the drain (a second backlog, outside the figures). Prints a table and
+saves the figures to bench/results/push-<time>.json.
 """
 
 from __future__ import annotations
@@ -31,16 +37,23 @@ from typing import Any
 
 import httpx
 
+from . import profile
 from .servers import OurServer, create_database, drop_database, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_PER_S = 1000.0
 NOTIFICATIONS_PER_TASK = 4
+DRAIN_DEADLINE_S = 120.0
 
 
 class PushServer(OurServer):
-    """Ours with the receiver allowlisted and a call timeout above the slow webhook's 10 s."""
+    """Ours with the receiver allowlisted, a call timeout above the slow webhook's 10 s, and delivery on or
+    off."""
+
+    def __init__(self, database_url: str, log_path: Path, deliver: bool = True) -> None:
+        super().__init__("ours", database_url, log_path)
+        self.deliver = deliver
 
     def env(self) -> dict[str, str]:
         return {
@@ -48,20 +61,23 @@ class PushServer(OurServer):
             "PUSH_NOTIFICATION_ALLOW_HTTP": "true",
             "PUSH_NOTIFICATION_ALLOWED_HOSTS": "127.0.0.1",
             "PUSH_TIMEOUT_S": "30",
+            "PUSH_DELIVER": "true" if self.deliver else "false",
         }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.push", description=__doc__)
-    p.add_argument("--tasks", type=int, default=2000, help="tasks with a fast webhook (throughput)")
-    p.add_argument("--concurrency", type=int, default=32, help="sends in flight during the throughput run")
-    p.add_argument("--sends", type=int, default=100, help="sends per side in the latency run")
+    p.add_argument("--tasks", type=int, default=3000, help="tasks queued before the drain")
+    p.add_argument("--live-tasks", type=int, default=1000, help="tasks sent while the replica delivers")
+    p.add_argument("--concurrency", type=int, default=32, help="sends in flight while queueing")
+    p.add_argument("--sends", type=int, default=200, help="sends per side in the latency run")
     p.add_argument("--slow-s", type=float, default=10.0, help="how long the slow webhook takes to answer")
-    p.add_argument("--quick", action="store_true", help="short run: 500 tasks, 30 sends per side")
+    p.add_argument("--profile", action="store_true", help="also py-spy a second drain (not measured)")
+    p.add_argument("--quick", action="store_true", help="short run: 1,000 + 300 tasks, 60 sends per side")
     p.add_argument("--postgres-url", default=os.environ.get("BENCH_POSTGRES_URL"))
     args = p.parse_args(argv)
     if args.quick:
-        args.tasks, args.sends = 500, 30
+        args.tasks, args.live_tasks, args.sends = 1000, 300, 60
     return args
 
 
@@ -89,59 +105,131 @@ async def send(client: httpx.AsyncClient, url: str, text: str, hook: str | None)
     return elapsed
 
 
-async def receiver_stats(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
-    return (await client.get(f"{base}/stats")).json()
-
-
-async def throughput(server: OurServer, receiver: str, args: argparse.Namespace) -> dict[str, Any]:
-    expected = args.tasks * NOTIFICATIONS_PER_TASK
-    hook = f"{receiver}/fast"
+async def send_many(url: str, count: int, concurrency: int, hook: str) -> float:
+    """`count` sends with the webhook `hook`, `concurrency` at a time; seconds taken."""
     async with httpx.AsyncClient(timeout=60) as client:
-        queue = iter(range(args.tasks))
+        queue = iter(range(count))
 
         async def worker() -> None:
             for i in queue:
-                await send(client, server.rpc_url, f"push {i}", hook)
+                await send(client, url, f"push {i}", hook)
 
         started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-        sent_s = time.monotonic() - started
-        deadline = time.monotonic() + 120
-        stats = await receiver_stats(client, receiver)
-        while stats["fast"] < expected and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            stats = await receiver_stats(client, receiver)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.monotonic() - started
+
+
+async def path_stats(receiver: str, path: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        stats = (await client.get(f"{receiver}/stats")).json()
+    return stats.get(path) or {"calls": 0, "distinct": 0, "first": None, "last": None}
+
+
+async def arrived(receiver: str, path: str, expected: int) -> dict[str, Any]:
+    """The path's stats once `expected` distinct notifications arrived (or the deadline passed)."""
+    deadline = time.monotonic() + DRAIN_DEADLINE_S
+    stats = await path_stats(receiver, path)
+    while stats["distinct"] < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        stats = await path_stats(receiver, path)
+    return stats
+
+
+def rate(stats: dict[str, Any]) -> tuple[float, float | None]:
     window = (stats["last"] or 0) - (stats["first"] or 0)
+    return round(window, 3), (round(stats["distinct"] / window, 1) if window > 0 else None)
+
+
+async def queue_backlog(db: str, workdir: Path, receiver: str, path: str, args: argparse.Namespace) -> float:
+    """Queue `args.tasks` tasks' notifications through a replica that does not deliver; seconds taken."""
+    writer = PushServer(db, workdir / "server-queue.log", deliver=False)
+    await asyncio.to_thread(writer.start)
+    try:
+        return await send_many(writer.rpc_url, args.tasks, args.concurrency, f"{receiver}{path}")
+    finally:
+        await asyncio.to_thread(writer.stop)
+
+
+async def drain(db: str, workdir: Path, receiver: str, args: argparse.Namespace) -> dict[str, Any]:
+    expected = args.tasks * NOTIFICATIONS_PER_TASK
+    queued_s = await queue_backlog(db, workdir, receiver, "/drain", args)
+    if (await path_stats(receiver, "/drain"))["calls"]:
+        raise RuntimeError("a replica with delivery off delivered")
+    server = PushServer(db, workdir / "server-drain.log")
+    await asyncio.to_thread(server.start)
+    try:
+        stats = await arrived(receiver, "/drain", expected)
+    finally:
+        await asyncio.to_thread(server.stop)
+    window, per_s = rate(stats)
     return {
         "tasks": args.tasks,
+        "queued_in_s": round(queued_s, 3),
         "expected": expected,
-        "delivered": stats["fast"],
-        "window_s": round(window, 3),
-        "per_s": round(stats["fast"] / window, 1) if window > 0 else None,
+        "delivered": stats["distinct"],
+        "calls": stats["calls"],
+        "window_s": window,
+        "per_s": per_s,
+    }
+
+
+async def profiled_drain(db: str, workdir: Path, receiver: str, args: argparse.Namespace) -> str:
+    """A second backlog drained under py-spy: where the deliverer's time goes (not one of the figures)."""
+    if profile.pyspy() is None:
+        return "py-spy not found (.venv/bin/pip install py-spy)"
+    expected = args.tasks * NOTIFICATIONS_PER_TASK
+    await queue_backlog(db, workdir, receiver, "/profiled", args)
+    server = PushServer(db, workdir / "server-profiled.log")
+    await asyncio.to_thread(server.start)
+    out = workdir / "drain.pyspy.txt"
+    spy = profile.start(server.pid, 30, out)
+    try:
+        await arrived(receiver, "/profiled", expected)
+    finally:
+        if spy is not None:
+            spy.terminate()
+            await asyncio.to_thread(spy.wait)
+        await asyncio.to_thread(server.stop)
+    return profile.summarize(out) if out.exists() else "py-spy wrote nothing"
+
+
+async def live(server: PushServer, receiver: str, args: argparse.Namespace) -> dict[str, Any]:
+    expected = args.live_tasks * NOTIFICATIONS_PER_TASK
+    sent_s = await send_many(server.rpc_url, args.live_tasks, args.concurrency, f"{receiver}/live")
+    sent_at = time.monotonic()
+    stats = await arrived(receiver, "/live", expected)
+    window, per_s = rate(stats)
+    return {
+        "tasks": args.live_tasks,
         "send_s": round(sent_s, 3),
+        "expected": expected,
+        "delivered": stats["distinct"],
+        "window_s": window,
+        "per_s": per_s,
+        "last_after_sends_s": round(max(0.0, (stats["last"] or sent_at) - sent_at), 3),
     }
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
 
 
-async def latency(server: OurServer, receiver: str, args: argparse.Namespace) -> dict[str, Any]:
+async def latency(server: PushServer, receiver: str, args: argparse.Namespace) -> dict[str, Any]:
     plain: list[float] = []
     hooked: list[float] = []
     async with httpx.AsyncClient(timeout=60) as client:
-        for _ in range(3):
+        for _ in range(5):
             await send(client, server.rpc_url, "warm-up", None)
         for i in range(args.sends):
             plain.append(await send(client, server.rpc_url, f"plain {i}", None))
             hooked.append(await send(client, server.rpc_url, f"hooked {i}", f"{receiver}/slow"))
-        slow = (await receiver_stats(client, receiver))["slow"]
+    slow = (await path_stats(receiver, "/slow"))["calls"]
     out: dict[str, Any] = {"sends_per_side": args.sends, "slow_webhook_calls_started": slow}
     for name, values in (("without", plain), ("with_slow_webhook", hooked)):
-        out[name] = {"p50_ms": round(pct(values, 0.5), 2), "p95_ms": round(pct(values, 0.95), 2)}
-    out["ratio_p50"] = round(out["with_slow_webhook"]["p50_ms"] / out["without"]["p50_ms"], 3)
-    out["ratio_p95"] = round(out["with_slow_webhook"]["p95_ms"] / out["without"]["p95_ms"], 3)
+        out[name] = {f"p{q}_ms": pct(values, q / 100) for q in (50, 95, 99)}
+    for q in (50, 95, 99):
+        out[f"ratio_p{q}"] = round(out["with_slow_webhook"][f"p{q}_ms"] / out["without"][f"p{q}_ms"], 3)
     return out
 
 
@@ -176,17 +264,23 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     port = free_port()
     receiver_url = f"http://127.0.0.1:{port}"
     receiver = await asyncio.to_thread(start_receiver, port, args.slow_s, workdir)
-    server = PushServer("ours", db, workdir / "server.log")
     try:
-        await asyncio.to_thread(server.prepare)
-        await asyncio.to_thread(server.start)
-        return {
+        await asyncio.to_thread(PushServer(db, workdir / "migrate.log").prepare)
+        doc: dict[str, Any] = {
             "database": "postgresql" if args.postgres_url else "sqlite",
-            "throughput": await throughput(server, receiver_url, args),
-            "latency": await latency(server, receiver_url, args),
+            "drain": await drain(db, workdir, receiver_url, args),
         }
+        server = PushServer(db, workdir / "server.log")
+        await asyncio.to_thread(server.start)
+        try:
+            doc["live"] = await live(server, receiver_url, args)
+            doc["latency"] = await latency(server, receiver_url, args)
+        finally:
+            await asyncio.to_thread(server.stop)
+        if args.profile:
+            doc["profile"] = await profiled_drain(db, workdir, receiver_url, args)
+        return doc
     finally:
-        await asyncio.to_thread(server.stop)
         receiver.terminate()
         await asyncio.to_thread(receiver.wait)
         if args.postgres_url:
@@ -194,19 +288,26 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def report(doc: dict[str, Any]) -> bool:
-    t, lat = doc["throughput"], doc["latency"]
-    complete = t["delivered"] >= t["expected"]
-    met = (t["per_s"] or 0) >= TARGET_PER_S
-    print(f"\npush notifications ({doc['database']}, one replica)")
-    print(f"  delivered        {t['delivered']}/{t['expected']} {'(all)' if complete else '(MISSING SOME)'}")
+    d, lv, lat = doc["drain"], doc["live"], doc["latency"]
+    complete = d["delivered"] >= d["expected"] and lv["delivered"] >= lv["expected"]
+    met = (d["per_s"] or 0) >= TARGET_PER_S
+    print(f"\npush notifications ({doc['database']}, one replica, 4 per task, distinct ones counted)")
+    print(f"  drain: {d['expected']} queued by {d['tasks']} sends ({d['queued_in_s']} s), delivered alone")
+    print(f"    delivered      {d['delivered']}/{d['expected']} ({d['calls']} calls)")
     verdict = "met" if met else "missed"
-    print(f"  throughput       {t['per_s']}/s over {t['window_s']} s (>= {TARGET_PER_S:.0f}/s: {verdict})")
-    print(f"\nmessage/send, blocking, one at a time ({lat['sends_per_side']} per side)")
-    print(f"  {'':24} {'p50 ms':>8} {'p95 ms':>8}")
-    print(f"  {'without webhook':24} {lat['without']['p50_ms']:>8} {lat['without']['p95_ms']:>8}")
-    slow = lat["with_slow_webhook"]
-    print(f"  {'with 10 s webhook':24} {slow['p50_ms']:>8} {slow['p95_ms']:>8}")
-    print(f"  {'ratio':24} {lat['ratio_p50']:>8} {lat['ratio_p95']:>8}")
+    print(f"    throughput     {d['per_s']}/s over {d['window_s']} s (>= {TARGET_PER_S:.0f}/s: {verdict})")
+    print(f"  live: {lv['tasks']} sends in {lv['send_s']} s while the same replica delivers")
+    print(f"    delivered      {lv['delivered']}/{lv['expected']}")
+    print(f"    throughput     {lv['per_s']}/s over {lv['window_s']} s")
+    print(f"    last arrival   {lv['last_after_sends_s']} s after the last send returned")
+    print(f"\nmessage/send, blocking, one at a time ({lat['sends_per_side']} per side, alternating)")
+    print(f"  {'':24} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    for label, key in (("without webhook", "without"), ("with 10 s webhook", "with_slow_webhook")):
+        row = lat[key]
+        print(f"  {label:24} {row['p50_ms']:>8} {row['p95_ms']:>8} {row['p99_ms']:>8}")
+    print(f"  {'ratio':24} {lat['ratio_p50']:>8} {lat['ratio_p95']:>8} {lat['ratio_p99']:>8}")
+    if "profile" in doc:
+        print(f"\npy-spy of a second drain (not measured)\n{doc['profile']}")
     return complete
 
 
