@@ -1,7 +1,8 @@
 """The delivery worker: every replica runs one; each webhook is delivered by one replica at a time.
 
 It claims webhooks with waiting notifications (`Outbox.claim`), and for each runs one asyncio task that
-posts the queue in order through one pooled httpx client. Outcomes:
+posts the queue in order through one pooled aiohttp client (keep-alive HTTP/1.1; httpx's pool costs
+O(connections) per request, which capped delivery near 100/s at 64 webhooks in flight). Outcomes:
 
 - 2xx: delivered, the row leaves the queue;
 - network error, timeout, 5xx, 429: retried after an exponential backoff with full jitter (or the
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
+RESPONSE_READ = 65536
+"""Bytes of a webhook's answer read (and dropped) so its connection can be reused; the rest is not read."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,11 +103,7 @@ class Deliverer:
             "failed": 0,
             "refused": 0,
         }
-        self._client = httpx.AsyncClient(
-            timeout=options.timeout_s,
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=options.max_in_flight * 2, max_keepalive_connections=64),
-        )
+        self._session: aiohttp.ClientSession | None = None
         self._wake = asyncio.Event()
         self._active: dict[int, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
@@ -112,6 +111,16 @@ class Deliverer:
     def ring(self) -> None:
         """New notifications were committed here: look for work now."""
         self._wake.set()
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (it binds to the running loop)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.options.max_in_flight * 2, use_dns_cache=False),
+                timeout=aiohttp.ClientTimeout(total=self.options.timeout_s),
+                auto_decompress=False,
+            )
+        return self._session
 
     def start(self) -> None:
         self._loops = [
@@ -132,7 +141,8 @@ class Deliverer:
             await self.outbox.release(held)
         except (OSError, SQLAlchemyError):
             log.warning("could not release %d webhook claims; they expire on their own", len(held))
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     # ---- the loops ----------------------------------------------------------------------------
 
@@ -242,29 +252,32 @@ class Deliverer:
             self.counters["refused"] += 1
             return Outcome(f"refused: {exc}")
         request_headers = headers(hook)
-        extensions: dict[str, Any] = {}
+        server_hostname: str | None = None
         if target.ip is not None:
             request_headers["Host"] = target.host_header()
             if target.url.scheme == "https":
-                extensions["sni_hostname"] = target.host
+                server_hostname = target.host
         started = time.monotonic()
         try:
-            resp = await self._client.post(
-                target.request_url(),
-                content=orjson.dumps(row.body),
+            async with self._client().post(
+                str(target.request_url()),
+                data=orjson.dumps(row.body),
                 headers=request_headers,
-                extensions=extensions,
-            )
-        except httpx.TimeoutException:
+                allow_redirects=False,
+                server_hostname=server_hostname,
+            ) as resp:
+                code = resp.status
+                wait = retry_after(resp.headers.get("retry-after"))
+                await resp.content.read(RESPONSE_READ)
+        except TimeoutError:
             return Outcome(f"timeout after {time.monotonic() - started:.1f}s", done=False)
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             return Outcome(f"network error: {type(exc).__name__}: {exc}"[:300], done=False)
-        code = resp.status_code
         if 200 <= code < 300:
             self.counters["delivered"] += 1
             return Outcome(f"HTTP {code}", delivered=True)
         if code == 429 or code >= 500:
-            return Outcome(f"HTTP {code}", done=False, retry_in=retry_after(resp.headers.get("retry-after")))
+            return Outcome(f"HTTP {code}", done=False, retry_in=wait)
         if 300 <= code < 400:
             return Outcome(f"HTTP {code}: redirect not followed")
         return Outcome(f"HTTP {code}: not retried")
