@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -33,12 +33,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.protocol.model import utcnow
 
 from . import guard
-from .outbox import Hook, Outbox, Pending, Tally
+from .outbox import Hook, Outbox, Pending, Run, Tally
 
 log = logging.getLogger(__name__)
 
 BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
+SETTLERS = 2
+"""Group settle transactions in flight at once: while one commits, the next one gathers."""
 RESPONSE_READ = 65536
 """Bytes of a webhook's answer read (and dropped) so its connection can be reused; the rest is not read."""
 
@@ -107,6 +109,8 @@ class Deliverer:
         self._wake = asyncio.Event()
         self._active: dict[int, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
+        self._settles: list[tuple[Run, asyncio.Future[list[Pending]]]] = []
+        self._settle_wake = asyncio.Event()
 
     def ring(self) -> None:
         """New notifications were committed here: look for work now."""
@@ -126,6 +130,7 @@ class Deliverer:
         self._loops = [
             asyncio.create_task(self._run(), name="push-deliverer"),
             asyncio.create_task(self._heartbeat(), name="push-heartbeat"),
+            *(asyncio.create_task(self._settler(), name=f"push-settler-{i}") for i in range(SETTLERS)),
         ]
 
     async def stop(self) -> None:
@@ -187,50 +192,9 @@ class Deliverer:
         """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
         try:
             if not rows:
-                rows = await self.outbox.settle(hook.pk, [], Tally(), BATCH)
+                rows = await self._settle(Run(hook.pk, [], Tally()))
             while rows:
-                done: list[int] = []
-                tally = Tally()
-                retry: tuple[int, int, datetime] | None = None
-                for row in rows:
-                    outcome = await self._attempt(hook, row)
-                    now = utcnow()
-                    tally.attempts += 1
-                    tally.last_outcome = outcome.text
-                    tally.last_attempt_at = now
-                    attempts = row.attempts + 1
-                    if outcome.delivered:
-                        tally.delivered += 1
-                        tally.last_delivered_at = now
-                        done.append(row.id)
-                        continue
-                    if not outcome.done and attempts < self.options.max_attempts:
-                        self.counters["retried"] += 1
-                        wait = outcome.retry_in if outcome.retry_in is not None else self.backoff(attempts)
-                        wait = min(wait, self.options.backoff_max_s)
-                        log.warning(
-                            "webhook %s of task %s: event %d attempt %d: %s; retry in %.1fs",
-                            hook.config_id,
-                            hook.task_id,
-                            row.seq,
-                            attempts,
-                            outcome.text,
-                            wait,
-                        )
-                        retry = (row.id, attempts, now + timedelta(seconds=wait))
-                        break
-                    self.counters["failed"] += 1
-                    tally.failed += 1
-                    done.append(row.id)
-                    log.warning(
-                        "webhook %s of task %s: event %d given up after attempt %d: %s",
-                        hook.config_id,
-                        hook.task_id,
-                        row.seq,
-                        attempts,
-                        outcome.text,
-                    )
-                rows = await self.outbox.settle(hook.pk, done, tally, BATCH, retry)
+                rows = await self._settle(await self._post_run(hook, rows))
         except asyncio.CancelledError:
             raise
         except (OSError, SQLAlchemyError) as exc:
@@ -238,19 +202,94 @@ class Deliverer:
         except Exception:
             log.exception("webhook %s: delivery failed unexpectedly", hook.config_id)
 
+    async def _post_run(self, hook: Hook, rows: list[Pending]) -> Run:
+        """Post `rows` in order, each only once the one before left the queue (delivered or given up);
+        stop at the first that must be retried. The URL is checked (and its address pinned) once per run."""
+        run = Run(hook.pk, [], Tally())
+        tally = run.tally
+        try:
+            target: guard.Target | guard.Refused = await guard.check(hook.url, self.options.policy)
+        except guard.Refused as exc:
+            target = exc
+        for row in rows:
+            outcome = await self._attempt(hook, target, row)
+            now = utcnow()
+            tally.attempts += 1
+            tally.last_outcome = outcome.text
+            tally.last_attempt_at = now
+            attempts = row.attempts + 1
+            if outcome.delivered:
+                tally.delivered += 1
+                tally.last_delivered_at = now
+                run.done.append(row.id)
+                continue
+            if not outcome.done and attempts < self.options.max_attempts:
+                self.counters["retried"] += 1
+                wait = outcome.retry_in if outcome.retry_in is not None else self.backoff(attempts)
+                wait = min(wait, self.options.backoff_max_s)
+                log.warning(
+                    "webhook %s of task %s: event %d attempt %d: %s; retry in %.1fs",
+                    hook.config_id,
+                    hook.task_id,
+                    row.seq,
+                    attempts,
+                    outcome.text,
+                    wait,
+                )
+                run.retry = (row.id, attempts, now + timedelta(seconds=wait))
+                break
+            self.counters["failed"] += 1
+            tally.failed += 1
+            run.done.append(row.id)
+            log.warning(
+                "webhook %s of task %s: event %d given up after attempt %d: %s",
+                hook.config_id,
+                hook.task_id,
+                row.seq,
+                attempts,
+                outcome.text,
+            )
+        return run
+
+    async def _settle(self, run: Run) -> list[Pending]:
+        """Hand the run to the group settle and wait for its commit: the webhook's next notifications."""
+        fut: asyncio.Future[list[Pending]] = asyncio.get_running_loop().create_future()
+        self._settles.append((run, fut))
+        self._settle_wake.set()
+        return await fut
+
+    async def _settler(self) -> None:
+        """Group commit of settles: everything handed in while the last transaction ran goes in the next
+        one, so the database cost per notification falls as the load rises."""
+        while True:
+            await self._settle_wake.wait()
+            self._settle_wake.clear()
+            if not self._settles:
+                continue
+            batch = sorted(self._settles, key=lambda item: item[0].pk)
+            self._settles = []
+            try:
+                following = await self.outbox.settle_many([run for run, _ in batch], BATCH)
+            except (OSError, SQLAlchemyError) as exc:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for run, fut in batch:
+                if not fut.done():
+                    fut.set_result(following[run.pk])
+
     def backoff(self, attempts: int) -> float:
         """Exponential with jitter: between half and all of base * 2^(attempts-1), capped; the jitter
         spreads the retries of many webhooks that failed together."""
         ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempts - 1))
         return random.uniform(ceiling / 2, ceiling)
 
-    async def _attempt(self, hook: Hook, row: Pending) -> Outcome:
+    async def _attempt(self, hook: Hook, target: guard.Target | guard.Refused, row: Pending) -> Outcome:
         self.counters["attempts"] += 1
-        try:
-            target = await guard.check(hook.url, self.options.policy)
-        except guard.Refused as exc:
+        if isinstance(target, guard.Refused):
             self.counters["refused"] += 1
-            return Outcome(f"refused: {exc}")
+            return Outcome(f"refused: {target}")
         request_headers = headers(hook)
         server_hostname: str | None = None
         if target.ip is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import String, bindparam, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import utcnow
@@ -71,6 +71,47 @@ class Tally:
         return out
 
 
+@dataclass(slots=True)
+class Run:
+    """A run of attempts on one webhook to settle: rows that left the queue, the tally, and the retry
+    (row id, attempts, when) that holds the queue back, if any."""
+
+    pk: int
+    done: list[int]
+    tally: Tally
+    retry: tuple[int, int, datetime] | None = None
+
+    def params(self) -> dict[str, Any]:
+        t = self.tally
+        return {
+            "_pk": self.pk,
+            "_attempts": t.attempts,
+            "_delivered": t.delivered,
+            "_failed": t.failed,
+            "_outcome": None if t.last_outcome is None else t.last_outcome[:512],
+            "_attempt_at": t.last_attempt_at,
+            "_delivered_at": t.last_delivered_at,
+            "_retry_at": None if self.retry is None else self.retry[2],
+        }
+
+
+_Ts = _configs.c.last_attempt_at.type
+_add_tally = (
+    update(_configs)
+    .where(_configs.c.pk == bindparam("_pk"))
+    .values(
+        attempts=_configs.c.attempts + bindparam("_attempts"),
+        delivered=_configs.c.delivered + bindparam("_delivered"),
+        failed=_configs.c.failed + bindparam("_failed"),
+        last_outcome=func.coalesce(bindparam("_outcome", type_=String), _configs.c.last_outcome),
+        last_attempt_at=func.coalesce(bindparam("_attempt_at", type_=_Ts), _configs.c.last_attempt_at),
+        last_delivered_at=func.coalesce(bindparam("_delivered_at", type_=_Ts), _configs.c.last_delivered_at),
+        retry_at=bindparam("_retry_at", type_=_Ts),
+    )
+)
+"""One webhook's tally added (executemany: one statement for every run of a group settle)."""
+
+
 class Outbox:
     def __init__(self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float) -> None:
         self._engine = engine
@@ -114,62 +155,54 @@ class Outbox:
             hooks = [Hook(*r) for r in (await conn.execute(stmt)).all()]
             if not hooks:
                 return []
-            queued: dict[int, list[Pending]] = {h.pk: [] for h in hooks}
-            rank = (
-                func.row_number()
-                .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
-                .label("rank")
-            )
-            ranked = (
-                select(
-                    _outbox.c.config_pk, _outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts, rank
-                )
-                .where(_outbox.c.config_pk.in_(list(queued)))
-                .subquery()
-            )
-            first = select(ranked).where(ranked.c.rank <= batch).order_by(ranked.c.config_pk, ranked.c.rank)
-            for r in (await conn.execute(first)).all():
-                queued[r.config_pk].append(Pending(r.id, r.seq, r.body, r.attempts))
+            queued = await self._heads(conn, [h.pk for h in hooks], batch)
         return [(h, queued[h.pk]) for h in hooks]
 
-    async def _next(self, conn: AsyncConnection, pk: int, limit: int) -> list[Pending]:
-        stmt = (
-            select(_outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts)
-            .where(_outbox.c.config_pk == pk)
-            .order_by(_outbox.c.seq, _outbox.c.id)
-            .limit(limit)
+    async def _heads(self, conn: AsyncConnection, pks: list[int], batch: int) -> dict[int, list[Pending]]:
+        """The first `batch` notifications of each webhook in `pks`, in order (one query for all)."""
+        queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
+        if not pks:
+            return queued
+        rank = (
+            func.row_number()
+            .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
+            .label("rank")
         )
-        return [Pending(*r) for r in (await conn.execute(stmt)).all()]
+        ranked = (
+            select(_outbox.c.config_pk, _outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts, rank)
+            .where(_outbox.c.config_pk.in_(pks))
+            .subquery()
+        )
+        first = select(ranked).where(ranked.c.rank <= batch).order_by(ranked.c.config_pk, ranked.c.rank)
+        for r in (await conn.execute(first)).all():
+            queued[r.config_pk].append(Pending(r.id, r.seq, r.body, r.attempts))
+        return queued
 
-    async def settle(
-        self,
-        pk: int,
-        done: list[int],
-        tally: Tally,
-        batch: int,
-        retry: tuple[int, int, datetime] | None = None,
-    ) -> list[Pending]:
-        """Record a run of attempts and return the next notifications to send, in one transaction.
-
-        `done` rows leave the queue. `retry` (row id, attempts, when) holds the queue back until then and
-        gives the claim up; so does an empty queue. Returns [] when the claim was given up.
-        """
-        values = tally.values()
+    async def settle_many(self, runs: list[Run], batch: int) -> dict[int, list[Pending]]:
+        """Record runs of attempts on many webhooks in one transaction and a fixed number of statements
+        (group commit), and read each one's next notifications ([]: its claim was given up). A run's
+        delivered or given-up rows leave the queue, its tally is added, a retry holds its queue back.
+        The runs must be of distinct webhooks (each webhook has one run in flight at a time)."""
+        done = [row_id for r in runs for row_id in r.done]
+        retries = [r for r in runs if r.retry is not None]
         async with self._engine.begin() as conn:
             if done:
                 await conn.execute(delete(_outbox).where(_outbox.c.id.in_(done)))
-            following: list[Pending] = []
-            if retry is not None:
-                row_id, attempts, when = retry
-                await conn.execute(update(_outbox).where(_outbox.c.id == row_id).values(attempts=attempts))
-                values["retry_at"] = when
-            else:
-                following = await self._next(conn, pk, batch)
-            if not following:
-                values["claimed_by"] = None
-                values["claim_expires_at"] = None
-            await conn.execute(update(_configs).where(_configs.c.pk == pk).values(**values))
-        return following
+            if retries:
+                await conn.execute(
+                    update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n")),
+                    [{"_id": r.retry[0], "_n": r.retry[1]} for r in retries if r.retry is not None],
+                )
+            following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
+            await conn.execute(_add_tally, [r.params() for r in runs])
+            idle = [r.pk for r in runs if not following.get(r.pk)]
+            if idle:
+                await conn.execute(
+                    update(_configs)
+                    .where(_configs.c.pk.in_(idle))
+                    .values(claimed_by=None, claim_expires_at=None)
+                )
+        return {r.pk: following.get(r.pk, []) for r in runs}
 
     async def renew(self, pks: list[int]) -> None:
         """Heartbeat: keep the claims on the webhooks being delivered here."""
