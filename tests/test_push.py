@@ -405,3 +405,27 @@ async def test_non_https_refused_by_default(client):
 
 def _v10_message(text: str) -> dict[str, Any]:
     return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+async def test_grouped_settles_keep_each_webhook_apart(c, receiver):
+    """Settles of many webhooks share transactions: a webhook whose head is retried holds back its own
+    queue only, still in order, and every other webhook's queue and record are unaffected."""
+    order = ["submitted", "working", "completed"]
+    flaky = path()
+    receiver.script(flaky, 503, 503, 503)
+    steady = [path() for _ in range(8)]
+    sends = [send_with_hook(c, "say:grouped", {"id": "f", "url": receiver.url(flaky)})]
+    sends += [send_with_hook(c, "say:grouped", {"id": "s", "url": receiver.url(p)}) for p in steady]
+    tasks = await asyncio.gather(*sends)
+
+    record = await settled(c, receiver, tasks[0]["id"], "f")
+    states = [x.body["status"]["state"] for x in receiver.at(flaky)]
+    assert states[:4] == ["submitted"] * 4, "only the head was retried, nothing passed it"
+    assert states[3:] == sorted(states[3:], key=order.index) and states[-1] == "completed"
+    assert record["attempts"] == len(states) and record["delivered"] == len(states) - 3
+    for task, p in zip(tasks[1:], steady, strict=True):
+        record = await settled(c, receiver, task["id"], "s")
+        states = [x.body["status"]["state"] for x in receiver.at(p)]
+        assert states == sorted(states, key=order.index) and states[0] == "submitted"
+        assert states[-1] == "completed"
+        assert record["attempts"] == record["delivered"] == len(states) and record["failed"] == 0
