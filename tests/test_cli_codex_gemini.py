@@ -46,8 +46,12 @@ from tests.server import ServerProcess
 
 REFUSAL = {"codex": "rejected by user", "gemini": "was canceled by the user"}
 """What each CLI tells the model when the user denies the tool (the fake echoes the tool output)."""
-IDLE_S = 5
-HARD_S = 12
+EDIT_QUESTION = {"codex": "Allow file_change ", "gemini": "Allow edit "}
+"""How the question about a file edit starts (a shell command's names `shell` / `execute`)."""
+LIMITS = {"codex": (4, 10), "gemini": (8, 16)}
+"""AGENT_IDLE_TIMEOUT_S and AGENT_TIMEOUT_S of the limits server per CLI. The idle limit counts from the
+start, and Gemini prints nothing while it starts (2 s, much more on a busy machine): it must not fire
+before the loop of commands in the hard-limit test has begun."""
 LOST_SESSION = {
     "codex": ("codex exited with status 1: ", "no rollout found for thread id {}"),
     "gemini": ("gemini exited with status 42: ", "Error resuming session: No previous sessions found"),
@@ -127,10 +131,10 @@ async def approvals(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
 
 @pytest.fixture(scope="module")
 async def limits(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
-    """Unattended, with short idle and hard limits, to see both end a task (the idle limit leaves room
-    for the CLI's start-up, which prints nothing for about 2 s)."""
+    """Unattended, with short idle and hard limits (`LIMITS`), to see both end a task."""
     tmp = tmp_path_factory.mktemp(f"{cli.name}-limits")
-    limits = {"AGENT_IDLE_TIMEOUT_S": str(IDLE_S), "AGENT_TIMEOUT_S": str(HARD_S), "CANCEL_GRACE_S": "1"}
+    idle, hard = LIMITS[cli.name]
+    limits = {"AGENT_IDLE_TIMEOUT_S": str(idle), "AGENT_TIMEOUT_S": str(hard), "CANCEL_GRACE_S": "1"}
     async for served in _serve(cli, tmp, **limits):
         yield served
 
@@ -321,7 +325,8 @@ async def test_file_edit_asks_first_and_y_writes_the_file(approvals: Served) -> 
     name = _unique("patched") + ".txt"
     task = await wait_until_stopped(c, await send_message(c, f"FAKE:patch:{name}"))
     assert task["status"]["state"] == "input-required", status_text(task)
-    assert name in status_text(task)
+    question = status_text(task)
+    assert question.startswith(EDIT_QUESTION[approvals.cli.name]) and name in question, question
     assert not (approvals.workspace(task) / name).exists()
     done = await wait_until_stopped(
         c, await send_message(c, "y", taskId=task["id"], contextId=task["contextId"])
@@ -366,8 +371,8 @@ async def test_silent_cli_fails_on_the_idle_limit_and_is_stopped(limits: Served)
     prompt = f"FAKE:hang {_unique('silence')}"
     task = await wait_until_stopped(limits.client, await send_message(limits.client, prompt))
     assert task["status"]["state"] == "failed"
-    binary = limits.cli.name
-    assert f"{binary} printed nothing for {IDLE_S} s (AGENT_IDLE_TIMEOUT_S)" in status_text(task)
+    idle, _ = LIMITS[limits.cli.name]
+    assert f"{limits.cli.name} printed nothing for {idle} s (AGENT_IDLE_TIMEOUT_S)" in status_text(task)
     assert any(prompt in json.dumps(body) for _, _, body in limits.cli.fake.requests), "the CLI was waiting"
     # Checked at once: the task failed only after the CLI was stopped.
     assert working_in(limits.workspace(task)) == []
@@ -377,11 +382,12 @@ async def test_run_past_the_hard_limit_fails_and_is_stopped(limits: Served) -> N
     """The model asks for one short command after another, so the CLI keeps printing and the idle
     limit never fires; the hard limit ends the run."""
     marker = _unique("loop")
+    _, hard = LIMITS[limits.cli.name]
     task = await wait_until_stopped(
-        limits.client, await send_message(limits.client, f"FAKE:loop:{marker}"), within_s=HARD_S + 60
+        limits.client, await send_message(limits.client, f"FAKE:loop:{marker}"), within_s=hard + 60
     )
     assert task["status"]["state"] == "failed"
-    assert f"did not finish within {HARD_S} s" in status_text(task)
+    assert f"did not finish within {hard} s" in status_text(task)
     calls = [json.dumps(body) for _, _, body in limits.cli.fake.requests if marker in json.dumps(body)]
     assert any(f"{marker}-1" in body for body in calls), "the CLI ran a command and went on"
     assert working_in(limits.workspace(task)) == []
