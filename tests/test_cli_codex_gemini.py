@@ -2,9 +2,12 @@
 
 Everything goes through the A2A API of a real server process (SQLite) with AGENT_ADAPTER=codex or gemini:
 the CLI runs for real in the task's workspace and calls a fake of its model API on 127.0.0.1
-(tests/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:error`).
-Per CLI, one server runs unattended (AGENT_FORCE=true: `codex exec`, `gemini -p --approval-mode yolo`)
-and one with approvals on (`codex app-server`, `gemini --acp`), each with a fresh HOME / CODEX_HOME.
+(tests/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:hang`, ...).
+Per CLI, one server runs unattended (AGENT_FORCE=true: `codex exec`, `gemini -p --approval-mode yolo`),
+one with approvals on (`codex app-server`, `gemini --acp`) and one unattended with short idle and hard
+limits, each with a fresh HOME / CODEX_HOME. Tests sharing a server are isolated by their context:
+each task gets its own workspace and CLI session, as in production, where every task shares the
+server's HOME.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ from tests.server import ServerProcess
 
 REFUSAL = {"codex": "rejected by user", "gemini": "was canceled by the user"}
 """What each CLI tells the model when the user denies the tool (the fake echoes the tool output)."""
+EDIT_QUESTION = {"codex": "Allow file_change ", "gemini": "Allow edit "}
+"""How the question about a file edit starts (a shell command's names `shell` / `execute`)."""
+LIMITS = {"codex": (4, 10), "gemini": (8, 16)}
+"""AGENT_IDLE_TIMEOUT_S and AGENT_TIMEOUT_S of the limits server per CLI. The idle limit counts from the
+start, and Gemini prints nothing while it starts (2 s, much more on a busy machine): it must not fire
+before the loop of commands in the hard-limit test has begun."""
+LOST_SESSION = {
+    "codex": ("codex exited with status 1: ", "no rollout found for thread id {}"),
+    "gemini": ("gemini exited with status 42: ", "Error resuming session: No previous sessions found"),
+}
+"""How each CLI exits when the session a turn resumes is gone, and what it says on stderr."""
 
 
 @dataclass
@@ -72,6 +86,11 @@ class Served:
 
     def workspace(self, task: dict) -> Path:
         return self.root / "ws" / task["contextId"]
+
+    def stored_session(self, session_id: str) -> list[Path]:
+        """The files in which the CLI keeps the session (Codex's rollouts, Gemini's chats)."""
+        store = self.root / "codex-home" / "sessions" if self.cli.name == "codex" else self.root / ".gemini"
+        return [f for f in store.rglob("*.jsonl") if session_id in f.read_text(errors="replace")]
 
 
 @pytest.fixture(scope="module", params=["codex", "gemini"])
@@ -107,6 +126,16 @@ async def unattended(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
 @pytest.fixture(scope="module")
 async def approvals(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
     async for served in _serve(cli, tmp_path_factory.mktemp(f"{cli.name}-approvals"), AGENT_FORCE="false"):
+        yield served
+
+
+@pytest.fixture(scope="module")
+async def limits(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
+    """Unattended, with short idle and hard limits (`LIMITS`), to see both end a task."""
+    tmp = tmp_path_factory.mktemp(f"{cli.name}-limits")
+    idle, hard = LIMITS[cli.name]
+    limits = {"AGENT_IDLE_TIMEOUT_S": str(idle), "AGENT_TIMEOUT_S": str(hard), "CANCEL_GRACE_S": "1"}
+    async for served in _serve(cli, tmp, **limits):
         yield served
 
 
@@ -211,9 +240,32 @@ async def test_tool_runs_and_its_file_appears_in_the_workspace(unattended: Serve
 
 
 async def test_model_api_error_fails_the_task_with_the_reason(unattended: Served) -> None:
+    """Both CLIs exit non-zero here too, but only after reporting the error in their stream
+    (`turn.failed`, a `result` with status error), which is what the reason comes from."""
     task = await wait_until_stopped(unattended.client, await send_message(unattended.client, "FAKE:error"))
     assert task["status"]["state"] == "failed"
     assert ERROR_MESSAGE in status_text(task)
+
+
+async def test_cli_exiting_non_zero_fails_the_task_with_its_stderr(unattended: Served) -> None:
+    """The next turn resumes a session the CLI no longer has (its home lost it): the CLI prints no
+    event, exits non-zero and says why on stderr, and the task fails with both."""
+    c = unattended.client
+    first = await wait_until_stopped(c, await send_message(c, _unique("say hi")))
+    assert first["status"]["state"] == "completed", status_text(first)
+    session = _session_id(first)
+    stored = unattended.stored_session(session)
+    assert stored, "the CLI stored the session"
+    for path in stored:
+        path.unlink()
+    second = await wait_until_stopped(
+        c, await send_message(c, _unique("again"), contextId=first["contextId"])
+    )
+    assert second["status"]["state"] == "failed"
+    status, stderr = LOST_SESSION[unattended.cli.name]
+    reason = status_text(second)
+    assert status in reason and stderr.format(session) in reason, reason
+    assert await wait_none_working_in(unattended.workspace(second)) == []
 
 
 async def test_cancel_returns_after_the_process_group_is_gone(unattended: Served) -> None:
@@ -252,6 +304,37 @@ async def test_approval_no_denies_the_tool_and_the_task_completes(approvals: Ser
     assert REFUSAL[approvals.cli.name] in response_text(done)
 
 
+@pytest.mark.parametrize("decision", ["allow", "deny"])
+async def test_approval_decision_as_a_data_part(approvals: Served, decision: str) -> None:
+    c = approvals.client
+    name = _unique(decision) + ".txt"
+    task = await wait_until_stopped(c, await send_message(c, f"FAKE:tool:{name}"))
+    assert task["status"]["state"] == "input-required", status_text(task)
+    answer = text_message("", taskId=task["id"], contextId=task["contextId"])
+    answer["parts"] = [{"kind": "data", "data": {"decision": decision}}]
+    done = await wait_until_stopped(c, await result(c, "message/send", {"message": answer}))
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (approvals.workspace(task) / name).exists() is (decision == "allow")
+    assert (REFUSAL[approvals.cli.name] in response_text(done)) is (decision == "deny")
+
+
+async def test_file_edit_asks_first_and_y_writes_the_file(approvals: Served) -> None:
+    """Not a shell command: Codex's apply_patch is a file change (`item/fileChange/requestApproval`),
+    Gemini's write_file an edit permission."""
+    c = approvals.client
+    name = _unique("patched") + ".txt"
+    task = await wait_until_stopped(c, await send_message(c, f"FAKE:patch:{name}"))
+    assert task["status"]["state"] == "input-required", status_text(task)
+    question = status_text(task)
+    assert question.startswith(EDIT_QUESTION[approvals.cli.name]) and name in question, question
+    assert not (approvals.workspace(task) / name).exists()
+    done = await wait_until_stopped(
+        c, await send_message(c, "y", taskId=task["id"], contextId=task["contextId"])
+    )
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (approvals.workspace(task) / name).read_text() == "patched\n"
+
+
 async def test_cancel_of_an_approved_long_tool_leaves_no_process(approvals: Served) -> None:
     c = approvals.client
     prompt, marker = _long_command()
@@ -278,3 +361,34 @@ async def test_approvals_on_next_turn_in_the_context(approvals: Served) -> None:
     resumed = approvals.cli.name == "codex"
     assert (_session_id(second) == _session_id(first)) is resumed
     assert sent and (first_prompt in sent[-1]) is resumed
+
+
+# ---- limits (AGENT_IDLE_TIMEOUT_S, AGENT_TIMEOUT_S) --------------------------------------------------
+
+
+async def test_silent_cli_fails_on_the_idle_limit_and_is_stopped(limits: Served) -> None:
+    """The model API accepts the request and sends nothing, so the CLI, waiting for it, prints nothing."""
+    prompt = f"FAKE:hang {_unique('silence')}"
+    task = await wait_until_stopped(limits.client, await send_message(limits.client, prompt))
+    assert task["status"]["state"] == "failed"
+    idle, _ = LIMITS[limits.cli.name]
+    assert f"{limits.cli.name} printed nothing for {idle} s (AGENT_IDLE_TIMEOUT_S)" in status_text(task)
+    assert any(prompt in json.dumps(body) for _, _, body in limits.cli.fake.requests), "the CLI was waiting"
+    # Checked at once: the task failed only after the CLI was stopped.
+    assert working_in(limits.workspace(task)) == []
+
+
+async def test_run_past_the_hard_limit_fails_and_is_stopped(limits: Served) -> None:
+    """The model asks for one short command after another, so the CLI keeps printing and the idle
+    limit never fires; the hard limit ends the run."""
+    marker = _unique("loop")
+    _, hard = LIMITS[limits.cli.name]
+    task = await wait_until_stopped(
+        limits.client, await send_message(limits.client, f"FAKE:loop:{marker}"), within_s=hard + 60
+    )
+    assert task["status"]["state"] == "failed"
+    assert f"did not finish within {hard} s" in status_text(task)
+    calls = [json.dumps(body) for _, _, body in limits.cli.fake.requests if marker in json.dumps(body)]
+    assert any(f"{marker}-1" in body for body in calls), "the CLI ran a command and went on"
+    assert working_in(limits.workspace(task)) == []
+    assert find_process(marker) is None, _describe(find_process(marker))

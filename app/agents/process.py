@@ -8,7 +8,7 @@
     async for obj in proc.messages(idle_timeout_s=900):   # each JSON object printed on stdout
         ...                             # raises IdleTimeout when stdout is silent that long
     code = await proc.wait()            # exit status; proc.stderr_tail() for the error message
-    await proc.stop(grace_s=5, interrupt=hook)  # hook (the CLI's own interrupt), SIGTERM, SIGKILL
+    await proc.stop(grace_s=5, interrupt=hook)  # hook (the CLI's own interrupt), SIGTERM, SIGKILL at 5 s
 
 Why it is written this way:
 - stdout is read in chunks and split by hand, so a line of any length (a whole file in a tool result)
@@ -229,13 +229,17 @@ class CliProcess:
     async def stop(self, grace_s: float, interrupt: Callable[[], Awaitable[object]] | None = None) -> None:
         """Stop the CLI and everything it started; returns once none of them is alive.
 
-        `interrupt` is the CLI's own way to stop (e.g. a control message); it gets `grace_s` to end
-        the process, then the group gets SIGTERM, then SIGKILL after another `grace_s`.
+        `interrupt` is the CLI's own way to stop (e.g. a control message); it gets half of `grace_s`
+        to end the process, then the group gets SIGTERM, and what is left when `grace_s` has passed
+        gets SIGKILL. One grace period in all: the runner gives a cancel `grace_s` plus a second, and
+        tasks/cancel must not return while the tools still run.
         """
         if self._proc is None:
             return
         pid = self._proc.pid
         groups: set[int] = set()
+        loop = asyncio.get_running_loop()
+        kill_at = loop.time() + grace_s
 
         def family() -> set[int]:
             return _family(pid, groups, self.run_id)
@@ -244,7 +248,7 @@ class CliProcess:
         family()
         if interrupt is not None and self._proc.returncode is None:
             with contextlib.suppress(TimeoutError, OSError):
-                async with asyncio.timeout(grace_s):
+                async with asyncio.timeout(grace_s / 2):
                     await interrupt()
                     await self.close_stdin()
                     await self._proc.wait()
@@ -252,7 +256,7 @@ class CliProcess:
         targets = family()
         if targets:
             _signal_all(pid, targets, signal.SIGTERM)
-            if not await _gone(targets, grace_s, family, signal.SIGTERM):
+            if not await _gone(targets, max(kill_at - loop.time(), 0.0), family, signal.SIGTERM):
                 targets |= family()
                 _signal_all(pid, targets, signal.SIGKILL)
                 if not await _gone(targets, KILL_WAIT_S, family, signal.SIGKILL):

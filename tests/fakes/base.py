@@ -6,9 +6,15 @@ makes (routers, retries) cannot shift the script. The scenario is named in the u
 - `FAKE:tool:<file>`  ask for a shell command that writes `<file>` in the workspace
 - `FAKE:long:<n>`     ask for the shell command `exec sleep 300.<n>` (digits: a marker to find it by)
 - `FAKE:error`        answer HTTP 400 with the message `ERROR_MESSAGE`
+- `FAKE:hang`         accept the request (200, SSE headers) and then send nothing, until the fake closes
+- `FAKE:loop:<m>`     ask for `sleep 1; echo <m>-<n>` again after every result (n counts): a CLI that
+                      keeps working and printing, never finishing
+- `FAKE:patch:<file>` ask for a file edit that creates `<file>` with `patched`: Codex's `apply_patch`
+                      (through exec_command, which Codex turns into a file change), Gemini's write_file
 - anything else       answer text (`TEXT_CHUNKS`, streamed in pieces)
 
-Once a tool's output is in the history, the answer is the final text `Done: tool said <output>`.
+Once a tool's output is in the history, the answer is the final text `Done: tool said <output>`
+(except in the loop scenario).
 """
 
 from __future__ import annotations
@@ -23,18 +29,28 @@ from typing import Any
 TEXT_CHUNKS = ("hi from ", "the fake ", "model")
 TEXT = "".join(TEXT_CHUNKS)
 ERROR_MESSAGE = "fake model refuses this request"
-_DIRECTIVE = re.compile(r"FAKE:(tool|long|error)(?::([\w.\-]+))?")
+_DIRECTIVE = re.compile(r"FAKE:(tool|long|error|hang|loop|patch)(?::([\w.\-]+))?")
+HANG_LIMIT_S = 300.0
+"""The longest a `hang` reply holds its connection (the fake's close ends it at once)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    kind: str  # "text", "tool", "long" or "error"
+    kind: str  # "text", "tool", "long", "error", "hang", "loop" or "patch"
     file: str = ""
+    step: int = 1
+    """In the loop scenario, which call this is (1 for the first)."""
 
     def command(self) -> str:
         """The shell command the fake model asks the CLI to run."""
         if self.kind == "long":
             return f"exec sleep 300.{self.file}"
+        if self.kind == "loop":
+            # Distinct each time: Gemini stops a turn that repeats one tool call with the same input.
+            return f"sleep 1; echo {self.file}-{self.step}"
+        if self.kind == "patch":
+            patch = f"*** Begin Patch\n*** Add File: {self.file}\n+patched\n*** End Patch"
+            return f"apply_patch <<'PATCH'\n{patch}\nPATCH\n"
         return f"echo hi > {self.file}"
 
 
@@ -61,6 +77,8 @@ class Reply:
     body: Any = None
     events: list[dict[str, Any]] | None = None
     sse_event_names: bool = False
+    hang: bool = False
+    """Send the SSE headers, then nothing until the fake closes (a model API that stalls)."""
 
 
 class FakeServer:
@@ -68,6 +86,7 @@ class FakeServer:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, Any]] = []
+        self._closing = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -99,9 +118,8 @@ class FakeServer:
     def reply(self, method: str, path: str, body: Any) -> Reply:
         raise NotImplementedError
 
-    @staticmethod
-    def send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
-        if reply.events is None:
+    def send(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if reply.events is None and not reply.hang:
             data = json.dumps(reply.body if reply.body is not None else {}).encode()
             handler.send_response(reply.status)
             handler.send_header("Content-Type", "application/json")
@@ -114,7 +132,12 @@ class FakeServer:
         handler.send_header("Cache-Control", "no-cache")
         handler.send_header("Connection", "close")
         handler.end_headers()
-        for event in reply.events:
+        handler.wfile.flush()
+        if reply.hang:
+            self._closing.wait(HANG_LIMIT_S)
+            handler.close_connection = True
+            return
+        for event in reply.events or ():
             name = f"event: {event['type']}\n" if reply.sse_event_names else ""
             handler.wfile.write(f"{name}data: {json.dumps(event)}\r\n\r\n".encode())
             handler.wfile.flush()
@@ -125,6 +148,7 @@ class FakeServer:
         self._thread.join()
 
     def close(self) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 

@@ -9,6 +9,7 @@ GEMINI_CLI_TRUST_WORKSPACE=true). Run alone: `python -m tests.fakes.gemini_fake`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def gemini_env(base_url: str, home: Path) -> dict[str, str]:
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("error", None) | ("text", None) for one request."""
+    """("final", tool output) | ("tool", Scenario) | ("error" | "hang" | "text", None) for one request."""
     contents = [c for c in body.get("contents") or () if isinstance(c, dict)]
 
     def texts(c: dict[str, Any]) -> list[str]:
@@ -49,13 +50,19 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
 
     users = [n for n, c in enumerate(contents) if c.get("role") == "user" and texts(c)]
     last_user = users[-1] if users else -1
-    for c in reversed(contents[last_user + 1 :]):
-        for part in c.get("parts") or ():
-            if isinstance(part, dict) and "functionResponse" in part:
-                return "final", json.dumps(part["functionResponse"].get("response"))
+    responses = [
+        part["functionResponse"]
+        for c in contents[last_user + 1 :]
+        for part in c.get("parts") or ()
+        if isinstance(part, dict) and "functionResponse" in part
+    ]
     scenario = scenario_of(texts(contents[last_user]) if users else [])
-    if scenario.kind == "error":
-        return "error", None
+    if scenario.kind == "loop" and body.get("tools"):
+        return "tool", replace(scenario, step=len(responses) + 1)
+    if responses:
+        return "final", json.dumps(responses[-1].get("response"))
+    if scenario.kind in ("error", "hang"):
+        return scenario.kind, None
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None
@@ -86,6 +93,8 @@ class GeminiFake(FakeServer):
         if kind == "error":
             error = {"code": 400, "message": ERROR_MESSAGE, "status": "INVALID_ARGUMENT"}
             return Reply(400, {"error": error})
+        if kind == "hang":
+            return Reply(hang=True)
         if kind == "tool":
             return Reply(events=[_chunk([self._function_call(arg)], last=True)])
         chunks = [final_text(arg)] if kind == "final" else list(TEXT_CHUNKS)
@@ -93,6 +102,9 @@ class GeminiFake(FakeServer):
 
     @staticmethod
     def _function_call(scenario: Scenario) -> dict[str, Any]:
+        if scenario.kind == "patch":  # Gemini's file edit is its write_file tool, not a shell command
+            args = {"file_path": scenario.file, "content": "patched\n"}
+            return {"functionCall": {"name": "write_file", "args": args}}
         args = {"command": scenario.command(), "description": f"fake {scenario.kind} step"}
         return {"functionCall": {"name": "run_shell_command", "args": args}}
 

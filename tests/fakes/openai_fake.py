@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,18 @@ def _output_text(output: Any) -> str:
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("error", None) | ("text", None) for one request."""
+    """("final", tool output) | ("tool", Scenario) | ("error" | "hang" | "text", None) for one request."""
     items = [i for i in body.get("input") or () if isinstance(i, dict)]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
     last_user = users[-1] if users else -1
     outputs = [i for i in items[last_user + 1 :] if i.get("type") == "function_call_output"]
+    scenario = scenario_of(_texts(items[last_user]) if users else [])
+    if scenario.kind == "loop" and body.get("tools"):
+        return "tool", replace(scenario, step=len(outputs) + 1)
     if outputs:
         return "final", _output_text(outputs[-1].get("output"))
-    scenario = scenario_of(_texts(items[last_user]) if users else [])
-    if scenario.kind == "error":
-        return "error", None
+    if scenario.kind in ("error", "hang"):
+        return scenario.kind, None
     if scenario.kind != "text" and body.get("tools"):
         return "tool", scenario
     return "text", None
@@ -83,6 +86,8 @@ class OpenAIFake(FakeServer):
         n = next(self._ids)
         if kind == "error":
             return Reply(400, {"error": {"message": ERROR_MESSAGE, "type": "invalid_request_error"}})
+        if kind == "hang":
+            return Reply(hang=True)
         if kind == "tool":
             return self._stream(n, self._function_call(n, arg))
         text = final_text(arg) if kind == "final" else None
