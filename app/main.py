@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from app.agents.loader import load_agent
 from app.agents.sdk import Agent
-from app.api import card, health, jsonrpc, rest, rest_v03, rest_v10
+from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
 from app.api.guard import CorsExceptCard, Guard
@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(rest_v03.router)
     app.include_router(rest_v10.router)
     app.include_router(health.router)
+    app.include_router(openapi.router)
     app.state.authenticator = authenticator
     # Added last is outermost: CORS answers preflights before the guard asks for a credential.
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
