@@ -20,7 +20,10 @@ class SettingError(ValueError):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # An empty variable means "not set" (compose passes `${X:-}` through), never an empty JSON value.
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=41242, ge=1, le=65535)

@@ -146,6 +146,7 @@ def test_hash_key_cli():
         ({"AUTH_MODE": "required"}, "AUTH_MODE"),
         ({"AUTH_MODE": "sometimes"}, "AUTH_MODE"),
         ({"AUTH_MODE": "required", "API_KEYS": '{"abc": "alice"}'}, "API_KEYS"),
+        ({"AUTH_MODE": "required", "API_KEYS": "not json"}, "API_KEYS"),
         ({"AUTH_MODE": "required", "JWT_JWKS_URL": "http://127.0.0.1:9/jwks"}, "JWT_JWKS_URL"),
         (
             {
