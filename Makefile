@@ -29,7 +29,7 @@ run: $(VENV)/.installed migrate
 
 ## The example agent of "Write your own agent" in the README, served the same way.
 run-example: $(VENV)/.installed migrate
-	AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
+	$(LOOPBACK_AUTH) AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
 
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
