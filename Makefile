@@ -21,13 +21,15 @@ $(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-## Serve the agent on the embedded default: SQLite under ./data, in-process bus.
+## Serve the agent on the embedded default: SQLite under ./data, in-process bus. Bound to loopback (the
+## default HOST) and with no AUTH_MODE given, authentication is off; its start-up line says which is in force.
+LOOPBACK_AUTH = AUTH_MODE=$${AUTH_MODE:-$$(case "$${HOST:-127.0.0.1}" in 127.*|localhost|::1) echo off;; *) echo required;; esac)}
 run: $(VENV)/.installed migrate
-	$(BIN)/a2a-server serve
+	$(LOOPBACK_AUTH) $(BIN)/a2a-server serve
 
 ## The example agent of "Write your own agent" in the README, served the same way.
 run-example: $(VENV)/.installed migrate
-	AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
+	$(LOOPBACK_AUTH) AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
 
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
@@ -88,7 +90,7 @@ bench-cluster: $(VENV)/.test-installed
 CLUSTER_REPLICAS ?= 3
 CLUSTER_PORT ?= 8080
 cluster: $(VENV)/.installed
-	$(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) $(CLUSTER_ARGS)
+	$(LOOPBACK_AUTH) $(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) $(CLUSTER_ARGS)
 
 ## Stop a `make cluster` running elsewhere (another terminal, or in the background).
 cluster-stop: $(VENV)/.installed

@@ -1,4 +1,7 @@
-"""Command line: `a2a-server serve` and `a2a-server migrate`. A bad setting is one clear line."""
+"""Command line: `a2a-server serve`, `a2a-server migrate` and `a2a-server hash-key`.
+
+A bad setting is one clear line.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ def serve() -> None:
 
     from app.agents.loader import AdapterError, load_agent
     from app.main import create_app
+    from app.settings import SettingError
 
     settings = _settings()
     try:
@@ -48,7 +52,14 @@ def serve() -> None:
     except AdapterError as exc:
         name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
         sys.exit(f"error: invalid setting {name}: {exc}")
-    app = create_app(settings, agent)
+    try:
+        app = create_app(settings, agent)
+    except SettingError as exc:
+        sys.exit(f"error: invalid setting {exc.name}: {exc}")
+    print(
+        f"a2a-server on {settings.host}:{settings.port}: {app.state.authenticator.describe()}",
+        file=sys.stderr,
+    )
     uvicorn.run(
         app,
         host=settings.host,
@@ -59,11 +70,35 @@ def serve() -> None:
     )
 
 
+def hash_key(key: str | None, generate: bool) -> None:
+    """Print the API_KEYS entry for a key (read from stdin when not given), or for a new random key."""
+    from app.api.auth import hash_key as digest
+    from app.api.auth import new_key
+
+    if generate:
+        key = new_key()
+        print(f"key (give it to the client, it is not stored): {key}")
+    elif key is None:
+        key = sys.stdin.readline().strip()
+    if not key:
+        sys.exit("error: no key given (an argument, a line on stdin, or --generate)")
+    print(f"sha256: {digest(key)}")
+    print(f"""API_KEYS entry: {{"{digest(key)}": "<principal>"}}""")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="a2a-server", description=__doc__)
-    parser.add_argument("command", choices=["serve", "migrate"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="serve the A2A endpoints")
+    sub.add_parser("migrate", help="upgrade the database to the newest migration")
+    hk = sub.add_parser("hash-key", help="print the sha256 that API_KEYS stores for an API key")
+    hk.add_argument("key", nargs="?", help="the key (default: one line from stdin)")
+    hk.add_argument("--generate", action="store_true", help="make a new random key and print both")
     args = parser.parse_args(argv)
-    {"serve": serve, "migrate": migrate}[args.command]()
+    if args.command == "hash-key":
+        hash_key(args.key, args.generate)
+    else:
+        {"serve": serve, "migrate": migrate}[args.command]()
 
 
 if __name__ == "__main__":

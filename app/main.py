@@ -15,8 +15,11 @@ from starlette.exceptions import HTTPException
 
 from app.agents.loader import load_agent
 from app.agents.sdk import Agent
-from app.api import card, health, jsonrpc, rest, rest_v03, rest_v10
+from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
+from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.guard import CorsExceptCard, Guard
+from app.api.limits import Limits
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
@@ -48,6 +51,9 @@ def _tune_gc() -> None:
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
     settings = settings or get_settings()
     agent = agent or load_agent(settings.agent_adapter, settings.agent_options)
+    # Both raise SettingError for settings that cannot work, before anything starts.
+    authenticator = Authenticator(settings)
+    extra_skills = card.extended_skills(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +76,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             settings.blocking_timeout_s,
             push_configs=PushConfigs(engine),
             push_policy=push.policy,
+            max_history=settings.max_history_length,
         )
         deliverer = Deliverer(engine, settings.replica_id, push)
         if settings.push_deliver:
@@ -87,11 +94,19 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         app.state.bus = bus
         app.state.runner = runner
         app.state.deliverer = deliverer
+        built_at = utcnow()
+        has_extended = extra_skills is not None
         app.state.components = Components(
             settings=settings,
             service=service,
-            card=card.build_card(settings, agent, utcnow()),
+            card=card.build_card(settings, agent, built_at, has_extended=has_extended),
             input_modes=tuple(agent.input_modes),
+            extended_card=(
+                card.build_card(settings, agent, built_at, extra_skills, has_extended)
+                if has_extended
+                else None
+            ),
+            limits=Limits(settings),
         )
         await runner.open()
         if settings.push_deliver:
@@ -105,6 +120,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             await writer.stop()
             await bus.aclose()
             await agent.aclose()
+            await authenticator.aclose()
             await engine.dispose()
 
     app = FastAPI(
@@ -124,6 +140,12 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(rest_v03.router)
     app.include_router(rest_v10.router)
     app.include_router(health.router)
+    app.include_router(openapi.router)
+    app.state.authenticator = authenticator
+    # Added last is outermost: CORS answers preflights before the guard asks for a credential.
+    app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
+    if settings.cors_origin_list:
+        app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:

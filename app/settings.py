@@ -5,14 +5,25 @@ from __future__ import annotations
 import ipaddress
 import socket
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+class SettingError(ValueError):
+    """A setting that validates alone but cannot work (with the others, or on disk); found at start-up."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # An empty variable means "not set" (compose passes `${X:-}` through), never an empty JSON value.
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=41242, ge=1, le=65535)
@@ -94,6 +105,45 @@ class Settings(BaseSettings):
     """Run the delivery worker here. Off: this replica only queues notifications and others deliver them
     (a write-only replica, or a benchmark building a backlog to time one replica's delivery alone)."""
 
+    # ---- who may call, and how much (README "Authentication and limits") ----
+    auth_mode: Literal["required", "off"] = "required"
+    """`required`: every route but the card and health needs a credential; `off`: all callers are one
+    anonymous principal (only when set explicitly; `make run` sets it on loopback)."""
+    api_keys: dict[str, str] = Field(default_factory=dict)
+    """JSON object: sha256 hex of an API key (`a2a-server hash-key`) → principal name."""
+    jwt_jwks_url: str = ""
+    """JWKS of the issuer whose bearer JWTs are accepted; enables JWT authentication."""
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    jwt_required_scopes: str = ""
+    """Space- or comma-separated scopes every JWT must carry (`scope` or `scp` claim)."""
+    jwt_algorithms: str = "RS256,ES256"
+    jwt_principal_claim: str = "sub"
+    jwt_leeway_s: float = Field(default=30.0, ge=0)
+    jwks_cache_s: float = Field(default=300.0, gt=0)
+    """How long fetched keys are trusted before the JWKS is read again."""
+    jwks_refresh_min_s: float = Field(default=10.0, ge=0)
+    """An unknown `kid` re-reads the JWKS at most this often (a flood of made-up kids costs one fetch)."""
+    oidc_discovery_url: str = ""
+    """Advertised in the card's openIdConnect scheme when set (else the JWT scheme is `http` bearer)."""
+    extended_card_skills: list[dict[str, Any]] = Field(default_factory=list)
+    """JSON list of extra skills for the authenticated extended card."""
+    extended_card_file: str = ""
+    """A JSON file holding such a list (or `{"skills": [...]}`); read at start-up."""
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_message_parts: int = Field(default=64, ge=1)
+    max_message_text_chars: int = Field(default=1_000_000, ge=1)
+    """Total characters of the text parts of one message."""
+    max_history_length: int = Field(default=1000, ge=0)
+    """Most history messages a task read returns, whatever `historyLength` asks for."""
+    task_rate_per_min: float = Field(default=120.0, ge=0)
+    """New tasks one principal may create per minute on one replica (0: unlimited)."""
+    task_rate_burst: int = Field(default=30, ge=1)
+    max_streams_per_principal: int = Field(default=100, ge=0)
+    """Open SSE streams one principal may hold on one replica (0: unlimited)."""
+    cors_origins: str = ""
+    """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
+
     @field_validator("agent_repo_path", "agent_model", "agent_command")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
@@ -151,6 +201,39 @@ class Settings(BaseSettings):
         return tuple(
             ipaddress.ip_network(c, strict=False) for c in _split(self.push_notification_allowed_cidrs)
         )
+
+    @field_validator("auth_mode", mode="before")
+    @classmethod
+    def _auth_mode(cls, v: object) -> object:
+        return "required" if v in (None, "") else v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hashed_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for digest, principal in v.items():
+            digest = digest.strip().lower()
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("keys must be sha256 hex digests (see `a2a-server hash-key`)")
+            if not isinstance(principal, str) or not principal.strip():
+                raise ValueError("each key must map to a non-empty principal name")
+            out[digest] = principal.strip()
+        return out
+
+    @field_validator("jwt_jwks_url", "oidc_discovery_url")
+    @classmethod
+    def _optional_http_url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+    @property
+    def jwt_scopes(self) -> list[str]:
+        return [s for s in self.jwt_required_scopes.replace(",", " ").split() if s]
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:

@@ -82,6 +82,9 @@ OUR_ENV = {
     "AGENT_ADAPTER": "bench.agents:StampAgent",
     "LOG_LEVEL": "warning",
     "MAX_CONCURRENT_TASKS": "256",
+    "AUTH_MODE": "off",
+    "TASK_RATE_PER_MIN": "0",
+    "MAX_STREAMS_PER_PRINCIPAL": "0",
 }
 COMMIT_NOTE = (
     "each delay includes the commit to PostgreSQL before the event is published (by design: no reader "

@@ -132,6 +132,9 @@ class OurServer(Server):
             "PORT": str(self.port),
             "AGENT_ADAPTER": "echo",
             "LOG_LEVEL": "warning",
+            "AUTH_MODE": "off",
+            "TASK_RATE_PER_MIN": "0",
+            "MAX_STREAMS_PER_PRINCIPAL": "0",
         }
 
     def command(self) -> list[str]:

@@ -18,6 +18,9 @@ TEST_ENV = {
     "AGENT_ADAPTER": "scripted",
     "LOG_LEVEL": "warning",
     "SSE_KEEPALIVE_S": "1",
+    "AUTH_MODE": "off",
+    "TASK_RATE_PER_MIN": "0",
+    "MAX_STREAMS_PER_PRINCIPAL": "0",
 }
 
 

@@ -96,3 +96,18 @@ async def cluster_factory(tmp_path: Path) -> AsyncIterator[ClusterFactory]:
 async def cluster(cluster_factory: ClusterFactory) -> Cluster:
     """Three replicas behind nginx (scripted agent), on a fresh PostgreSQL database and the test Redis."""
     return await cluster_factory()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+async def auth_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    """A server that admits alice and bob by API key (tests/auth.py), with an extended card configured."""
+    from tests.auth import api_keys_env
+
+    skills = '[{"id": "admin", "name": "Admin", "description": "Only for signed-in callers", "tags": ["x"]}]'
+    srv = await make_server(
+        request.param,
+        tmp_path_factory.mktemp(f"auth-{request.param}"),
+        **api_keys_env(EXTENDED_CARD_SKILLS=skills),
+    )
+    yield srv
+    srv.stop()

@@ -38,6 +38,10 @@ class ServerProcess:
             "AGENT_ADAPTER": "scripted",
             "LOG_LEVEL": "warning",
             "SSE_KEEPALIVE_S": "1",
+            # Explicitly anonymous and unlimited unless a test configures credentials or limits.
+            "AUTH_MODE": "off",
+            "TASK_RATE_PER_MIN": "0",
+            "MAX_STREAMS_PER_PRINCIPAL": "0",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

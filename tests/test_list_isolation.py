@@ -1,5 +1,5 @@
-"""ListTasks shows only the caller's own tasks, whatever the filters (a repository-level check: the HTTP
-API has one principal until authentication lands)."""
+"""ListTasks shows only the caller's own tasks, whatever the filters (a service-level check; tests/
+test_isolation.py checks every route over HTTP with two principals)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     try:
         for owner, n in (("alice", 3), ("bob", 2)):
             for i in range(n):
-                msg = Message(f"{owner}-{i}", Role.USER, [Part(text="x")], context_id="shared")
+                msg = Message(f"{owner}-{i}", Role.USER, [Part(text="x")], context_id=f"{owner}-ctx")
                 await service.send(owner, msg, SendConfig(blocking=False))
-        alice = await service.list("alice", context_id="shared")
+        alice = await service.list("alice", context_id="alice-ctx")
+        assert (await service.list("bob", context_id="alice-ctx")).total == 0
         bob = await service.list("bob")
         assert alice.total == 3 and len(alice.tasks) == 3
         assert bob.total == 2 and len(bob.tasks) == 2

@@ -1,8 +1,9 @@
 """The agent card at `/.well-known/agent-card.json` (and the `agent.json` alias), cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
-works: streaming, push notifications and state-transition history yes, an extended card not yet. One
-document serves both versions: v1.0 clients read `supportedInterfaces`, v0.3 clients `url` and friends.
+works: streaming, push notifications and state-transition history yes, the authenticated extended card
+when one is configured (and authentication is on), and the security schemes in force. One document
+serves both versions: v1.0 clients read `supportedInterfaces`, v0.3 clients `url` and friends.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from fastapi import APIRouter, Request, Response
 
 from app.agents.sdk import Agent
 from app.protocol import v03, v10
-from app.settings import Settings
+from app.settings import SettingError, Settings
 
+from .auth import security_fields
 from .deps import components
 
 router = APIRouter()
@@ -48,7 +50,45 @@ class Card:
     max_age: int
 
 
-def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
+def extended_skills(settings: Settings) -> list[dict[str, Any]] | None:
+    """The extra skills of the authenticated extended card, or None when there is none to serve.
+
+    From EXTENDED_CARD_SKILLS (JSON) and EXTENDED_CARD_FILE (a JSON list, or `{"skills": [...]}`); with
+    AUTH_MODE=off nobody is authenticated, so no extended card is served.
+    """
+    skills = list(settings.extended_card_skills)
+    if settings.extended_card_file:
+        try:
+            with open(settings.extended_card_file, "rb") as f:
+                loaded = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise SettingError("EXTENDED_CARD_FILE", f"cannot read it as JSON: {exc}") from None
+        if isinstance(loaded, dict):
+            loaded = loaded.get("skills")
+        if not isinstance(loaded, list):
+            raise SettingError("EXTENDED_CARD_FILE", 'must hold a JSON list of skills or {"skills": [...]}')
+        skills.extend(loaded)
+    for skill in skills:
+        ok = isinstance(skill, dict) and all(
+            isinstance(skill.get(k), str) and skill[k] for k in ("id", "name", "description")
+        )
+        if not ok or not isinstance(skill.get("tags", []), list):
+            raise SettingError(
+                "EXTENDED_CARD_SKILLS", "each skill needs string id, name, description (and a list of tags)"
+            )
+    if not skills or settings.auth_mode == "off":
+        return None
+    return [{"tags": [], **s} for s in skills]
+
+
+def build_card(
+    settings: Settings,
+    agent: Agent,
+    built_at: datetime,
+    extra_skills: list[dict[str, Any]] | None = None,
+    has_extended: bool = False,
+) -> Card:
+    """The public card (`extra_skills` None) or the authenticated extended one (its extra skills appended)."""
     url = f"{settings.public_url}/a2a/jsonrpc"
     # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
     rest_url = f"{settings.public_url}/a2a/rest"
@@ -75,6 +115,7 @@ def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
             "streaming": True,
             "pushNotifications": True,
             "stateTransitionHistory": True,
+            **({"extendedAgentCard": True} if has_extended else {}),
         },
         "defaultInputModes": list(agent.input_modes),
         "defaultOutputModes": list(agent.output_modes),
@@ -89,8 +130,10 @@ def build_card(settings: Settings, agent: Agent, built_at: datetime) -> Card:
                 **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
             }
             for s in agent.skills
-        ],
-        "supportsAuthenticatedExtendedCard": False,
+        ]
+        + (extra_skills or []),
+        "supportsAuthenticatedExtendedCard": has_extended,
+        **security_fields(settings),
     }
     body = orjson.dumps(card)
     return Card(

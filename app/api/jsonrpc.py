@@ -26,6 +26,7 @@ from app.protocol.errors import (
 
 from . import ops_v03, ops_v10
 from .calls import Call
+from .limits import http_headers, open_stream
 from .sse import sse_response
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ router = APIRouter()
 JSON_TYPES = {"application/json", "application/json-rpc", "application/a2a+json"}
 ERROR_DOMAIN = "a2a-protocol.org"
 _MISSING = object()
+LIMITED_KEY = "a2a.limited"
 
 
 def error_info(err: A2AError) -> dict[str, Any]:
@@ -93,7 +95,7 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
         if method in streams:
             if batched:
                 raise InvalidRequestError(f"{method} streams; it cannot be part of a batch")
-            items, encode = await streams[method](params, call)
+            items, encode = await open_stream(call, lambda: streams[method](params, call))
             if notification:
                 await items.aclose()  # type: ignore[attr-defined]
                 return None
@@ -107,6 +109,9 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             raise MethodNotFoundError(f"Method {method} not found")
         result = await handler(params, call)
     except A2AError as err:
+        if err.http_status == 429 and not batched:
+            # A limit is an HTTP matter too: 429 (with Retry-After) tells any client or proxy to back off.
+            request.scope[LIMITED_KEY] = err
         return None if notification else _error(rid, err, v10)
     except Exception:
         log.exception("internal error in %s", method)
@@ -137,6 +142,14 @@ async def handle(request: Request) -> Response:
         return Response(status_code=204)
     if isinstance(result, Response):
         return result
+    limited = request.scope.get(LIMITED_KEY)
+    if limited is not None:
+        return Response(
+            orjson.dumps(result),
+            status_code=429,
+            media_type="application/json",
+            headers=http_headers(limited),
+        )
     return _json(result)
 
 

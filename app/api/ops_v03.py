@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from app.protocol import pushconfig, v03
 from app.protocol.errors import ExtendedAgentCardNotConfiguredError
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
+from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .limits import admit
 
 INLINE = "configuration.pushNotificationConfig"
 
@@ -28,7 +31,7 @@ def _task_encoder(history_length: int | None = None):
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
-    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
+    result = await call.c.service.send(call.owner, admit(message, call), config, webhook)
     if isinstance(result, Message):
         return v03.encode_message(result)
     return v03.encode_task(result, config.history_length)
@@ -37,7 +40,7 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
-    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
+    items = await call.c.service.stream(call.owner, admit(message, call), webhook)
     return items, _task_encoder(config.history_length)
 
 
@@ -85,7 +88,10 @@ async def delete_push(params: Any, call: Call) -> Any:
 
 
 async def extended_card(params: Any, call: Call) -> Any:
-    raise ExtendedAgentCardNotConfiguredError()
+    """The authenticated extended card; the guard has already authenticated the caller."""
+    if call.c.extended_card is None:
+        raise ExtendedAgentCardNotConfiguredError()
+    return orjson.loads(call.c.extended_card.body)
 
 
 METHODS: dict[str, Handler] = {

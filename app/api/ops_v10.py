@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from app.protocol import pushconfig, v10
 from app.protocol.errors import UnsupportedOperationError
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, accept_message, last_event_id
+from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .limits import admit
 
 INLINE = "configuration.taskPushNotificationConfig"
 
@@ -32,7 +35,7 @@ def _stream_encoder(history_length: int | None = None):
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
+    result = await call.c.service.send(call.owner, admit(message, call), config, webhook)
     if isinstance(result, Message):
         return {"message": v10.encode_message(result)}
     return {"task": v10.encode_task(result, config.history_length)}
@@ -41,7 +44,7 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
+    items = await call.c.service.stream(call.owner, admit(message, call), webhook)
     return items, _stream_encoder(config.history_length)
 
 
@@ -114,9 +117,12 @@ async def delete_push(params: Any, call: Call) -> Any:
 
 
 async def extended_card(params: Any, call: Call) -> Any:
-    raise UnsupportedOperationError(
-        "This agent declares no extended agent card (capabilities.extendedAgentCard)"
-    )
+    """The authenticated extended card; the guard has already authenticated the caller."""
+    if call.c.extended_card is None:
+        raise UnsupportedOperationError(
+            "This agent declares no extended agent card (capabilities.extendedAgentCard)"
+        )
+    return orjson.loads(call.c.extended_card.body)
 
 
 METHODS: dict[str, Handler] = {

@@ -34,6 +34,7 @@ from app.protocol.errors import (
 from app.protocol.model import TaskState
 
 from .deps import components, owner_of
+from .limits import http_headers
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -62,7 +63,12 @@ def rest_error(err: A2AError, status: int | None = None) -> Response:
     the HTTP status (the v0.3 binding uses the a2a-python 0.3 table, the aliases the v1.0.1 one).
     """
     body = {"code": err.code, "type": error_name(err), "message": err.message}
-    return Response(orjson.dumps(body), status_code=status or err.http_status, media_type="application/json")
+    return Response(
+        orjson.dumps(body),
+        status_code=status or err.http_status,
+        media_type="application/json",
+        headers=http_headers(err),
+    )
 
 
 def media_type(header: str | None) -> str:

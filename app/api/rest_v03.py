@@ -54,7 +54,8 @@ from app.protocol.errors import (
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
-from .calls import Call, Item, Stream, accept_message, last_event_id
+from .calls import Call, Item, Stream, last_event_id
+from .limits import admit, open_stream
 from .rest import read_json_body, rest_error
 from .sse import sse_response
 
@@ -125,7 +126,7 @@ def _inline(push: dict[str, Any] | None) -> Any:
 async def send(request: Request, call: Call) -> Any:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    result = await call.c.service.send(call.owner, accept_message(message, call), config, webhook)
+    result = await call.c.service.send(call.owner, admit(message, call), config, webhook)
     if isinstance(result, Message):
         return {"message": v03rest.encode_message(result)}
     return {"task": v03rest.encode_task(result, config.history_length)}
@@ -134,7 +135,7 @@ async def send(request: Request, call: Call) -> Any:
 async def stream(request: Request, call: Call) -> Stream:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    items = await call.c.service.stream(call.owner, accept_message(message, call), webhook)
+    items = await call.c.service.stream(call.owner, admit(message, call), webhook)
     return items, _task_encoder(config.history_length)
 
 
@@ -206,7 +207,8 @@ async def list_tasks(request: Request, call: Call) -> Any:
 
 
 async def card(request: Request, call: Call) -> Any:
-    return v03rest.encode_card(orjson.loads(call.c.card.body))
+    """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
+    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).body))
 
 
 # ---- endpoints ------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def streaming(op: StreamOp) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
             call = v03_call(request)
-            items, encode = await op(request, call)
+            items, encode = await open_stream(call, lambda: op(request, call))
         except A2AError as err:
             return v03_error(err)
         except Exception:

@@ -11,7 +11,7 @@
 | `POST /tasks/{id}/pushNotificationConfigs` | CreateTaskPushNotificationConfig (body: the flat config) |
 | `GET /tasks/{id}/pushNotificationConfigs` | ListTaskPushNotificationConfigs (`?pageSize=&pageToken=`) |
 | `GET`, `DELETE /tasks/{id}/pushNotificationConfigs/{configId}` | Get / Delete (`{}`) a push config |
-| `GET /extendedAgentCard` | GetExtendedAgentCard (none declared) |
+| `GET /extendedAgentCard` | GetExtendedAgentCard (when configured) |
 
 (1) Query: `contextId`, `status` (`TASK_STATE_*` or its number), `pageSize`, `pageToken`, `historyLength`,
 `statusTimestampAfter` (ISO 8601), `includeArtifacts` (`true`/`false`).
@@ -43,13 +43,19 @@ from app.protocol.errors import (
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitedError,
     TaskNotFoundError,
+    TooManyStreamsError,
+    UnauthenticatedError,
     VersionNotSupportedError,
 )
 
 from . import ops_v10
 from .calls import Call, Handler, StreamHandler
 from .jsonrpc import error_info
+from .limits import http_headers, open_stream
 from .rest import list_query, read_json_body
 from .sse import sse_response
 
@@ -68,6 +74,11 @@ _GRPC_STATUS: dict[type[A2AError], str] = {
     ContentTypeNotSupportedError: "INVALID_ARGUMENT",
     InvalidAgentResponseError: "INTERNAL",
     InternalError: "INTERNAL",
+    UnauthenticatedError: "UNAUTHENTICATED",
+    PermissionDeniedError: "PERMISSION_DENIED",
+    RateLimitedError: "RESOURCE_EXHAUSTED",
+    TooManyStreamsError: "RESOURCE_EXHAUSTED",
+    PayloadTooLargeError: "INVALID_ARGUMENT",
 }
 
 
@@ -100,7 +111,9 @@ def status_error(request: Request, err: A2AError) -> Response:
             "details": [error_info(err)],
         }
     }
-    return Response(orjson.dumps(body), status_code=err.http_status, media_type=_media(request))
+    return Response(
+        orjson.dumps(body), status_code=err.http_status, media_type=_media(request), headers=http_headers(err)
+    )
 
 
 def v10_call(request: Request) -> Call:
@@ -196,7 +209,8 @@ def streaming(handler: StreamHandler, params: Params) -> Callable[[Request], Awa
     async def endpoint(request: Request) -> Response:
         try:
             call = v10_call(request)
-            items, encode = await handler(await params(request), call)
+            args = await params(request)
+            items, encode = await open_stream(call, lambda: handler(args, call))
         except A2AError as err:
             return status_error(request, err)
         except Exception:

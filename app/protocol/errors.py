@@ -114,3 +114,49 @@ class VersionNotSupportedError(A2AError):
     http_status = 400
     reason = "VERSION_NOT_SUPPORTED"
     default_message = "This protocol version is not supported"
+
+
+# ---- access and limits: server-defined codes in the -32000..-32099 range (README "Authentication") ----
+
+
+class UnauthenticatedError(A2AError):
+    """No credential, or one that does not verify: HTTP 401 with `WWW-Authenticate`."""
+
+    code = -32090
+    http_status = 401
+    reason = "UNAUTHENTICATED"
+    default_message = "Authentication required"
+
+
+class PermissionDeniedError(A2AError):
+    """A valid principal without a scope this server requires: HTTP 403."""
+
+    code = -32091
+    http_status = 403
+    reason = "PERMISSION_DENIED"
+    default_message = "The credential lacks a required scope"
+
+
+class RateLimitedError(A2AError):
+    """Too many new tasks from one principal: HTTP 429 with `Retry-After` (seconds in data)."""
+
+    code = -32092
+    http_status = 429
+    reason = "RATE_LIMITED"
+    default_message = "Too many tasks created; retry later"
+
+
+class PayloadTooLargeError(A2AError):
+    code = -32093
+    http_status = 413
+    reason = "PAYLOAD_TOO_LARGE"
+    default_message = "Request body too large"
+
+
+class TooManyStreamsError(A2AError):
+    """The principal already holds as many open streams as this replica allows: HTTP 429."""
+
+    code = -32094
+    http_status = 429
+    reason = "TOO_MANY_STREAMS"
+    default_message = "Too many open streams"

@@ -151,7 +151,7 @@ class _MessageIn(_In):
     @field_validator("role")
     @classmethod
     def _role(cls, v: Any) -> Role:
-        if not isinstance(v, bool) and v in _ROLES_IN:
+        if isinstance(v, str | int) and not isinstance(v, bool) and v in _ROLES_IN:
             return _ROLES_IN[v]
         raise ValueError("must be ROLE_USER or ROLE_AGENT")
 

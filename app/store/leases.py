@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import TERMINAL_STATES, TaskState, utcnow
@@ -60,13 +60,17 @@ class Leases:
         async with self._engine.begin() as conn:
             return list((await conn.execute(stmt)).scalars())
 
-    async def take(self, task_id: str) -> bool:
-        """Take one unfinished task's lease unless another replica holds it alive."""
+    async def take(self, task_id: str, *, owner: str | None = None) -> bool:
+        """Take one unfinished task's lease unless another replica holds it alive.
+
+        With `owner`, only that principal's task: a call for someone else's task changes nothing.
+        """
         now = utcnow()
         stmt = (
             update(_tasks)
             .where(
                 _tasks.c.id == task_id,
+                _tasks.c.owner == owner if owner is not None else true(),
                 _tasks.c.state.not_in(_ENDED),
                 or_(
                     _tasks.c.lease_owner.is_(None),
@@ -80,10 +84,10 @@ class Leases:
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt)).first() is not None
 
-    async def holder(self, task_id: str) -> str | None:
-        """The replica holding a live lease on the task, if any."""
+    async def holder(self, task_id: str, *, owner: str) -> str | None:
+        """The replica holding a live lease on the owner's task, if any."""
         stmt = select(_tasks.c.lease_owner).where(
-            _tasks.c.id == task_id, _tasks.c.lease_expires_at >= utcnow()
+            _tasks.c.id == task_id, _tasks.c.owner == owner, _tasks.c.lease_expires_at >= utcnow()
         )
         async with self._engine.connect() as conn:
             return (await conn.execute(stmt)).scalar()

@@ -70,10 +70,14 @@ class Repository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def get_task(self, task_id: str) -> StoredTask | None:
+    async def get_task(self, task_id: str, *, owner: str | None) -> StoredTask | None:
+        """The task if `owner` owns it; `owner=None` only for the runner's own bookkeeping."""
+        has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
+        query = select(_tasks, has_push).where(_tasks.c.id == task_id)
+        if owner is not None:
+            query = query.where(_tasks.c.owner == owner)
         async with self._engine.connect() as conn:
-            has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
-            row = (await conn.execute(select(_tasks, has_push).where(_tasks.c.id == task_id))).first()
+            row = (await conn.execute(query)).first()
             if row is None:
                 return None
             tasks = await self._assemble(conn, [row], artifacts=True)
@@ -157,12 +161,22 @@ class Repository:
                 )
             ).scalar()
 
-    async def events_after(self, task_id: str, context_id: str, after: int) -> list[EventRecord]:
+    async def context_taken(self, context_id: str, owner: str) -> bool:
+        """Whether another principal already has tasks in this context."""
+        query = select(_tasks.c.id).where(_tasks.c.context_id == context_id, _tasks.c.owner != owner).limit(1)
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query)).first() is not None
+
+    async def events_after(
+        self, task_id: str, context_id: str, after: int, *, owner: str
+    ) -> list[EventRecord]:
+        """The owner's task's events after `after`; none for a task of someone else."""
+        owned = select(_tasks.c.id).where(_tasks.c.id == task_id, _tasks.c.owner == owner)
         async with self._engine.connect() as conn:
             rows = (
                 await conn.execute(
                     select(EventRow.seq, EventRow.kind, EventRow.body)
-                    .where(EventRow.task_id == task_id, EventRow.seq > after)
+                    .where(EventRow.task_id == task_id, EventRow.seq > after, EventRow.task_id.in_(owned))
                     .order_by(EventRow.seq)
                 )
             ).all()

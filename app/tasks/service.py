@@ -150,6 +150,7 @@ class TaskService:
         blocking_timeout_s: float,
         push_configs: PushConfigs | None = None,
         push_policy: guard.Policy | None = None,
+        max_history: int | None = None,
     ):
         self.repo = repo
         self.push_configs = push_configs
@@ -161,6 +162,8 @@ class TaskService:
         self.leases = leases
         self.replica_id = leases.replica_id
         self.blocking_timeout_s = blocking_timeout_s
+        self.max_history = max_history
+        """Most history messages any read returns (None: all)."""
         self.executor: Executor | None = None
         self._live: dict[str, LiveTask] = {}
         bus.on_control(self.handle_control)
@@ -170,17 +173,21 @@ class TaskService:
     def live(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
 
+    def _clip(self, task: Task) -> Task:
+        return task if self.max_history is None else task.with_history(self.max_history)
+
     async def _load(self, owner: str, task_id: str) -> Snapshot:
         """The task as its owner may see it; someone else's task does not exist for them."""
         live = self._live.get(task_id)
         if live is not None:
             if live.owner != owner:
                 raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-            return live.snapshot()
-        stored = await self.repo.get_task(task_id)
+            snap = live.snapshot()
+            return Snapshot(self._clip(snap.task), snap.seq)
+        stored = await self.repo.get_task(task_id, owner=owner)
         if stored is None or stored.owner != owner:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-        return Snapshot(stored.task, stored.last_seq)
+        return Snapshot(self._clip(stored.task), stored.last_seq)
 
     async def _writable(self, owner: str, task_id: str) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
@@ -190,15 +197,13 @@ class TaskService:
         """
         live = self._live.get(task_id)
         if live is None:
-            took = await self.leases.take(task_id)
+            # Every query names the owner: another principal's task is neither leased nor revealed.
+            took = await self.leases.take(task_id, owner=owner)
             if not took:
-                holder = await self.leases.holder(task_id)
+                holder = await self.leases.holder(task_id, owner=owner)
                 if holder is not None and holder != self.replica_id:
-                    stored = await self.repo.get_task(task_id)
-                    if stored is None or stored.owner != owner:
-                        raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
                     raise HeldElsewhereError(holder)
-            stored = await self.repo.get_task(task_id)
+            stored = await self.repo.get_task(task_id, owner=owner)
             live = self._live.get(task_id)
             if live is None:
                 if stored is None:
@@ -226,7 +231,7 @@ class TaskService:
     ) -> TaskPage:
         """The caller's own tasks, newest status first, a page at a time."""
         try:
-            return await self.repo.list_tasks(
+            page = await self.repo.list_tasks(
                 owner,
                 context_id=context_id,
                 state=state,
@@ -237,6 +242,8 @@ class TaskService:
             )
         except InvalidPageToken:
             raise InvalidParamsError("pageToken is not one this server issued") from None
+        page.tasks = [self._clip(t) for t in page.tasks]
+        return page
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -482,6 +489,20 @@ class TaskService:
             await self.executor.answer(task.id, message)
         return task.id, False
 
+    async def _check_context(self, owner: str, message: Message) -> None:
+        """A new message may name a contextId only if no other principal uses it.
+
+        Joining would mix this caller's task into another principal's conversation (and any agent state
+        kept by context); the spec wants a refusal then, not a silently new contextId.
+        """
+        if message.task_id or not message.context_id:
+            return
+        if await self.repo.context_taken(message.context_id, owner):
+            raise InvalidParamsError(
+                f"contextId {message.context_id} cannot be used; omit it to start a new context",
+                {"contextId": message.context_id},
+            )
+
     async def _direct(self, owner: str, message: Message) -> Message | None:
         """Offer a new message to the agent's quick reply; a Message back means no task is made."""
         if message.task_id or self.executor is None:
@@ -497,12 +518,13 @@ class TaskService:
         has nothing to be told)."""
         if push is not None:
             await self._check_url(push.url)
+        await self._check_context(owner, message)
         if (direct := await self._direct(owner, message)) is not None:
             return direct
         task_id, _ = await self._accept(owner, message, push)
         if not config.blocking:
             return (await self._load(owner, task_id)).task
-        return await self.wait_stopped(owner, task_id)
+        return self._clip(await self.wait_stopped(owner, task_id))
 
     async def wait_stopped(self, owner: str, task_id: str) -> Task:
         """The task once it is terminal or waiting for input (or as it stands at the timeout)."""
@@ -534,6 +556,7 @@ class TaskService:
         direct reply from the agent is the only item."""
         if push is not None:
             await self._check_url(push.url)
+        await self._check_context(owner, message)
         if (direct := await self._direct(owner, message)) is not None:
             return _single(direct)
         task_id, _ = await self._accept(owner, message, push)
@@ -569,14 +592,14 @@ class TaskService:
                     return
             else:
                 expected = after + 1
-                for rec in await self.repo.events_after(task_id, context_id, after):
+                for rec in await self.repo.events_after(task_id, context_id, after, owner=owner):
                     yield rec
                     expected = rec.seq + 1
                     if _stops(rec, stop_at):
                         return
                 if snap.task.status.state in stop_at and expected > snap.seq:
                     return
-            async for rec in self._tail(sub, task_id, context_id, expected):
+            async for rec in self._tail(sub, owner, task_id, context_id, expected):
                 yield rec
                 if _stops(rec, stop_at):
                     return
@@ -584,33 +607,33 @@ class TaskService:
             await self.bus.unsubscribe(sub)
 
     async def _tail(
-        self, sub: Subscription, task_id: str, context_id: str, expected: int
+        self, sub: Subscription, owner: str, task_id: str, context_id: str, expected: int
     ) -> AsyncIterator[EventRecord]:
         """Live events from `expected` on: duplicates dropped, gaps and resyncs filled from the log."""
         while True:
             rec = await sub.get()
             if rec is RESYNC:
-                for m in await self._log_after(task_id, context_id, expected - 1):
+                for m in await self._log_after(owner, task_id, context_id, expected - 1):
                     yield m
                     expected = m.seq + 1
                 continue
             if rec.seq < expected:
                 continue
             if rec.seq > expected:
-                for m in await self._log_after(task_id, context_id, expected - 1):
+                for m in await self._log_after(owner, task_id, context_id, expected - 1):
                     if m.seq >= rec.seq:
                         break
                     yield m
             yield rec
             expected = rec.seq + 1
 
-    async def _log_after(self, task_id: str, context_id: str, after: int) -> list[EventRecord]:
+    async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
         """The log after `after`, retried while the database is briefly out of reach (a burst of
         readers resyncing at once after a Redis reconnect can exhaust the pool for a moment)."""
         delay = 0.05
         while True:
             try:
-                return await self.repo.events_after(task_id, context_id, after)
+                return await self.repo.events_after(task_id, context_id, after, owner=owner)
             except (OSError, SQLAlchemyError) as exc:
                 log.warning("reading the event log of %s failed (%s); retrying", task_id, exc)
                 await asyncio.sleep(delay)
@@ -670,7 +693,7 @@ class TaskService:
         if live is not None:
             live.push = True
         else:
-            holder = await self.leases.holder(task_id)
+            holder = await self.leases.holder(task_id, owner=owner)
             if holder is not None and holder != self.replica_id:
                 try:
                     await self.bus.request(holder, {"op": "push", "task": task_id}, CONTROL_TIMEOUT_S)
@@ -746,7 +769,7 @@ class TaskService:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
         if task_id in self._live:
             return True
-        stored = await self.repo.get_task(task_id)
+        stored = await self.repo.get_task(task_id, owner=None)
         if stored is None or stored.task.status.state.terminal:
             return False
         self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
@@ -756,7 +779,7 @@ class TaskService:
         """Fail a task whose agent died with its replica, if this replica can take it."""
         if held.task_id in self._live or not await self.leases.take(held.task_id):
             return
-        stored = await self.repo.get_task(held.task_id)
+        stored = await self.repo.get_task(held.task_id, owner=None)
         if stored is None or stored.task.status.state.terminal:
             return
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)

@@ -1,0 +1,145 @@
+"""Who is calling: API keys (kept only as sha256 hashes), OAuth2/OIDC bearer JWTs, or nobody (`off`).
+
+The guard middleware (`guard.py`) asks `Authenticator.authenticate` for every route but the card and the
+health checks; the principal's name becomes the `owner` of everything the call creates or reads. The card
+declares the same schemes (`security_fields`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.protocol.errors import A2AError, UnauthenticatedError
+from app.settings import SettingError, Settings
+
+from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, JwtVerifier
+
+ANONYMOUS = "anonymous"
+REALM = "a2a"
+API_KEY_HEADER = "X-API-Key"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+
+def hash_key(key: str) -> str:
+    """What API_KEYS stores for a key: its sha256 in hex (keys are random: no salt or stretching needed)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def challenge(err: A2AError) -> str:
+    """The `WWW-Authenticate` value for a 401 or 403 (RFC 6750 §3)."""
+    if isinstance(err, InsufficientScopeError):
+        scope = err.data.get("scope", "") if isinstance(err.data, dict) else ""
+        return f'Bearer realm="{REALM}", error="insufficient_scope", scope="{scope}"'
+    if isinstance(err, InvalidTokenError):
+        return f'Bearer realm="{REALM}", error="invalid_token"'
+    return f'Bearer realm="{REALM}"'
+
+
+class Authenticator:
+    def __init__(self, settings: Settings) -> None:
+        self.off = settings.auth_mode == "off"
+        self.keys: Mapping[str, str] = {} if self.off else dict(settings.api_keys)
+        try:
+            self.jwt = JwtVerifier(settings) if settings.jwt_jwks_url and not self.off else None
+        except JwtConfigError as exc:
+            raise SettingError("JWT_JWKS_URL", str(exc)) from None
+        if not self.off and not self.keys and self.jwt is None:
+            raise SettingError(
+                "AUTH_MODE",
+                "AUTH_MODE=required needs API_KEYS or JWT_JWKS_URL (or AUTH_MODE=off for a trusted loopback)",
+            )
+
+    def describe(self) -> str:
+        """One line for the start-up log."""
+        if self.off:
+            return f"auth OFF: every caller is the principal {ANONYMOUS!r} (AUTH_MODE=off)"
+        modes = []
+        if self.keys:
+            modes.append(f"API keys for {len(set(self.keys.values()))} principal(s)")
+        if self.jwt is not None:
+            modes.append(f"JWTs from {self.jwt.issuer}")
+        return "auth required: " + " and ".join(modes)
+
+    async def aclose(self) -> None:
+        if self.jwt is not None:
+            await self.jwt.aclose()
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The caller's principal; UnauthenticatedError (401) or PermissionDeniedError (403)."""
+        if self.off:
+            return Principal(ANONYMOUS)
+        api_key = headers.get("x-api-key")
+        scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+        token = token.strip()
+        if api_key is None and not (scheme.lower() == "bearer" and token):
+            raise UnauthenticatedError(
+                f"Authentication required: send Authorization: Bearer <token> or {API_KEY_HEADER}: <key>"
+            )
+        candidate = api_key if api_key is not None else token
+        name = self.keys.get(hash_key(candidate)) if self.keys else None
+        if name is not None:
+            return Principal(name)
+        if api_key is None and self.jwt is not None:
+            subject, scopes = await self.jwt.verify(token)
+            return Principal(subject, scopes)
+        raise InvalidTokenError("The credential is not valid here")
+
+
+def security_fields(settings: Settings) -> dict[str, Any]:
+    """The card's security declarations for both versions in one document.
+
+    v0.3 reads OpenAPI-style schemes (`type`, ...) and `security`; v1.0 reads one-of wrappers
+    (`apiKeySecurityScheme`, ...) and `securityRequirements`. Each scheme object carries both forms, as
+    a2a-python's hybrid card does; each reader ignores the other's fields.
+    """
+    if settings.auth_mode == "off":
+        return {}
+    schemes: dict[str, dict[str, Any]] = {}
+    scopes: dict[str, list[str]] = {}
+    if settings.api_keys:
+        schemes["apiKey"] = {
+            "type": "apiKey",
+            "in": "header",
+            "name": API_KEY_HEADER,
+            "apiKeySecurityScheme": {"location": "header", "name": API_KEY_HEADER},
+        }
+        schemes["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "httpAuthSecurityScheme": {"scheme": "Bearer"},
+        }
+        scopes["apiKey"] = scopes["bearer"] = []
+    if settings.jwt_jwks_url:
+        if settings.oidc_discovery_url:
+            schemes["oidc"] = {
+                "type": "openIdConnect",
+                "openIdConnectUrl": settings.oidc_discovery_url,
+                "openIdConnectSecurityScheme": {"openIdConnectUrl": settings.oidc_discovery_url},
+            }
+            scopes["oidc"] = settings.jwt_scopes
+        else:
+            schemes["jwt"] = {
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"},
+            }
+            scopes["jwt"] = settings.jwt_scopes
+    return {
+        "securitySchemes": schemes,
+        "security": [{name: s} for name, s in scopes.items()],
+        "securityRequirements": [{"schemes": {name: {"list": s}}} for name, s in scopes.items()],
+    }

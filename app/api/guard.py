@@ -1,0 +1,153 @@
+"""The ASGI layers in front of every route: CORS (but not for the card), body size, authentication.
+
+Authentication runs here, before any route, so no route can forget it; only the agent card and the
+health checks are public. A refused request is answered in the error shape of the route it aimed at:
+a JSON-RPC error on the JSON-RPC endpoints, the v0.3 REST body under `/a2a/rest/v1` and the `/a2a/tasks`
+aliases, a `google.rpc.Status` everywhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import Request, Response
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.protocol.errors import A2AError, PayloadTooLargeError, UnauthenticatedError
+
+from .auth import Authenticator, challenge
+from .deps import PRINCIPAL_KEY
+from .jsonrpc import _error as jsonrpc_error
+from .limits import http_headers
+from .rest import rest_error
+from .rest_v10 import status_error
+
+log = logging.getLogger(__name__)
+
+CARD_PATHS = frozenset({"/.well-known/agent-card.json", "/.well-known/agent.json"})
+PUBLIC_PATHS = CARD_PATHS | {"/healthz", "/readyz"}
+JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
+CORS_HEADERS = [
+    "Authorization",
+    "X-API-Key",
+    "Content-Type",
+    "A2A-Version",
+    "A2A-Extensions",
+    "X-A2A-Extensions",
+    "Last-Event-ID",
+]
+
+
+def error_response(scope: Scope, err: A2AError) -> Response:
+    """`err` in the error shape of the route the request aimed at, with its HTTP status and headers."""
+    request = Request(scope)
+    path: str = scope["path"]
+    extra = http_headers(err)
+    if isinstance(err, UnauthenticatedError) or err.http_status == 403:
+        extra["WWW-Authenticate"] = challenge(err)  # type: ignore[arg-type]
+    if path in JSONRPC_PATHS:
+        v10 = (request.headers.get("a2a-version") or "").strip().startswith("1")
+        resp: Response = Response(
+            orjson.dumps(jsonrpc_error(None, err, v10)), err.http_status, media_type="application/json"
+        )
+    elif path.startswith(("/a2a/rest/v1/", "/a2a/tasks")):
+        resp = rest_error(err)
+    else:
+        resp = status_error(request, err)
+    resp.headers.update(extra)
+    return resp
+
+
+class Guard:
+    """Body size, then the caller's credential; the principal goes into the scope for `owner_of`."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, max_body_bytes: int) -> None:
+        self.app = app
+        self.auth = authenticator
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await self._refuse(scope, receive, send, self._too_large())
+            return
+        try:
+            principal = await self.auth.authenticate(headers)
+        except A2AError as err:
+            await self._refuse(scope, receive, send, err)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        if length is None and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
+            body = await self._bounded_body(receive)
+            if body is None:
+                await self._refuse(scope, receive, send, self._too_large())
+                return
+            receive = _replay(body, receive)
+        await self.app(scope, receive, send)
+
+    def _too_large(self) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"The request body exceeds {self.max_body} bytes", {"maxBytes": self.max_body}
+        )
+
+    async def _bounded_body(self, receive: Receive) -> bytes | None:
+        """A chunked body read whole, or None once it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, err: A2AError) -> None:
+        await error_response(scope, err)(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the buffered body over once, then waits on the real one (disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class CorsExceptCard:
+    """CORS for the API routes with the configured origins; the card keeps its own `*`."""
+
+    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=CORS_HEADERS,
+            expose_headers=["WWW-Authenticate", "Retry-After", "Content-Type"],
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in CARD_PATHS:
+            await self.app(scope, receive, send)
+        else:
+            await self.cors(scope, receive, send)
