@@ -167,6 +167,28 @@ async def test_api_error_fails_the_task_with_the_reason(unattended: Served) -> N
     assert "API Error: 400 fake bad" in status_text(task)
 
 
+async def test_cli_exiting_non_zero_fails_the_task_with_its_stderr(unattended: Served) -> None:
+    """The next turn resumes a session Claude no longer has (its `$HOME/.claude/projects/<munged
+    cwd>/<session id>.jsonl` is gone): Claude 2.1.197 makes no model request, prints only a `result` of
+    subtype `error_during_execution` (no `result` text), says why on stderr and exits 1. The task fails
+    with the exit status and the stderr tail, as with Codex and Gemini."""
+    c = unattended.client
+    first = await wait_until_stopped(c, await send_message(c, "say hi"))
+    assert first["status"]["state"] == "completed", status_text(first)
+    session = next(a for a in first["artifacts"] if a.get("name") == "session")["metadata"]["sessionId"]
+    # The task completes at Claude's `result` line; the transcript is complete once the process has exited.
+    assert await wait_none_working_in(unattended.workspace(first)) == []
+    stored = list((unattended.root / "home" / ".claude" / "projects").glob(f"*/{session}.jsonl"))
+    assert len(stored) == 1, "Claude stored the session"
+    stored[0].unlink()
+    second = await wait_until_stopped(c, await send_message(c, "again", contextId=first["contextId"]))
+    assert second["status"]["state"] == "failed"
+    reason = status_text(second)
+    assert reason.startswith("claude exited with status 1: "), reason
+    assert f"No conversation found with session ID: {session}" in reason, reason
+    assert await wait_none_working_in(unattended.workspace(second)) == []
+
+
 async def test_cancel_returns_after_the_process_group_is_gone(unattended: Served) -> None:
     marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
     task = await send_message(unattended.client, f"RUN: {marker}", blocking=False)

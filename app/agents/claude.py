@@ -13,20 +13,27 @@ permission (`--permission-prompt-tool stdio`) with a `control_request` on stdout
 | `user` tool_result                                      | tool_result(content, tool name)             |
 | `control_request` can_use_tool                          | approval_required("Allow Bash {...}? ...")  |
 | `result` success / error                                | done(result, stats) / error(result text)    |
+| `result` error without text (`error_during_execution`)  | none; at exit: error(exit status, stderr)   |
 
 With several permission requests open at once, one answer decides all of them. A later task in the same
 context resumes the session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
+
+An error `result` with no `result` text is Claude ending the run itself, e.g. resuming a session it no
+longer has (2.1.197: subtype `error_during_execution`, `errors: ["No conversation found with session ID:
+<id>"]`, the same on stderr, exit 1). Its stdin is closed and the run fails once it exits, as every CLI
+that exits non-zero does: `claude exited with status 1: <stderr tail>`.
 """
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
 
 from .base import AgentEvent, AgentRequest, AgentRun
-from .cli_run import CliAgent, CliRun, approval_decision, describe_tool
+from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
 from .sdk import Skill
 
 CODING_SKILL = Skill(
@@ -54,6 +61,7 @@ class ClaudeRun(CliRun):
         self._tools: dict[str, str] = {}
         self._pending: dict[str, dict[str, Any]] = {}
         self._started = False
+        self._failure: str | None = None
 
     def command(self) -> list[str]:
         s = self.settings
@@ -89,7 +97,7 @@ class ClaudeRun(CliRun):
         if kind == "control_request":
             return await self._control(obj)
         if kind == "result":
-            return self._result(obj)
+            return await self._result(obj)
         return []
 
     def _init(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -151,11 +159,18 @@ class ClaudeRun(CliRun):
         )
         return []
 
-    def _result(self, obj: dict[str, Any]) -> list[AgentEvent]:
+    async def _result(self, obj: dict[str, Any]) -> list[AgentEvent]:
         self.remember_session(obj.get("session_id"))
         text = obj.get("result")
         if obj.get("is_error") or obj.get("subtype") != "success":
-            return [AgentEvent.error(str(text or f"Claude Code ended with {obj.get('subtype')}"))]
+            if text:
+                return [AgentEvent.error(str(text))]
+            # Claude ends the run itself and says why on stderr: fail with that once it has exited.
+            errors = [str(e) for e in obj.get("errors") or [] if e]
+            self._failure = "; ".join(errors) or f"Claude Code ended with {obj.get('subtype')}"
+            assert self.proc is not None
+            await self.proc.close_stdin()
+            return []
         stats = {
             "turns": obj.get("num_turns"),
             "duration_ms": obj.get("duration_ms"),
@@ -177,6 +192,16 @@ class ClaudeRun(CliRun):
             response = {"subtype": "success", "request_id": request_id, "response": decision}
             await self.proc.send({"type": "control_response", "response": response})
             del self._pending[request_id]
+
+    def on_exit(self, code: int) -> list[AgentEvent]:
+        if self._failure is None:
+            return super().on_exit(code)
+        assert self.proc is not None
+        if not code:
+            return [AgentEvent.error(self._failure)]
+        tail = self.proc.stderr_tail()
+        detail = tail if self._failure in tail else "\n".join(t for t in (tail, self._failure) if t)
+        return [AgentEvent.error(exit_reason(Path(self.proc.argv[0]).name, code, detail))]
 
     async def interrupt(self) -> None:
         assert self.proc is not None
