@@ -303,6 +303,8 @@ async def test_auth_required_then_the_answer(http, v, mode):
 async def test_endings_carry_their_message(http, v, mode, text, state, reason):
     out = await send(http, v, mode, text)
     assert out.state == state and out.status_text == reason
+    stamps = [t["timestamp"] for t in out.body["metadata"]["stateTransitions"]]
+    assert stamps == sorted(stamps), "transitions are recorded in time order"
     if mode == "stream":
         assert statuses(out)[-1] == (state, reason)
 

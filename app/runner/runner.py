@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
 from app.protocol.errors import InternalError
-from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, TaskState
+from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, StatusUpdate, TaskState
 from app.tasks.service import TaskService, status_update
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ class Runner:
                 events = _merge_closing_chunks([e for i in items if isinstance(i, list) for e in i])
                 if events:
                     if live is not None and live.task.status.state is TaskState.SUBMITTED:
-                        events.insert(0, status_update(task_id, live.task.context_id, TaskState.WORKING))
+                        events.insert(0, _working(task_id, live.task.context_id, events))
                     if await self._service.apply(task_id, events):
                         return
                 end = items[-1]
@@ -315,6 +315,16 @@ async def _stop(ctx: TaskContext) -> None:
         await ctx.cancel()
     except Exception:
         log.exception("stopping the agent of task %s failed", ctx.task_id)
+
+
+def _working(task_id: str, context_id: str, events: list[Event]) -> StatusUpdate:
+    """The working status a run's first batch starts with, stamped no later than the batch's first status
+    (which the agent stamped when it emitted it), so the recorded transitions stay in time order."""
+    working = status_update(task_id, context_id, TaskState.WORKING)
+    first = next((e.status.timestamp for e in events if isinstance(e, StatusUpdate)), None)
+    if first is not None and first < working.status.timestamp:
+        working.status.timestamp = first
+    return working
 
 
 def _merge_closing_chunks(events: list[Event]) -> list[Event]:
