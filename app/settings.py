@@ -137,10 +137,13 @@ class Settings(BaseSettings):
     max_history_length: int = Field(default=1000, ge=0)
     """Most history messages a task read returns, whatever `historyLength` asks for."""
     task_rate_per_min: float = Field(default=120.0, ge=0)
-    """New tasks one principal may create per minute on one replica (0: unlimited)."""
+    """New tasks one principal may create per minute (0: unlimited); across all replicas with Redis."""
     task_rate_burst: int = Field(default=30, ge=1)
     max_streams_per_principal: int = Field(default=100, ge=0)
-    """Open SSE streams one principal may hold on one replica (0: unlimited)."""
+    """Open SSE streams one principal may hold (0: unlimited); across all replicas with Redis."""
+    stream_slot_ttl_s: float = Field(default=30.0, gt=0)
+    """With Redis: a replica refreshes its open streams' entries every TTL/3, so a crashed replica's
+    streams stop counting against the cap within this time."""
     cors_origins: str = ""
     """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
 

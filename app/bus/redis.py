@@ -53,6 +53,11 @@ class RedisBus(Bus):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), 5)
 
+    @property
+    def client(self) -> Redis:
+        """The connection pool, for other shared state (the cluster-wide limits) to reuse."""
+        return self._redis
+
     async def ping(self) -> None:
         await self._redis.ping()
 
