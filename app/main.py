@@ -67,6 +67,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         )
         await bus.start()
         leases = Leases(engine, settings.replica_id, settings.lease_ttl_s)
+        limits = Limits(settings, bus.client if isinstance(bus, RedisBus) else None)
+        await limits.start()
         push = options_from(settings)
         service = TaskService(
             Repository(engine),
@@ -106,7 +108,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
                 if has_extended
                 else None
             ),
-            limits=Limits(settings),
+            limits=limits,
         )
         await runner.open()
         if settings.push_deliver:
@@ -118,6 +120,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             await runner.aclose()
             await deliverer.stop()
             await writer.stop()
+            await limits.aclose()
             await bus.aclose()
             await agent.aclose()
             await authenticator.aclose()
