@@ -14,14 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, bindparam, delete, func, or_, select, update
+from sqlalchemy import String, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.protocol.model import utcnow
-from app.store.models import PushConfigRow, PushOutboxRow
+from app.protocol.model import Event, event_from_store, utcnow
+from app.store.models import EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
+
+from .payloads import V03, View, Views
 
 _configs = PushConfigRow.__table__
 _outbox = PushOutboxRow.__table__
+_tasks = TaskRow.__table__
+_events = EventRow.__table__
+_messages = MessageRow.__table__
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,10 +45,18 @@ class Hook:
 
 @dataclass(slots=True, frozen=True)
 class Pending:
+    """A queued notification with what its body is built from (`app.push.payloads`)."""
+
     id: int
     seq: int
-    body: dict[str, Any]
     attempts: int
+    event: Event | None
+    """The event it is about (None: no longer in the log)."""
+    history_len: int | None
+    body: dict[str, Any] | None = None
+    """The body stored with rows queued before bodies were built at delivery."""
+    view: View | None = None
+    """A v0.3 webhook's folded task, shared by its queue's rows."""
 
 
 @dataclass(slots=True)
@@ -118,6 +131,7 @@ class Outbox:
         self.replica_id = replica_id
         self.ttl = timedelta(seconds=claim_ttl_s)
         self._pg = engine.dialect.name == "postgresql"
+        self.views = Views()
 
     async def claim(self, limit: int, batch: int) -> list[tuple[Hook, list[Pending]]]:
         """Claim up to `limit` webhooks that have notifications waiting and are not held back; each
@@ -159,7 +173,8 @@ class Outbox:
         return [(h, queued[h.pk]) for h in hooks]
 
     async def _heads(self, conn: AsyncConnection, pks: list[int], batch: int) -> dict[int, list[Pending]]:
-        """The first `batch` notifications of each webhook in `pks`, in order (one query for all)."""
+        """The first `batch` notifications of each webhook in `pks`, in order, each with its event (one
+        query for all), and for v0.3 webhooks what their views lack to fold up to them (two more)."""
         queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
         if not pks:
             return queued
@@ -169,14 +184,106 @@ class Outbox:
             .label("rank")
         )
         ranked = (
-            select(_outbox.c.config_pk, _outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts, rank)
+            select(
+                _outbox.c.config_pk,
+                _outbox.c.id,
+                _outbox.c.seq,
+                _outbox.c.body,
+                _outbox.c.history_len,
+                _outbox.c.attempts,
+                rank,
+            )
             .where(_outbox.c.config_pk.in_(pks))
             .subquery()
         )
-        first = select(ranked).where(ranked.c.rank <= batch).order_by(ranked.c.config_pk, ranked.c.rank)
+        first = (
+            select(
+                ranked,
+                _configs.c.version,
+                _configs.c.task_id,
+                _tasks.c.context_id,
+                _tasks.c.metadata.label("task_metadata"),
+                _events.c.kind,
+                _events.c.body.label("event"),
+            )
+            .select_from(
+                ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
+                .join(_tasks, _tasks.c.id == _configs.c.task_id)
+                .outerjoin(
+                    _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
+                )
+            )
+            .where(ranked.c.rank <= batch)
+            .order_by(ranked.c.config_pk, ranked.c.rank)
+        )
+        views: dict[int, View] = {}
         for r in (await conn.execute(first)).all():
-            queued[r.config_pk].append(Pending(r.id, r.seq, r.body, r.attempts))
+            event = None if r.kind is None else event_from_store(r.task_id, r.context_id, r.kind, r.event)
+            view = views.get(r.config_pk)
+            if view is None and r.version == V03:
+                view = self.views.for_queue(r.config_pk, r.task_id, r.context_id, r.task_metadata, r.seq)
+                views[r.config_pk] = view
+            if view is not None and event is not None and r.seq > view.seq:
+                view.ahead.setdefault(r.seq, event)
+            queued[r.config_pk].append(Pending(r.id, r.seq, r.attempts, event, r.history_len, r.body, view))
+        if views:
+            await self._fill(conn, views, queued)
         return queued
+
+    async def _fill(
+        self, conn: AsyncConnection, views: dict[int, View], queued: dict[int, list[Pending]]
+    ) -> None:
+        """Read the events and messages the v0.3 views lack for their queues: one query each for all, and
+        none at all in the usual case (a view already folded up to its queue, no new messages)."""
+        events: dict[str, tuple[int, int]] = {}
+        messages: dict[str, int] = {}
+        for pk, view in views.items():
+            rows = queued[pk]
+            upto = rows[-1].seq
+            if view.missing(upto):
+                lo, hi = events.get(view.task_id, (view.seq, upto))
+                events[view.task_id] = (min(lo, view.seq), max(hi, upto))
+            if max((r.history_len or 0) for r in rows) > len(view.messages):
+                after = messages.get(view.task_id, view.last_message_id)
+                messages[view.task_id] = min(after, view.last_message_id)
+        if events:
+            stmt = (
+                select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
+                .where(
+                    or_(
+                        *(
+                            and_(_events.c.task_id == tid, _events.c.seq > lo, _events.c.seq <= hi)
+                            for tid, (lo, hi) in events.items()
+                        )
+                    )
+                )
+                .order_by(_events.c.task_id, _events.c.seq)
+            )
+            read: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+            for tid, seq, kind, body in (await conn.execute(stmt)).all():
+                read.setdefault(tid, []).append((seq, kind, body))
+            for view in views.values():
+                for seq, kind, body in read.get(view.task_id, ()):
+                    if seq > view.seq and seq not in view.ahead:
+                        view.ahead[seq] = event_from_store(view.task_id, view.context_id, kind, body)
+        if messages:
+            stmt = (
+                select(_messages.c.task_id, _messages.c.id, _messages.c.body)
+                .where(
+                    or_(
+                        *(
+                            and_(_messages.c.task_id == tid, _messages.c.id > after)
+                            for tid, after in messages.items()
+                        )
+                    )
+                )
+                .order_by(_messages.c.task_id, _messages.c.id)
+            )
+            got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+            for tid, row_id, body in (await conn.execute(stmt)).all():
+                got.setdefault(tid, []).append((row_id, body))
+            for view in views.values():
+                view.add_messages(got.get(view.task_id, ()))
 
     async def settle_many(self, runs: list[Run], batch: int) -> dict[int, list[Pending]]:
         """Record runs of attempts on many webhooks in one transaction and a fixed number of statements
@@ -196,6 +303,8 @@ class Outbox:
             following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
             await conn.execute(_add_tally, [r.params() for r in runs])
             idle = [r.pk for r in runs if not following.get(r.pk)]
+            for pk in idle:
+                self.views.forget(pk)
             if idle:
                 await conn.execute(
                     update(_configs)
