@@ -29,6 +29,24 @@ _events = EventRow.__table__
 _messages = MessageRow.__table__
 
 
+_events_read = (
+    select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
+    .where(
+        _events.c.task_id.in_(bindparam("tids", expanding=True)),
+        _events.c.seq > bindparam("lo"),
+        _events.c.seq <= bindparam("hi"),
+    )
+    .order_by(_events.c.task_id, _events.c.seq)
+)
+"""Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
+_messages_read = (
+    select(_messages.c.task_id, _messages.c.id, _messages.c.body)
+    .where(_messages.c.task_id.in_(bindparam("tids", expanding=True)), _messages.c.id > bindparam("after"))
+    .order_by(_messages.c.task_id, _messages.c.id)
+)
+"""Messages of some tasks after a row id: the history v0.3 views lack."""
+
+
 @dataclass(slots=True, frozen=True)
 class Hook:
     """A claimed webhook: where and how to call it."""
@@ -234,55 +252,35 @@ class Outbox:
         self, conn: AsyncConnection, views: dict[int, View], queued: dict[int, list[Pending]]
     ) -> None:
         """Read the events and messages the v0.3 views lack for their queues: one query each for all, and
-        none at all in the usual case (a view already folded up to its queue, no new messages)."""
-        events: dict[str, tuple[int, int]] = {}
-        messages: dict[str, int] = {}
-        for pk, view in views.items():
-            rows = queued[pk]
-            upto = rows[-1].seq
-            if view.missing(upto):
-                lo, hi = events.get(view.task_id, (view.seq, upto))
-                events[view.task_id] = (min(lo, view.seq), max(hi, upto))
-            if max((r.history_len or 0) for r in rows) > len(view.messages):
-                after = messages.get(view.task_id, view.last_message_id)
-                messages[view.task_id] = min(after, view.last_message_id)
-        if events:
-            stmt = (
-                select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
-                .where(
-                    or_(
-                        *(
-                            and_(_events.c.task_id == tid, _events.c.seq > lo, _events.c.seq <= hi)
-                            for tid, (lo, hi) in events.items()
-                        )
-                    )
-                )
-                .order_by(_events.c.task_id, _events.c.seq)
+        none at all in the usual case (a view already folded up to its queue, no new messages). Both
+        statements have a fixed shape (an expanding IN and one range), so they compile once; rows another
+        view already had are dropped here."""
+        gaps = [v for pk, v in views.items() if v.missing(queued[pk][-1].seq)]
+        if gaps:
+            hi = max(queued[pk][-1].seq for pk, v in views.items() if v in gaps)
+            rows = await conn.execute(
+                _events_read,
+                {"tids": sorted({v.task_id for v in gaps}), "lo": min(v.seq for v in gaps), "hi": hi},
             )
             read: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
-            for tid, seq, kind, body in (await conn.execute(stmt)).all():
+            for tid, seq, kind, body in rows.all():
                 read.setdefault(tid, []).append((seq, kind, body))
-            for view in views.values():
+            for view in gaps:
                 for seq, kind, body in read.get(view.task_id, ()):
                     if seq > view.seq and seq not in view.ahead:
                         view.ahead[seq] = event_from_store(view.task_id, view.context_id, kind, body)
-        if messages:
-            stmt = (
-                select(_messages.c.task_id, _messages.c.id, _messages.c.body)
-                .where(
-                    or_(
-                        *(
-                            and_(_messages.c.task_id == tid, _messages.c.id > after)
-                            for tid, after in messages.items()
-                        )
-                    )
-                )
-                .order_by(_messages.c.task_id, _messages.c.id)
+        short = [
+            v for pk, v in views.items() if max(r.history_len or 0 for r in queued[pk]) > len(v.messages)
+        ]
+        if short:
+            rows = await conn.execute(
+                _messages_read,
+                {"tids": sorted({v.task_id for v in short}), "after": min(v.last_message_id for v in short)},
             )
             got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-            for tid, row_id, body in (await conn.execute(stmt)).all():
+            for tid, row_id, body in rows.all():
                 got.setdefault(tid, []).append((row_id, body))
-            for view in views.values():
+            for view in short:
                 view.add_messages(got.get(view.task_id, ()))
 
     async def settle_many(self, runs: list[Run], batch: int) -> dict[int, list[Pending]]:
