@@ -444,6 +444,12 @@ async def test_long_task_v03_bodies_are_the_task_as_of_each_event(c, receiver):
     )
     tid = task["id"]
     await v10(c, "CreateTaskPushNotificationConfig", {"taskId": tid, "id": "v10", "url": receiver.url(p10)})
+    late = path()
+    await result(
+        c,
+        "tasks/pushNotificationConfig/set",
+        {"taskId": tid, "pushNotificationConfig": {"id": "late", "url": receiver.url(late)}},
+    )
 
     def completed() -> bool:
         return any(
@@ -470,3 +476,6 @@ async def test_long_task_v03_bodies_are_the_task_as_of_each_event(c, receiver):
     assert [len(b["history"]) for b in bodies] == sorted(len(b["history"]) for b in bodies)
     assert all(b["history"][0]["role"] == "user" and b["id"] == tid for b in bodies)
     assert bodies[-1]["metadata"]["stateTransitions"][-1]["state"] == "completed"
+    await settled(c, receiver, tid, "late")
+    joined = [x.body for x in receiver.at(late)]
+    assert joined and joined == bodies[-len(joined) :], "a webhook joining mid-task gets the same bodies"
