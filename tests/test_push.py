@@ -429,3 +429,53 @@ async def test_grouped_settles_keep_each_webhook_apart(c, receiver):
         assert states == sorted(states, key=order.index) and states[0] == "submitted"
         assert states[-1] == "completed"
         assert record["attempts"] == record["delivered"] == len(states) and record["failed"] == 0
+
+
+def _text(task: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for a in task.get("artifacts", []) for p in a["parts"])
+
+
+async def test_long_task_v03_bodies_are_the_task_as_of_each_event(c, receiver):
+    """A long stream of chunks: the v0.3 webhook gets one Task per event, built at delivery from the log,
+    each the task right after its event: its text is exactly the chunks a v1.0 webhook got so far."""
+    p03, p10 = path(), path()
+    task = await send_with_hook(
+        c, "sleep:0.5;chunks:300", {"id": "v03", "url": receiver.url(p03)}, blocking=False
+    )
+    tid = task["id"]
+    await v10(c, "CreateTaskPushNotificationConfig", {"taskId": tid, "id": "v10", "url": receiver.url(p10)})
+    late = path()
+    await result(
+        c,
+        "tasks/pushNotificationConfig/set",
+        {"taskId": tid, "pushNotificationConfig": {"id": "late", "url": receiver.url(late)}},
+    )
+
+    def completed() -> bool:
+        return any(
+            x.body.get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+            for x in receiver.at(p10)
+        ) and any(x.body["status"]["state"] == "completed" for x in receiver.at(p03))
+
+    await receiver.wait_for(completed, timeout=60)
+    chunks = [
+        "".join(p.get("text", "") for p in x.body["artifactUpdate"]["artifact"]["parts"])
+        for x in receiver.at(p10)
+        if "artifactUpdate" in x.body
+    ]
+    bodies = [x.body for x in receiver.at(p03)]
+    record = await settled(c, receiver, tid, "v03")
+    assert record["failed"] == 0
+    assert record["delivered"] == len(bodies) == len(receiver.at(p03))
+    assert "".join(chunks) == "".join(f"chunk-{i} " for i in range(300))
+    grown = [b for prev, b in zip([{}, *bodies], bodies, strict=False) if _text(b) != _text(prev)]
+    assert [_text(b) for b in grown] == ["".join(chunks[: i + 1]) for i, ch in enumerate(chunks) if ch]
+    order = ["submitted", "working", "completed"]
+    states = [b["status"]["state"] for b in bodies]
+    assert states == sorted(states, key=order.index) and states[0] == "submitted"
+    assert [len(b["history"]) for b in bodies] == sorted(len(b["history"]) for b in bodies)
+    assert all(b["history"][0]["role"] == "user" and b["id"] == tid for b in bodies)
+    assert bodies[-1]["metadata"]["stateTransitions"][-1]["state"] == "completed"
+    await settled(c, receiver, tid, "late")
+    joined = [x.body for x in receiver.at(late)]
+    assert joined and joined == bodies[-len(joined) :], "a webhook joining mid-task gets the same bodies"

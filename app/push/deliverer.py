@@ -11,7 +11,8 @@ O(connections) per request, which capped delivery near 100/s at 64 webhooks in f
   given up at once, without retry.
 
 Every attempt is logged and counted on the webhook's row (visible in the config's `metadata.delivery`) and
-in this process's counters (`/healthz`). The task never waits for any of this: events only add rows.
+in this process's counters (`/healthz`). The task never waits for any of this: events only add rows
+(pointers to the event), and the bodies are built here, as each is sent (`app.push.payloads`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
 
-from . import guard
+from . import guard, payloads
 from .outbox import Hook, Outbox, Pending, Run, Tally
 
 log = logging.getLogger(__name__)
@@ -290,6 +291,9 @@ class Deliverer:
         if isinstance(target, guard.Refused):
             self.counters["refused"] += 1
             return Outcome(f"refused: {target}")
+        body = _body(row)
+        if body is None:
+            return Outcome(f"event {row.seq} is no longer in the task's log: not sent")
         request_headers = headers(hook)
         server_hostname: str | None = None
         if target.ip is not None:
@@ -300,7 +304,7 @@ class Deliverer:
         try:
             async with self._client().post(
                 str(target.request_url()),
-                data=orjson.dumps(row.body),
+                data=orjson.dumps(body),
                 headers=request_headers,
                 allow_redirects=False,
                 server_hostname=server_hostname,
@@ -323,6 +327,18 @@ class Deliverer:
 
     def stats(self) -> dict[str, Any]:
         return {**self.counters, "inFlight": len(self._active)}
+
+
+def _body(row: Pending) -> dict[str, Any] | None:
+    """The notification's body: stored (queued by an older version), or built from its event now: the
+    Task as of the event for a v0.3 webhook (its queue's view), the StreamResponse for a v1.0 one."""
+    if row.body is not None:
+        return row.body
+    if row.event is None:
+        return None
+    if row.view is not None:
+        return row.view.task_body(row.seq, row.history_len)
+    return payloads.v10_body(row.event)
 
 
 def options_from(settings: Any) -> Options:

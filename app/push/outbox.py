@@ -14,14 +14,37 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, bindparam, delete, func, or_, select, update
+from sqlalchemy import String, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.protocol.model import utcnow
-from app.store.models import PushConfigRow, PushOutboxRow
+from app.protocol.model import Event, event_from_store, utcnow
+from app.store.models import EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
+
+from .payloads import V03, View, Views
 
 _configs = PushConfigRow.__table__
 _outbox = PushOutboxRow.__table__
+_tasks = TaskRow.__table__
+_events = EventRow.__table__
+_messages = MessageRow.__table__
+
+
+_events_read = (
+    select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
+    .where(
+        _events.c.task_id.in_(bindparam("tids", expanding=True)),
+        _events.c.seq > bindparam("lo"),
+        _events.c.seq <= bindparam("hi"),
+    )
+    .order_by(_events.c.task_id, _events.c.seq)
+)
+"""Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
+_messages_read = (
+    select(_messages.c.task_id, _messages.c.id, _messages.c.body)
+    .where(_messages.c.task_id.in_(bindparam("tids", expanding=True)), _messages.c.id > bindparam("after"))
+    .order_by(_messages.c.task_id, _messages.c.id)
+)
+"""Messages of some tasks after a row id: the history v0.3 views lack."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,10 +63,18 @@ class Hook:
 
 @dataclass(slots=True, frozen=True)
 class Pending:
+    """A queued notification with what its body is built from (`app.push.payloads`)."""
+
     id: int
     seq: int
-    body: dict[str, Any]
     attempts: int
+    event: Event | None
+    """The event it is about (None: no longer in the log)."""
+    history_len: int | None
+    body: dict[str, Any] | None = None
+    """The body stored with rows queued before bodies were built at delivery."""
+    view: View | None = None
+    """A v0.3 webhook's folded task, shared by its queue's rows."""
 
 
 @dataclass(slots=True)
@@ -118,6 +149,7 @@ class Outbox:
         self.replica_id = replica_id
         self.ttl = timedelta(seconds=claim_ttl_s)
         self._pg = engine.dialect.name == "postgresql"
+        self.views = Views()
 
     async def claim(self, limit: int, batch: int) -> list[tuple[Hook, list[Pending]]]:
         """Claim up to `limit` webhooks that have notifications waiting and are not held back; each
@@ -159,7 +191,8 @@ class Outbox:
         return [(h, queued[h.pk]) for h in hooks]
 
     async def _heads(self, conn: AsyncConnection, pks: list[int], batch: int) -> dict[int, list[Pending]]:
-        """The first `batch` notifications of each webhook in `pks`, in order (one query for all)."""
+        """The first `batch` notifications of each webhook in `pks`, in order, each with its event (one
+        query for all), and for v0.3 webhooks what their views lack to fold up to them (two more)."""
         queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
         if not pks:
             return queued
@@ -169,14 +202,86 @@ class Outbox:
             .label("rank")
         )
         ranked = (
-            select(_outbox.c.config_pk, _outbox.c.id, _outbox.c.seq, _outbox.c.body, _outbox.c.attempts, rank)
+            select(
+                _outbox.c.config_pk,
+                _outbox.c.id,
+                _outbox.c.seq,
+                _outbox.c.body,
+                _outbox.c.history_len,
+                _outbox.c.attempts,
+                rank,
+            )
             .where(_outbox.c.config_pk.in_(pks))
             .subquery()
         )
-        first = select(ranked).where(ranked.c.rank <= batch).order_by(ranked.c.config_pk, ranked.c.rank)
+        first = (
+            select(
+                ranked,
+                _configs.c.version,
+                _configs.c.task_id,
+                _tasks.c.context_id,
+                _tasks.c.metadata.label("task_metadata"),
+                _events.c.kind,
+                _events.c.body.label("event"),
+            )
+            .select_from(
+                ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
+                .join(_tasks, _tasks.c.id == _configs.c.task_id)
+                .outerjoin(
+                    _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
+                )
+            )
+            .where(ranked.c.rank <= batch)
+            .order_by(ranked.c.config_pk, ranked.c.rank)
+        )
+        views: dict[int, View] = {}
         for r in (await conn.execute(first)).all():
-            queued[r.config_pk].append(Pending(r.id, r.seq, r.body, r.attempts))
+            event = None if r.kind is None else event_from_store(r.task_id, r.context_id, r.kind, r.event)
+            view = views.get(r.config_pk)
+            if view is None and r.version == V03:
+                view = self.views.for_queue(r.config_pk, r.task_id, r.context_id, r.task_metadata, r.seq)
+                views[r.config_pk] = view
+            if view is not None and event is not None and r.seq > view.seq:
+                view.ahead.setdefault(r.seq, event)
+            queued[r.config_pk].append(Pending(r.id, r.seq, r.attempts, event, r.history_len, r.body, view))
+        if views:
+            await self._fill(conn, views, queued)
         return queued
+
+    async def _fill(
+        self, conn: AsyncConnection, views: dict[int, View], queued: dict[int, list[Pending]]
+    ) -> None:
+        """Read the events and messages the v0.3 views lack for their queues: one query each for all, and
+        none at all in the usual case (a view already folded up to its queue, no new messages). Both
+        statements have a fixed shape (an expanding IN and one range), so they compile once; rows another
+        view already had are dropped here."""
+        gaps = [v for pk, v in views.items() if v.missing(queued[pk][-1].seq)]
+        if gaps:
+            hi = max(queued[pk][-1].seq for pk, v in views.items() if v in gaps)
+            rows = await conn.execute(
+                _events_read,
+                {"tids": sorted({v.task_id for v in gaps}), "lo": min(v.seq for v in gaps), "hi": hi},
+            )
+            read: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+            for tid, seq, kind, body in rows.all():
+                read.setdefault(tid, []).append((seq, kind, body))
+            for view in gaps:
+                for seq, kind, body in read.get(view.task_id, ()):
+                    if seq > view.seq and seq not in view.ahead:
+                        view.ahead[seq] = event_from_store(view.task_id, view.context_id, kind, body)
+        short = [
+            v for pk, v in views.items() if max(r.history_len or 0 for r in queued[pk]) > len(v.messages)
+        ]
+        if short:
+            rows = await conn.execute(
+                _messages_read,
+                {"tids": sorted({v.task_id for v in short}), "after": min(v.last_message_id for v in short)},
+            )
+            got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+            for tid, row_id, body in rows.all():
+                got.setdefault(tid, []).append((row_id, body))
+            for view in short:
+                view.add_messages(got.get(view.task_id, ()))
 
     async def settle_many(self, runs: list[Run], batch: int) -> dict[int, list[Pending]]:
         """Record runs of attempts on many webhooks in one transaction and a fixed number of statements
@@ -196,6 +301,8 @@ class Outbox:
             following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
             await conn.execute(_add_tally, [r.params() for r in runs])
             idle = [r.pk for r in runs if not following.get(r.pk)]
+            for pk in idle:
+                self.views.forget(pk)
             if idle:
                 await conn.execute(
                     update(_configs)

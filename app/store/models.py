@@ -138,14 +138,20 @@ class PushConfigRow(Base):
 
 
 class PushOutboxRow(Base):
-    """One notification waiting for delivery: written in the transaction of the event it is about."""
+    """One notification waiting for delivery: written in the transaction of the event it is about.
+
+    A pointer, not a payload: the body is built at delivery from the event log (`app.push.payloads`);
+    `history_len` is how many messages the task's history had at event `seq`. `body` is only set on rows
+    queued before revision 0005, which carried their body.
+    """
 
     __tablename__ = "push_outbox"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     config_pk: Mapped[int] = mapped_column(ForeignKey("push_configs.pk", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
-    body: Mapped[dict[str, Any]]
+    body: Mapped[dict[str, Any] | None]
+    history_len: Mapped[int | None] = mapped_column(Integer)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime]
 

@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, case, insert, literal, select, update
+from sqlalchemy import bindparam, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .models import ArtifactRow, EventRow, JsonType, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
+from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,15 @@ _update_task = (
 )
 
 _configs = PushConfigRow.__table__
-# One notification per webhook the task has when the event commits, in the webhook's version's shape:
-# the webhooks are read inside the event's own transaction, so one registered on another replica a moment
-# ago is not missed, and a deleted one gets nothing.
+# One notification per webhook the task has when the event commits: the webhooks are read inside the
+# event's own transaction, so one registered on another replica a moment ago is not missed, and a deleted
+# one gets nothing. A row points at the event; its body, in the webhook's version, is built at delivery.
 _notify = insert(PushOutboxRow).from_select(
-    ["config_pk", "seq", "body", "attempts", "created_at"],
+    ["config_pk", "seq", "history_len", "attempts", "created_at"],
     select(
         _configs.c.pk,
         bindparam("seq"),
-        case(
-            (_configs.c.version == "0.3", bindparam("body_v03", type_=JsonType)),
-            else_=bindparam("body_v10", type_=JsonType),
-        ),
+        bindparam("history_len"),
         literal(0),
         bindparam("created_at", type_=PushOutboxRow.__table__.c.created_at.type),
     ).where(_configs.c.task_id == bindparam("task_id")),
@@ -79,7 +76,7 @@ class Write:
     push_configs: list[dict[str, Any]] = field(default_factory=list)
     """New webhooks (inline in a send), inserted before the notifications."""
     notifications: list[dict[str, Any]] = field(default_factory=list)
-    """Per event: `task_id`, `seq`, `body_v03`, `body_v10`, `created_at` (see `app.push.payloads`)."""
+    """Per event: `task_id`, `seq`, `history_len`, `created_at` (see `app.push.payloads`)."""
 
 
 class Writer:
