@@ -110,6 +110,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             ),
             limits=limits,
         )
+        await agent.setup()
         await runner.open()
         if settings.push_deliver:
             deliverer.start()

@@ -3,6 +3,7 @@ prints the documented lines, in a real server process (SQLite)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import sys
@@ -148,6 +149,35 @@ async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) 
     canceled = await result(ndjson.client, "tasks/cancel", {"id": task["id"]})
     assert canceled["status"]["state"] == "canceled"
     assert not alive(sleeper) and find_process(marker) is None
+
+
+async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path: Path) -> None:
+    """SIGKILL gives the server no chance to stop its CLIs; its next start (same replica) kills them,
+    and the task they worked for ends failed as lost."""
+    command = shlex.join([sys.executable, str(FAKES / "ndjson_agent.py")])
+    server = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=command,
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        REPLICA_ID=f"reaper-{uuid.uuid4().hex[:8]}",
+    )
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            sleeper = await wait_for_process(marker)
+            server.kill()
+            assert alive(sleeper), "the killed server's CLI outlived it (what the next start must fix)"
+            server.start()
+            async with asyncio.timeout(30):
+                while alive(sleeper) or find_process(marker) is not None:
+                    await asyncio.sleep(0.05)
+            after = await result(client, "tasks/get", {"id": task["id"]})
+            assert after["status"]["state"] == "failed"
+    finally:
+        server.stop()
 
 
 def test_ndjson_needs_a_command() -> None:

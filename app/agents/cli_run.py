@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
 import signal
 from abc import abstractmethod
@@ -31,7 +32,9 @@ from app.protocol.model import Message
 from app.settings import Settings, get_settings
 
 from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
-from .process import CliProcess, IdleTimeout
+from .process import CliProcess, IdleTimeout, reap_orphans
+
+log = logging.getLogger(__name__)
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
@@ -181,7 +184,7 @@ class CliRun(AgentRun):
         if self.cancelled:
             return
         argv = self.command()
-        proc = CliProcess(argv, self.workspace, self.environment())
+        proc = CliProcess(argv, self.workspace, self.environment(), owner=self.settings.replica_id)
         try:
             await proc.start()
         except OSError as exc:
@@ -277,3 +280,12 @@ class CliAgent(EventAgent):
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.name = f"coding-agent-a2a ({self.adapter})"
+
+    async def setup(self) -> None:
+        """Kill the CLIs a killed previous life of this replica left running: their tasks are ended as
+        lost by the runner, so nothing may go on working in their workspaces."""
+        left = await asyncio.to_thread(reap_orphans, self.settings.replica_id)
+        if left:
+            log.warning(
+                "killed %d process(es) a previous run of replica %s left", left, self.settings.replica_id
+            )

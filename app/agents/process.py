@@ -44,6 +44,9 @@ STDERR_TAIL = 8192
 RUN_ENV = "A2A_AGENT_RUN_ID"
 """Set to a fresh id in each CLI's environment: tools inherit it, so `stop()` finds a tool that left the
 CLI's session and was orphaned (codex's sandbox helper does both) by the id in /proc/<pid>/environ."""
+OWNER_ENV = "A2A_AGENT_OWNER"
+"""The replica that started the CLI, in its environment: after that replica is killed (no chance to stop its
+CLIs), its next start finds what it left by this marker and kills it (`reap_orphans`)."""
 KILL_WAIT_S = 5.0
 """After SIGKILL, how long to wait for the processes to vanish before giving up with a warning."""
 
@@ -107,12 +110,15 @@ class CliProcess:
         cwd: Path,
         env: Mapping[str, str] | None = None,
         stderr_tail: int = STDERR_TAIL,
+        owner: str | None = None,
     ) -> None:
-        """`env` is added to (and overrides) the server's own environment."""
+        """`env` is added to (and overrides) the server's own environment; `owner` names the replica."""
         self.argv = list(argv)
         self.cwd = cwd
         self.run_id = uuid.uuid4().hex
         self.env = {**os.environ, **(env or {}), RUN_ENV: self.run_id}
+        if owner:
+            self.env[OWNER_ENV] = owner
         self._proc: asyncio.subprocess.Process | None = None
         self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._stderr: deque[bytes] = deque()
@@ -328,6 +334,18 @@ def _family(leader: int, groups: set[int] | None = None, run_id: str | None = No
             known.update(stats[pid][2:])
         if len(found) == size:
             return found
+
+
+def reap_orphans(owner: str) -> int:
+    """Kill every process a previous life of replica `owner` started and left behind (it was SIGKILLed
+    or crashed, so it never stopped its CLIs); call before this life starts any. Returns how many."""
+    marker = f"{OWNER_ENV}={owner}\0".encode()
+    me = os.getpid()
+    left = {pid for pid in _all_pids() if pid != me and _has_env(pid, marker)}
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(left)
 
 
 def _signal_all(leader: int, pids: set[int], sig: signal.Signals) -> None:

@@ -333,5 +333,8 @@ class Agent(ABC):
         a task and calls `run`. Not called for messages that continue an existing task."""
         return None
 
+    async def setup(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Prepare once at server start, before any task runs here."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release what the agent holds when the server stops."""
