@@ -206,10 +206,12 @@ class Runner:
             self._runs.pop(task_id, None)
             self.release_slot()
 
-    def _request(self, owner: str, message: Message, history: list[Message], task_id: str | None) -> Request:
+    def _request(
+        self, owner: str, message: Message, context_id: str, history: list[Message], task_id: str | None
+    ) -> Request:
         return Request(
             message=message,
-            context_id=message.context_id or "",
+            context_id=context_id,
             principal=owner,
             task_id=task_id,
             history=history,
@@ -219,7 +221,9 @@ class Runner:
     async def reply(self, owner: str, message: Message) -> Message | None:
         """The agent's direct answer to a new message, if it gives one instead of starting a task."""
         try:
-            answer = await self._agent.reply(self._request(owner, message, [], None))
+            answer = await self._agent.reply(
+                self._request(owner, message, message.context_id or "", [], None)
+            )
         except Exception as exc:
             log.exception("agent reply failed")
             raise InternalError(f"The agent failed: {type(exc).__name__}: {exc}") from None
@@ -238,8 +242,7 @@ class Runner:
             await self._service.fail(task_id, "The task has no user message to work on.")
             return
         message = task.history[last_user]
-        request = self._request(live.owner, message, task.history[:last_user], task_id)
-        request.context_id = task.context_id
+        request = self._request(live.owner, message, task.context_id, task.history[:last_user], task_id)
         rid = response_artifact_id(task_id)
         started = any(a.artifact_id == rid for a in task.artifacts)
         queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=1024)

@@ -503,8 +503,13 @@ class TaskService:
                 {"contextId": message.context_id},
             )
 
-    async def _direct(self, owner: str, message: Message) -> Message | None:
-        """Offer a new message to the agent's quick reply; a Message back means no task is made."""
+    async def _prepare(self, owner: str, message: Message, push: PushConfig | None) -> Message | None:
+        """The checks every send makes before anything is stored (the webhook even when the agent then
+        answers directly and it has nothing to be told), then the agent's quick reply to a new message:
+        a Message back means no task is made."""
+        if push is not None:
+            await self._check_url(push.url)
+        await self._check_context(owner, message)
         if message.task_id or self.executor is None:
             return None
         message.context_id = message.context_id or new_id()
@@ -514,12 +519,8 @@ class TaskService:
         self, owner: str, message: Message, config: SendConfig, push: PushConfig | None = None
     ) -> Task | Message:
         """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
-        (at once if non-blocking). A webhook is checked even when the agent answers directly (and then
-        has nothing to be told)."""
-        if push is not None:
-            await self._check_url(push.url)
-        await self._check_context(owner, message)
-        if (direct := await self._direct(owner, message)) is not None:
+        (at once if non-blocking)."""
+        if (direct := await self._prepare(owner, message, push)) is not None:
             return direct
         task_id, _ = await self._accept(owner, message, push)
         if not config.blocking:
@@ -554,10 +555,7 @@ class TaskService:
     ) -> AsyncIterator[Snapshot | EventRecord | Message]:
         """`message/stream`: validates and stores first (errors raise here), then yields events; a
         direct reply from the agent is the only item."""
-        if push is not None:
-            await self._check_url(push.url)
-        await self._check_context(owner, message)
-        if (direct := await self._direct(owner, message)) is not None:
+        if (direct := await self._prepare(owner, message, push)) is not None:
             return _single(direct)
         task_id, _ = await self._accept(owner, message, push)
         return self.follow(owner, task_id)
