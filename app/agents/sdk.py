@@ -38,9 +38,8 @@ from app.protocol.model import (
     Role,
     StatusUpdate,
     TaskState,
-    TaskStatus,
     new_id,
-    now_iso,
+    status_update,
 )
 
 __all__ = [
@@ -295,9 +294,7 @@ class TaskContext(Request):
         self._finished = True
 
     def _status(self, state: TaskState, text: str | None, parts: Sequence[Part] = ()) -> StatusUpdate:
-        message = self.agent_message(text, parts=parts) if text or parts else None
-        status = TaskStatus(state, now_iso(), message)
-        return StatusUpdate(self.id, self.context_id, status, final=state.terminal)
+        return status_update(self.id, self.context_id, state, text or None, parts)
 
     def _artifact_update(
         self, art: Artifact, append: bool = False, last_chunk: bool = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -277,6 +278,21 @@ class StatusUpdate:
         if self.metadata:
             out["metadata"] = self.metadata
         return out
+
+
+def status_update(
+    task_id: str, context_id: str, state: TaskState, text: str | None = None, parts: Sequence[Part] = ()
+) -> StatusUpdate:
+    """A status-update event stamped now, with an agent message when there is text or parts; final when
+    terminal."""
+    content = ([Part(text=text)] if text is not None else []) + list(parts)
+    message = None
+    if content:
+        message = Message(
+            message_id=new_id(), role=Role.AGENT, parts=content, context_id=context_id, task_id=task_id
+        )
+    status = TaskStatus(state=state, timestamp=now_iso(), message=message)
+    return StatusUpdate(task_id=task_id, context_id=context_id, status=status, final=state.terminal)
 
 
 @dataclass(slots=True)

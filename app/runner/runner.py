@@ -15,8 +15,17 @@ from dataclasses import dataclass
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
 from app.protocol.errors import InternalError
-from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, StatusUpdate, TaskState
-from app.tasks.service import TaskService, status_update
+from app.protocol.model import (
+    ArtifactUpdate,
+    Event,
+    Message,
+    Part,
+    Role,
+    StatusUpdate,
+    TaskState,
+    status_update,
+)
+from app.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,7 @@ from app.protocol.model import (
     Event,
     EventRecord,
     Message,
-    Part,
     PushConfig,
-    Role,
     SendConfig,
     StateTransition,
     StatusUpdate,
@@ -48,7 +46,7 @@ from app.protocol.model import (
     fold_artifact,
     iso,
     new_id,
-    now_iso,
+    status_update,
     utcnow,
 )
 from app.push import guard, payloads
@@ -80,25 +78,6 @@ class Executor(Protocol):
     async def reply(self, owner: str, message: Message) -> Message | None:
         """The agent's direct Message for a new message, when it answers without a task."""
         ...
-
-
-def status_update(task_id: str, context_id: str, state: TaskState, text: str | None = None) -> StatusUpdate:
-    """A status-update event, with an agent message when `text` is given; final when terminal."""
-    message = None
-    if text is not None:
-        message = Message(
-            message_id=new_id(),
-            role=Role.AGENT,
-            parts=[Part(text=text)],
-            context_id=context_id,
-            task_id=task_id,
-        )
-    return StatusUpdate(
-        task_id=task_id,
-        context_id=context_id,
-        status=TaskStatus(state=state, timestamp=now_iso(), message=message),
-        final=state.terminal,
-    )
 
 
 @dataclass(slots=True)
