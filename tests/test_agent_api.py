@@ -268,7 +268,10 @@ async def test_working_status_with_a_message(http, v, mode):
     out = await send(http, v, mode, "working:reading the code")
     assert out.state == "completed"
     if mode == "stream":
-        assert ("working", "reading the code") in statuses(out)
+        # The agent's first emission is its own `working`: the runner adds no second one before it.
+        assert [s for s in statuses(out) if s[0] == "working"] == [("working", "reading the code")]
+    transitions = [state_of(v, t["state"]) for t in out.body["metadata"]["stateTransitions"]]
+    assert transitions == ["submitted", "working", "completed"]
 
 
 @both

@@ -6,7 +6,10 @@
   level, in JSON-RPC params, REST bodies and REST query strings; both spellings with different values is
   InvalidParams; free-form `metadata` and `data` keep their keys; output stays camelCase.
 - The card by version: hybrid by default, v1.0-only for `A2A-Version: 1.0` (a strict v1.0 schema parse
-  accepts it), `Vary: A2A-Version` and an ETag per variant; the extended card likewise.
+  accepts it), `Vary: A2A-Version` and an ETag per variant; the extended card likewise; CARD_COMPAT=1.0.
+- An agent whose first emission is `working` shows one `working`, not the runner's and its own.
+
+Media types (item 4) are in test_rest.py, v0.3 stream errors as a stream (item 6) in test_streaming.py.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from a2a.types import AgentCard, Role, SendMessageConfiguration, SendMessageRequ
 from google.protobuf.json_format import ParseDict, ParseError
 
 from tests.auth import key_of
+from tests.conftest import BACKENDS, make_server
 
 V10 = {"A2A-Version": "1.0"}
 REST = "/a2a/rest"
@@ -395,8 +399,6 @@ async def test_extended_card_variants(auth_server):
 
 @pytest.fixture(scope="module")
 async def v10_card_server(tmp_path_factory: Any):
-    from tests.conftest import make_server
-
     srv = await make_server("sqlite", tmp_path_factory.mktemp("card-compat"), CARD_COMPAT="1.0")
     yield srv
     srv.stop()
@@ -425,3 +427,36 @@ async def test_card_compat_1_0_makes_the_v10_card_the_default(v10_card_server):
     assert states[-1] == TaskState.TASK_STATE_COMPLETED
     versions = {i["protocolVersion"] for i in default.json()["supportedInterfaces"]}
     assert versions == {"1.0", "0.3"}, "the server still serves v0.3, and says so"
+
+
+# ---- 7. one `working` ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+async def capabilities_server(request: pytest.FixtureRequest, tmp_path_factory: Any):
+    srv = await make_server(
+        request.param,
+        tmp_path_factory.mktemp(f"working-{request.param}"),
+        AGENT_ADAPTER="tests.agents.capabilities:CapabilitiesAgent",
+    )
+    yield srv
+    srv.stop()
+
+
+async def test_an_agent_that_starts_working_shows_one_working(capabilities_server):
+    """The official client's stream: the agent's own `working` (with its note) is the only one."""
+    async with httpx.AsyncClient(timeout=WAIT_S) as http:
+        factory = ClientFactory(ClientConfig(httpx_client=http, streaming=True))
+        client = await factory.create_from_url(capabilities_server.base_url)
+        try:
+            msg = new_text_message("working:reading the code", role=Role.ROLE_USER)
+            events = [e async for e in client.send_message(SendMessageRequest(message=msg))]
+        finally:
+            await client.close()
+    working = [
+        e.status_update.status
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.state == TaskState.TASK_STATE_WORKING
+    ]
+    assert len(working) == 1, events
+    assert working[0].message.parts[0].text == "reading the code"
