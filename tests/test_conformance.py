@@ -26,6 +26,8 @@ from google.protobuf.json_format import ParseDict, ParseError
 
 from tests.auth import key_of
 from tests.conftest import BACKENDS, make_server
+from tests.test_interop_js import Variant as JsVariant
+from tests.test_interop_js import node, run_interop  # noqa: F401 - `node`: the fixture, by name
 
 V10 = {"A2A-Version": "1.0"}
 REST = "/a2a/rest"
@@ -169,15 +171,15 @@ SNAKE_FIELDS = ("message_id", "context_id", "task_id", "history_length", "media_
 def assert_camel_output(payload: Any) -> None:
     """No proto (snake_case) field name in what the server wrote, outside free-form metadata and data."""
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
+    def walk(item: Any) -> None:
+        if isinstance(item, dict):
+            for key, value in item.items():
                 assert key not in SNAKE_FIELDS, f"{key} in {payload}"
                 if key not in ("metadata", "data"):
                     walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
+        elif isinstance(item, list):
+            for element in item:
+                walk(element)
 
     walk(payload)
 
@@ -427,6 +429,16 @@ async def test_card_compat_1_0_makes_the_v10_card_the_default(v10_card_server):
     assert states[-1] == TaskState.TASK_STATE_COMPLETED
     versions = {i["protocolVersion"] for i in default.json()["supportedInterfaces"]}
     assert versions == {"1.0", "0.3"}, "the server still serves v0.3, and says so"
+
+
+@pytest.mark.parametrize(
+    "args", [("--stock",), ("--transport", "HTTP+JSON", "--protocol", "1.0")], ids=["stock", "v10-rest"]
+)
+async def test_card_compat_1_0_serves_the_official_js_client(v10_card_server, request, args):
+    node_bin = request.getfixturevalue("node")
+    run = await run_interop(node_bin, v10_card_server.base_url, JsVariant(args, None, "1.0"))
+    assert run.step("send")["task"]["state"] == "TASK_STATE_COMPLETED"
+    assert run.step("stream")["folded"]["state"] == "TASK_STATE_COMPLETED"
 
 
 # ---- 7. one `working` ---------------------------------------------------------------------------------
