@@ -132,6 +132,9 @@ async def test_slashed_paths_keep_their_guard(auth_server):
         assert resp.status_code == 401 and resp.json()["error"]["code"] == -32090
         resp = await anon.get(f"{REST}/tasks/x/")
         assert resp.status_code == 401 and resp.json()["error"]["status"] == "UNAUTHENTICATED"
+        assert resp.headers["content-type"] == "application/json"
+        resp = await anon.get(f"{REST}/tasks/x/", headers={"Accept": "application/a2a+json"})
+        assert resp.status_code == 401 and resp.headers["content-type"] == "application/a2a+json"
         resp = await anon.post("/a2a/jsonrpc/", json=body, headers=key_of("alice"))
         assert resp.json()["error"]["code"] == -32001
 
