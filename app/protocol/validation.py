@@ -58,7 +58,11 @@ class ProtoIn(BaseModel):
         renames = {
             key: camel(key)
             for key in data
-            if isinstance(key, str) and "_" in key and key not in fields and camel(key) in fields
+            if isinstance(key, str)
+            and "_" in key
+            and key not in fields
+            and camel(key) in fields
+            and snake(camel(key)) == key
         }
         if not renames:
             return data
