@@ -15,6 +15,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import make_server
+from tests.rpc import sse_data
 from tests.server import ServerProcess
 
 AGENT = "tests.agents.capabilities:CapabilitiesAgent"
@@ -337,7 +338,9 @@ async def test_media_type_the_agent_does_not_accept_is_refused_before_it_runs(ht
         method = "message/stream" if v == "0.3" else "SendStreamingMessage"
         hdrs = {"A2A-Version": "1.0"} if v == "1.0" else {}
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        data = (await http.post("/a2a/jsonrpc", json=body, headers=hdrs)).json()
+        resp = await http.post("/a2a/jsonrpc", json=body, headers=hdrs)
+        # v0.3 answers a stream's early error as the stream's one event; v1.0 as a plain response.
+        (data,) = sse_data(resp.text) if v == "0.3" else (resp.json(),)
     assert data["error"]["code"] == -32005
     assert "application/zip" in data["error"]["message"]
     listed = await rpc(http, "1.0", "list", {"contextId": context})
