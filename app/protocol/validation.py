@@ -23,8 +23,9 @@ def validate(model: type[M], data: Any, what: str = "params") -> M:
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False)[:5]:
-            where = ".".join(str(p) for p in err["loc"]) or what
-            problems.append(f"{where}: {err['msg']}")
+            where = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {msg}" if where else msg)
         raise InvalidParamsError(f"Invalid {what}: " + "; ".join(problems)) from None
 
 
