@@ -20,6 +20,7 @@ from app.api.auth import Authenticator
 from app.api.deps import Components
 from app.api.guard import CorsExceptCard, Guard
 from app.api.limits import Limits
+from app.api.slashes import StripTrailingSlash
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
@@ -150,6 +151,9 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
     if settings.cors_origin_list:
         app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
+    # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
+    app.add_middleware(StripTrailingSlash)
+    app.router.redirect_slashes = False
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:

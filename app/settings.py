@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     max_concurrent_tasks: int = Field(default=64, ge=1)
     """Agents this process runs at once; further tasks wait `submitted`."""
     card_max_age_s: int = Field(default=300, ge=0)
+    card_compat: Literal["hybrid", "1.0"] = "hybrid"
+    """The card served without `A2A-Version`: `hybrid` (v1.0 fields plus the v0.3 ones v0.3 clients need)
+    or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
     replica_id: str = ""
     """This process's name in leases and control messages; defaults to hostname:port, stable across
     restarts so a restarted replica recovers its own tasks at once."""

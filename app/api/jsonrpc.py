@@ -3,7 +3,8 @@
 Method names pick the version: `message/send`-style names are v0.3, PascalCase names are v1.0 and need
 `A2A-Version: 1.x`. Errors ride in HTTP 200 with the spec's codes (v1.0 errors carry a google.rpc.ErrorInfo
 in `data`); the response id always equals the request's. Streaming methods validate and store before the
-first byte, so their errors come back as ordinary responses.
+first byte; an error found then is an ordinary response for v1.0 (as a2a-python answers it) and, as
+v0.3 §3.3.1 wants, an event stream of that one response for v0.3.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from app.protocol.errors import (
 from . import ops_v03, ops_v10
 from .calls import Call
 from .limits import http_headers, open_stream
-from .sse import sse_response
+from .sse import sse_once, sse_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -143,6 +144,10 @@ async def handle(request: Request) -> Response:
     if isinstance(result, Response):
         return result
     limited = request.scope.get(LIMITED_KEY)
+    method = payload.get("method") if isinstance(payload, dict) else None
+    if limited is None and isinstance(method, str) and method in ops_v03.STREAMING:
+        # v0.3 §3.3.1: a streaming method answers an event stream, even when all it has is an error.
+        return sse_once(result)
     if limited is not None:
         return Response(
             orjson.dumps(result),

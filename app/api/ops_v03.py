@@ -88,10 +88,11 @@ async def delete_push(params: Any, call: Call) -> Any:
 
 
 async def extended_card(params: Any, call: Call) -> Any:
-    """The authenticated extended card; the guard has already authenticated the caller."""
+    """The authenticated extended card, hybrid (a v0.3 client reads its v0.3 fields); the guard has
+    already authenticated the caller."""
     if call.c.extended_card is None:
         raise ExtendedAgentCardNotConfiguredError()
-    return orjson.loads(call.c.extended_card.body)
+    return orjson.loads(call.c.extended_card.hybrid.body)
 
 
 METHODS: dict[str, Handler] = {

@@ -16,6 +16,7 @@ from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .card import Card
 from .limits import admit
 
 INLINE = "configuration.taskPushNotificationConfig"
@@ -116,13 +117,19 @@ async def delete_push(params: Any, call: Call) -> Any:
     return None
 
 
-async def extended_card(params: Any, call: Call) -> Any:
+def extended(call: Call) -> Card:
     """The authenticated extended card; the guard has already authenticated the caller."""
     if call.c.extended_card is None:
         raise UnsupportedOperationError(
             "This agent declares no extended agent card (capabilities.extendedAgentCard)"
         )
-    return orjson.loads(call.c.extended_card.body)
+    return call.c.extended_card
+
+
+async def extended_card(params: Any, call: Call) -> Any:
+    """`GetExtendedAgentCard`: the variant the call's A2A-Version asks for (1.0 on JSON-RPC, which needs
+    `A2A-Version: 1.x`)."""
+    return orjson.loads(extended(call).for_request(call.request).body)
 
 
 METHODS: dict[str, Handler] = {

@@ -32,6 +32,7 @@ from app.protocol.errors import (
     JSONParseError,
 )
 from app.protocol.model import TaskState
+from app.protocol.validation import snake
 
 from .deps import components, owner_of
 from .limits import http_headers
@@ -133,9 +134,16 @@ LIST_QUERY = (
 )
 
 
+def query_fields(request: Request, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named request fields from the query string, under their JSON (camelCase) or proto (snake_case)
+    names; the decoder reconciles the two and refuses both spellings with different values."""
+    q = request.query_params
+    return {k: q[k] for name in names for k in (name, snake(name)) if k in q}
+
+
 def list_query(request: Request) -> dict[str, Any]:
-    """ListTasks parameters from the query string (camelCase names; an enum by name or number)."""
-    params: dict[str, Any] = {k: request.query_params[k] for k in LIST_QUERY if k in request.query_params}
+    """ListTasks parameters from the query string (either field spelling; an enum by name or number)."""
+    params = query_fields(request, LIST_QUERY)
     status = params.get("status")
     if isinstance(status, str) and status.isdigit():
         params["status"] = int(status)

@@ -208,7 +208,7 @@ async def list_tasks(request: Request, call: Call) -> Any:
 
 async def card(request: Request, call: Call) -> Any:
     """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
-    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).body))
+    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
 
 
 # ---- endpoints ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import orjson
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
 
 from app.protocol.model import EventRecord
 from app.tasks.service import Snapshot
@@ -21,6 +22,12 @@ from app.tasks.service import Snapshot
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 FAREWELL = "server shutting down: resubscribe with Last-Event-ID to continue"
 SHUTDOWN_GRACE_S = 1.0
+
+
+def sse_once(payload: Any) -> Response:
+    """An event stream of one event, then its end: an error a streaming method found before its first."""
+    body = b"data: " + orjson.dumps(payload) + b"\n\n"
+    return Response(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def sse_response(

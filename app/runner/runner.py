@@ -297,7 +297,8 @@ class Runner:
                 events = _merge_closing_chunks([e for i in items if isinstance(i, list) for e in i])
                 if events:
                     if live is not None and live.task.status.state is TaskState.SUBMITTED:
-                        events.insert(0, _working(task_id, live.task.context_id, events))
+                        if not _is_working(events[0]):
+                            events.insert(0, _working(task_id, live.task.context_id, events))
                     if await self._service.apply(task_id, events):
                         return
                 end = items[-1]
@@ -337,6 +338,11 @@ def _working(task_id: str, context_id: str, events: list[Event]) -> StatusUpdate
     if first is not None and first < working.status.timestamp:
         working.status.timestamp = first
     return working
+
+
+def _is_working(event: Event) -> bool:
+    """The agent's own `working` status: a run that starts with one needs no second from the runner."""
+    return isinstance(event, StatusUpdate) and event.status.state is TaskState.WORKING
 
 
 def _merge_closing_chunks(events: list[Event]) -> list[Event]:
