@@ -199,7 +199,7 @@ class Jail:
                 out += ["--ro-bind", sys.base_prefix, sys.base_prefix]
             relay = [python, "-I", "-S", IN_JAIL_BRIDGE, str(PROXY_PORT), IN_JAIL_SOCKET, "--"]
             command = relay + command
-        return [*out, "--", *command]
+        return [*out, "--remount-ro", "/", "--", *command]
 
 
 def check(settings: Settings) -> None:
