@@ -7,7 +7,7 @@ import socket
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -226,6 +226,13 @@ class Settings(BaseSettings):
     def _lower(cls, v: object) -> object:
         return v.strip().lower() if isinstance(v, str) else v
 
+    @field_validator("agent_network")
+    @classmethod
+    def _egress_needs_the_jail(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v == "egress" and info.data.get("agent_sandbox") == "none":
+            raise ValueError("egress needs the jail (AGENT_SANDBOX=bwrap)")
+        return v
+
     @property
     def agent_network_mode(self) -> Literal["host", "egress"]:
         """The network a CLI gets: AGENT_NETWORK, or egress inside the jail and host without it."""
@@ -288,8 +295,6 @@ class Settings(BaseSettings):
             self.public_url = f"http://localhost:{self.port}"
         if not self.replica_id:
             self.replica_id = f"{socket.gethostname()}:{self.port}"
-        if self.agent_network == "egress" and self.agent_sandbox == "none":
-            raise ValueError("AGENT_NETWORK=egress needs the jail (AGENT_SANDBOX=bwrap)")
         return self
 
 
