@@ -26,7 +26,8 @@ import pytest
 from app.agents.base import AgentEventKind, AgentRequest
 from app.agents.cli_run import CliRun
 from app.agents.cursor import CursorAgent
-from app.agents.jail import principal_key
+from app.agents.egress import Policy, Refused, parse_allow
+from app.agents.jail import agent_env, principal_key
 from app.protocol.model import Message, Part, Role
 from app.settings import Settings
 from tests.auth import api_keys_env, key_of
@@ -126,7 +127,7 @@ async def test_a_hostile_agent_reaches_nothing_but_its_workspace_and_the_allowli
         ],
         "write": [str(ROOT / "escape.txt"), str(bob_ws / "planted.txt"), "/usr/escape", "/etc/escape", "/x"],
         "connect": [pg, redis, server, metadata, (host, int(port))],
-        "tunnel": [pg, redis, server, metadata, ("10.0.0.1", 443), ("example.com", 443)],
+        "tunnel": [pg, redis, server, metadata, ("10.0.0.1", 443), ("example.com", 443), (host, int(port))],
         "fetch": [
             f"http://{allowed}/model",
             f"http://127.0.0.1:{jailed.server.port}/.well-known/agent-card.json",
@@ -144,8 +145,8 @@ async def test_a_hostile_agent_reaches_nothing_but_its_workspace_and_the_allowli
     assert len(report.pop("pids")) < 8, "its own pid namespace: only the jail's few processes"
     report.pop("pid")
 
-    fetched = report.pop(f"fetch http://{allowed}/model")
-    assert fetched == "ok allowed-ok"
+    assert report.pop(f"fetch http://{allowed}/model") == "ok allowed-ok"
+    assert report.pop(f"tunnel {allowed}") == "ok allowed-ok"
     # The data folder and the project are at most the empty folders leading to what is bound.
     assert report.pop(f"read {jailed.tmp}") in ("ok ['ws']", "ok []")
     assert report.pop(f"read {ROOT}") in ("ok ['tests']", "ok []")
@@ -184,6 +185,47 @@ async def test_two_principals_with_one_context_id_get_two_workspaces_and_session
     assert alice_ws != bob_ws and alice_ws.name == bob_ws.name == "shared"
     assert "--resume" not in first and "--resume" not in bobs, "bob must not resume alice's session"
     assert second[second.index("--resume") + 1] == CURSOR_SESSION
+
+
+async def test_a_wildcard_entry_never_reaches_a_private_address() -> None:
+    """`*.0.0.1` matches the name 127.0.0.1, but only an exact entry may lead to a loopback address."""
+    policy = Policy(parse_allow("*.0.0.1:5432, 127.0.0.1:6379"))
+    with pytest.raises(Refused, match="no public address"):
+        await policy.resolve("127.0.0.1", 5432)
+    assert await policy.resolve("127.0.0.1", 6379) == ["127.0.0.1"]
+    with pytest.raises(Refused, match="not in AGENT_EGRESS_ALLOW"):
+        await policy.resolve("127.0.0.1", 5433)
+
+
+def test_the_environment_of_a_cli_is_the_allowlist(tmp_path: Path) -> None:
+    """Also without the jail: the server's settings and secrets never reach a CLI."""
+    server_env = {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "DATABASE_URL": "postgresql://u:pw@db/a2a",
+        "REDIS_URL": "redis://r",
+        "API_KEYS": "{}",
+        "JWT_JWKS_URL": "https://i/jwks",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "OPENAI_API_KEY": "sk-passed",
+    }
+    settings = Settings(
+        _env_file=None,
+        agent_sandbox="none",
+        agent_env={"ANTHROPIC_API_KEY": "sk-given"},
+        agent_env_passthrough="OPENAI_API_KEY, NOT_SET",
+    )
+    env = agent_env(settings, tmp_path, {"IS_SANDBOX": "1"}, server_env)
+    assert env == {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "LANG": "C.UTF-8",
+        "OPENAI_API_KEY": "sk-passed",
+        "ANTHROPIC_API_KEY": "sk-given",
+        "IS_SANDBOX": "1",
+        "HOME": str(tmp_path),
+        "TMPDIR": env["TMPDIR"],
+    }
 
 
 def test_start_up_stops_when_bubblewrap_cannot_run(tmp_path: Path) -> None:

@@ -98,8 +98,8 @@ class Policy:
     def __init__(self, allow: tuple[Allowed, ...]) -> None:
         self.allow = allow
 
-    async def resolve(self, host: str, port: int) -> str:
-        """The address to connect to for host:port; Refused when the allowlist or the address says no."""
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """The addresses to try for host:port; Refused when the allowlist or the addresses say no."""
         entry = next((a for a in self.allow if a.matches(host, port)), None)
         if entry is None:
             raise Refused(f"{host}:{port} is not in AGENT_EGRESS_ALLOW")
@@ -108,12 +108,12 @@ class Policy:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise Refused(f"{host} does not resolve ({exc})") from None
-        addresses = [str(info[4][0]) for info in infos]
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         if entry.wildcard:
             addresses = [a for a in addresses if _public(a)]
             if not addresses:
                 raise Refused(f"{host} resolves to no public address (only an exact entry may be private)")
-        return addresses[0]
+        return addresses
 
 
 class EgressProxy:
@@ -170,10 +170,7 @@ class EgressProxy:
             await _answer(writer, 400, "Bad Request", "not a proxy request")
             return
         try:
-            address = await self.policy.resolve(host, port)
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT_S
-            )
+            up_reader, up_writer = await _connect(await self.policy.resolve(host, port), port)
         except Refused as refused:
             log.warning("egress refused: %s", refused)
             await _answer(writer, 403, "Forbidden", f"egress refused: {refused}")
@@ -190,6 +187,19 @@ class EgressProxy:
             await asyncio.gather(_relay(reader, up_writer), _relay(up_reader, writer))
         finally:
             up_writer.close()
+
+
+async def _connect(addresses: list[str], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The first of the checked addresses that answers (an IPv6 one may be unreachable from here)."""
+    error: Exception = OSError("no address")
+    for address in addresses:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            error = exc
+    raise error
 
 
 def _origin_form(method: str, target: str, version: str, headers: bytes) -> tuple[str, int | None, bytes]:

@@ -2,7 +2,7 @@
 
 `CliProcess` is the low-level part every CLI adapter shares:
 
-    proc = CliProcess(["claude", "-p", ...], cwd=workspace, env={"IS_SANDBOX": "1"})
+    proc = CliProcess(["claude", "-p", ...], cwd=workspace, env=env, launcher=jail)  # env: all it gets
     await proc.start()                  # own session and process group (start_new_session=True)
     await proc.send({"type": "user", ...})   # one JSON line on stdin; stdin stays open until close_stdin()
     async for obj in proc.messages(idle_timeout_s=900):   # each JSON object printed on stdout

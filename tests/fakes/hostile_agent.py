@@ -3,9 +3,10 @@
 
 The prompt text is a JSON object naming the targets: `read` (paths to list or read), `write` (paths to
 create), `connect` ([host, port] to open directly), `tunnel` ([host, port] to CONNECT through the
-HTTPS_PROXY it was given), `fetch` (http URLs to GET through HTTP_PROXY). It answers with one `thinking`
-event: a JSON object {"env": its environment, "pid": its pid, "pids": what /proc shows, "<attempt>": "ok
-..." | "refused: <why>"}, then `done`. Standard library only (it runs with the system's python3).
+HTTPS_PROXY it was given, then GET / inside), `fetch` (http URLs to GET through HTTP_PROXY). It answers
+with one `thinking` event: a JSON object {"env": its environment, "pid": its pid, "pids": what /proc
+shows, "<attempt>": "ok ..." | "refused: <why>"}, then `done`. Standard library only (it runs with the
+system's python3).
 """
 
 import json
@@ -42,13 +43,18 @@ def connect(host, port):
 
 
 def tunnel(host, port):
+    """CONNECT through HTTPS_PROXY; once through, one plain GET / in the tunnel and its body."""
     proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[-1].rsplit(":", 1)
     with socket.create_connection((proxy[0], int(proxy[1])), timeout=5) as s:
         s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
         status = s.recv(4096).split(b"\r\n", 1)[0].decode()
-    if " 200 " not in status + " ":
-        raise PermissionError(status)
-    return status
+        if " 200 " not in status + " ":
+            raise PermissionError(status)
+        s.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        answer = b""
+        while data := s.recv(4096):
+            answer += data
+    return answer.split(b"\r\n\r\n", 1)[-1].decode()
 
 
 def fetch(url):
