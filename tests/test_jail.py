@@ -28,6 +28,7 @@ from app.agents.cli_run import CliRun
 from app.agents.cursor import CursorAgent
 from app.agents.egress import Policy, Refused, parse_allow
 from app.agents.jail import agent_env, principal_key
+from app.agents.ndjson import NdjsonAgent
 from app.protocol.model import Message, Part, Role
 from app.settings import Settings
 from tests.auth import api_keys_env, key_of
@@ -226,6 +227,38 @@ def test_the_environment_of_a_cli_is_the_allowlist(tmp_path: Path) -> None:
         "HOME": str(tmp_path),
         "TMPDIR": env["TMPDIR"],
     }
+
+
+async def test_a_single_user_repo_is_bound_alone_into_the_jail(tmp_path: Path) -> None:
+    """AGENT_REPO_PATH: the agent works in the repository, and sees no workspace of the per-principal tree."""
+    repo, other = tmp_path / "repo", tmp_path / "ws" / principal_key("bob") / "ctx"
+    repo.mkdir()
+    other.mkdir(parents=True)
+    (other / "bob.txt").write_text("bob's")
+    settings = Settings(
+        _env_file=None,
+        agent_command=shlex.join([PYTHON, str(FAKES / "hostile_agent.py")]),
+        agent_sandbox_read=str(FAKES / "hostile_agent.py"),
+        agent_repo_path=str(repo),
+        agent_workspace_root=str(tmp_path / "ws"),
+    )
+    agent = NdjsonAgent(settings)
+    await agent.setup()
+    plan = {"read": [str(other), str(tmp_path)], "write": ["in-repo.txt", str(tmp_path / "beside.txt")]}
+    message = Message(message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text=json.dumps(plan))])
+    run = agent.start(AgentRequest("t-1", "ctx", message, principal="alice"))
+    try:
+        report = json.loads(
+            "".join([ev.text async for ev in run.events() if ev.kind is AgentEventKind.THINKING])
+        )
+    finally:
+        await agent.aclose()
+    assert report["write in-repo.txt"] == "ok written" and (repo / "in-repo.txt").exists()
+    assert report[f"read {other}"].startswith("refused: FileNotFoundError")
+    assert report[f"read {tmp_path}"] in ("ok ['repo', 'ws']", "ok ['ws', 'repo']"), (
+        "only what leads to binds"
+    )
+    assert not (tmp_path / "beside.txt").exists(), "at most in the jail's private /tmp"
 
 
 def test_start_up_stops_when_bubblewrap_cannot_run(tmp_path: Path) -> None:
