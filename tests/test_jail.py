@@ -30,7 +30,7 @@ from app.agents.egress import Policy, Refused, parse_allow
 from app.agents.jail import agent_env, principal_key
 from app.agents.ndjson import NdjsonAgent
 from app.protocol.model import Message, Part, Role
-from app.settings import Settings
+from app.settings import SettingError, Settings
 from tests.auth import api_keys_env, key_of
 from tests.clis import FAKES, response_text, send_message, wait_until_stopped
 from tests.conftest import make_server
@@ -259,6 +259,18 @@ async def test_a_single_user_repo_is_bound_alone_into_the_jail(tmp_path: Path) -
         "only what leads to binds"
     )
     assert not (tmp_path / "beside.txt").exists(), "at most in the jail's private /tmp"
+
+
+def test_a_read_path_above_the_workspaces_stops_start_up(tmp_path: Path) -> None:
+    with pytest.raises(SettingError, match="holds the workspaces of every principal"):
+        NdjsonAgent(
+            Settings(
+                _env_file=None,
+                agent_command="true",
+                agent_workspace_root=str(tmp_path / "data" / "ws"),
+                agent_sandbox_read=f"/usr/share, {tmp_path}",
+            )
+        )
 
 
 def test_start_up_stops_when_bubblewrap_cannot_run(tmp_path: Path) -> None:

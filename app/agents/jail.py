@@ -202,10 +202,23 @@ class Jail:
         return [*out, "--remount-ro", "/", "--", *command]
 
 
+def _exposes(path: str, settings: Settings) -> str | None:
+    """What of the server an AGENT_SANDBOX_READ path would show every jail, if anything."""
+    shown = Path(path).resolve()
+    guarded = {"the workspaces of every principal": Path(settings.agent_workspace_root).resolve()}
+    if settings.database_url.startswith("sqlite"):
+        guarded["the database"] = Path(settings.database_url.split(":///", 1)[-1]).resolve()
+    return next((what for what, p in guarded.items() if p == shown or shown in p.parents), None)
+
+
 def check(settings: Settings) -> None:
-    """Fail start-up (SettingError, one line) when the jail cannot run here, unless AGENT_SANDBOX=none."""
+    """Fail start-up (SettingError, one line) when the jail cannot run here, unless AGENT_SANDBOX=none,
+    or when AGENT_SANDBOX_READ would show the jails what they must not see."""
     if settings.agent_sandbox != "bwrap":
         return
+    for path in settings.agent_sandbox_read_paths:
+        if what := _exposes(path, settings):
+            raise SettingError("AGENT_SANDBOX_READ", f"{path} holds {what}; name a narrower path")
     if shutil.which("bwrap") is None:
         raise SettingError(
             "AGENT_SANDBOX",
