@@ -193,7 +193,7 @@ class CliRun(AgentRun):
         argv = self.command()
         home = principal_home(self.settings, self.request.principal)
         env = agent_env(self.settings, home, self.environment())
-        jail = self.agent.jail
+        jail = await self.agent.ready_jail()
         launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
         proc = CliProcess(argv, self.workspace, env, owner=self.settings.replica_id, launcher=launcher)
         try:
@@ -302,20 +302,30 @@ class CliAgent(EventAgent):
         jail_check(self.settings)
         self.egress: EgressProxy | None = None
         self.jail: Jail | None = None
+        self._jail_lock = asyncio.Lock()
 
     async def setup(self) -> None:
         """Start the jail's egress proxy, and kill the CLIs a killed previous life of this replica left
         running: their tasks are ended as lost by the runner, so nothing may go on working in their
         workspaces."""
-        s = self.settings
-        if s.agent_sandbox == "bwrap":
-            if s.agent_network_mode == "egress":
-                self.egress = EgressProxy(Policy(parse_allow(s.agent_egress_allow)))
-                await self.egress.start()
-            self.jail = Jail(s, self.egress.path if self.egress else None)
-        left = await asyncio.to_thread(reap_orphans, s.replica_id)
+        await self.ready_jail()
+        left = await asyncio.to_thread(reap_orphans, self.settings.replica_id)
         if left:
-            log.warning("killed %d process(es) a previous run of replica %s left", left, s.replica_id)
+            log.warning(
+                "killed %d process(es) a previous run of replica %s left", left, self.settings.replica_id
+            )
+
+    async def ready_jail(self) -> Jail | None:
+        """The jail runs are started in (None with AGENT_SANDBOX=none); its proxy is started on first use,
+        so a run never goes unjailed because `setup()` was not called."""
+        s = self.settings
+        async with self._jail_lock:
+            if s.agent_sandbox == "bwrap" and self.jail is None:
+                if s.agent_network_mode == "egress":
+                    self.egress = EgressProxy(Policy(parse_allow(s.agent_egress_allow)))
+                    await self.egress.start()
+                self.jail = Jail(s, self.egress.path if self.egress else None)
+        return self.jail
 
     async def aclose(self) -> None:
         if self.egress is not None:
