@@ -40,6 +40,7 @@ class IdempotencyKeys:
     def __init__(self, engine: AsyncEngine, ttl_s: float) -> None:
         self._engine = engine
         self.ttl = timedelta(seconds=ttl_s)
+        self._purge_every_s = min(PURGE_EVERY_S, ttl_s)
         self._purged_at = 0.0
 
     def row(
@@ -85,8 +86,9 @@ class IdempotencyKeys:
         return result.rowcount or 0
 
     async def _purge_now_and_then(self) -> None:
-        """Expired keys go at most every few minutes, on the path that uses keys (none used: none kept)."""
-        if time.monotonic() - self._purged_at < PURGE_EVERY_S:
+        """Expired keys go at most every few minutes (or TTL), on the path that uses keys (none used: none
+        kept)."""
+        if time.monotonic() - self._purged_at < self._purge_every_s:
             return
         self._purged_at = time.monotonic()
         await self.purge()
