@@ -35,6 +35,10 @@ NOT_BLOCKING = {"blocking": False}
 BINDINGS = ["jsonrpc-0.3", "jsonrpc-1.0", "rest-1.0", "rest-0.3"]
 
 
+def jsonrpc(method: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method}
+
+
 def new_key() -> dict[str, str]:
     return {"Idempotency-Key": str(uuid.uuid4())}
 
@@ -157,6 +161,26 @@ async def test_idempotency_key_gives_the_same_task_and_refuses_another_body(clie
     path, body, headers = key_request(binding, "chunks:3", mid)
     refused = await client.post(path, json=body, headers={**headers, **key})
     assert "already used with a different request body" in refusal(binding, refused)
+
+
+async def test_concurrent_first_uses_of_a_key_run_one_request(client):
+    """Two different requests under one new key at once: the database lets one store the key; the other
+    is refused, whichever came first, and made no task."""
+    key, context = new_key(), str(uuid.uuid4())
+
+    async def send_one(text: str) -> dict[str, Any]:
+        params = {"message": text_message(text, contextId=context)}
+        return (
+            await client.post("/a2a/jsonrpc", json={**jsonrpc("message/send"), "params": params}, headers=key)
+        ).json()
+
+    replies = await asyncio.gather(send_one("say:a"), send_one("say:b"))
+    assert sorted("result" in r for r in replies) == [False, True], replies
+    assert next(r for r in replies if "error" in r)["error"]["code"] == -32602
+    listed = await client.get("/a2a/tasks", params={"contextId": context})
+    assert [t["id"] for t in listed.json()["tasks"]] == [
+        next(r for r in replies if "result" in r)["result"]["id"]
+    ]
 
 
 async def test_idempotency_key_on_a_stream(client):

@@ -62,20 +62,19 @@ class IdempotencyKeys:
         await self._purge_now_and_then()
         now = utcnow()
         t = IdempotencyKeyRow
+        query = select(t.fingerprint, t.task_id, t.reply, (t.expires_at > now).label("live")).where(
+            t.owner == owner, t.key == key
+        )
         async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(t.fingerprint, t.task_id, t.reply).where(
-                        t.owner == owner, t.key == key, t.expires_at > now
-                    )
-                )
-            ).first()
-        if row is not None:
-            reply = Message.from_store(row.reply) if row.reply is not None else None
-            return StoredKey(row.fingerprint, row.task_id, reply)
-        async with self._engine.begin() as conn:
-            await conn.execute(delete(t).where(t.owner == owner, t.key == key, t.expires_at <= now))
-        return None
+            row = (await conn.execute(query)).first()
+        if row is None:
+            return None
+        if not row.live:
+            async with self._engine.begin() as conn:
+                await conn.execute(delete(t).where(t.owner == owner, t.key == key, t.expires_at <= now))
+            return None
+        reply = Message.from_store(row.reply) if row.reply is not None else None
+        return StoredKey(row.fingerprint, row.task_id, reply)
 
     async def purge(self, now: datetime | None = None) -> int:
         """Delete every expired key; returns how many."""

@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 MAX_KEY_CHARS = 256
+MAX_ROUNDS = 16
 
 
 class IdempotencyKeyReusedError(InvalidParamsError):
@@ -381,7 +382,9 @@ class TaskService:
         idem = self._idem(key, message, config, push)
         retry_key = None if message.task_id else _retry_key(message)
         sent = (message.task_id, message.context_id)
-        for _ in range(3):
+        # Each conflict is another copy that stored first; it repeats only while copies keep finishing
+        # between our conflict and our look-up (each then a new message), so a few rounds are plenty.
+        for _ in range(MAX_ROUNDS):
             message.task_id, message.context_id = sent
             try:
                 earlier = await self._earlier(owner, idem, retry_key)
