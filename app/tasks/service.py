@@ -382,18 +382,21 @@ class TaskService:
         idem = self._idem(key, message, config, push)
         retry_key = None if message.task_id else _retry_key(message)
         sent = (message.task_id, message.context_id)
-        # Each conflict is another copy that stored first; it repeats only while copies keep finishing
-        # between our conflict and our look-up (each then a new message), so a few rounds are plenty.
+        # A running copy of a new message is found by the conflict of its retry key, so the common send
+        # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
+        # copies keep finishing between our conflict and our look-up (each then a new message).
+        running_copy: str | None = None
         for _ in range(MAX_ROUNDS):
             message.task_id, message.context_id = sent
             try:
-                earlier = await self._earlier(owner, idem, retry_key)
+                earlier = await self._earlier(owner, idem, running_copy)
                 if earlier is not None:
                     return earlier
                 return await self._store(owner, message, push, idem, retry_key)
             except ConflictError as exc:
                 if not exc.duplicate_request:
                     raise
+                running_copy = retry_key
         raise InternalError("Concurrent copies of this request kept conflicting; send it again")
 
     def _idem(
@@ -412,7 +415,8 @@ class TaskService:
         return IdemKey(key, _fingerprint(message, config, push))
 
     async def _earlier(self, owner: str, idem: IdemKey | None, retry_key: str | None) -> str | Message | None:
-        """What an earlier copy of this send made, if there is one (see `_submit`)."""
+        """What an earlier copy of this send made, if there is one (see `_submit`): the Idempotency-Key's,
+        else, given `retry_key`, the running task the same first message started."""
         if idem is not None and self.keys is not None:
             stored = await self.keys.find(owner, idem.key)
             if stored is not None:
