@@ -45,8 +45,9 @@ def downgrade() -> None:
     op.drop_index("ix_idempotency_keys_expires_at", table_name="idempotency_keys")
     op.drop_table("idempotency_keys")
     op.drop_index("uq_tasks_owner_retry_key", table_name="tasks")
-    with op.batch_alter_table("tasks") as batch:
-        batch.drop_column("retry_key")
+    # Not batch mode: on SQLite it copies `tasks`, and dropping the old copy would cascade-delete every
+    # task's history (foreign keys are on). SQLite drops a plain column in place since 3.35.
+    op.drop_column("tasks", "retry_key")
     # The older code keys history by (owner, messageId): keep the first row of each reused id.
     op.execute(
         "DELETE FROM messages WHERE id NOT IN (SELECT MIN(id) FROM messages GROUP BY owner, message_id)"
