@@ -25,7 +25,7 @@ from sqlalchemy import select
 from app.store.db import create_engine
 from app.store.models import IdempotencyKeyRow
 from tests.conftest import BACKENDS, make_server
-from tests.rpc import call, result, send, text_message
+from tests.rpc import result, send, text_message
 from tests.server import ServerProcess
 from tests.test_interop_sdk import send_for_task, user_message
 from tests.test_rest import REST, V1, v03_message, v10_message
@@ -89,21 +89,28 @@ async def test_concurrent_copies_of_a_blocking_send_run_once(client):
     assert [m["role"] for m in a["history"]].count("user") == 1
 
 
-async def test_a_follow_up_applies_once_and_a_reused_id_with_other_parts_is_a_new_follow_up(client):
-    task = await send(client, "ask:A?;ask:B?")
+async def test_a_retried_follow_up_attaches_while_the_task_runs(client):
+    task = await send(client, "ask:Go?;sleep:60")
+    answer = text_message("go", taskId=task["id"])
+    taken = await result(client, "message/send", {"message": answer, "configuration": NOT_BLOCKING})
+    assert taken["status"]["state"] == "working"
+    again = await result(client, "message/send", {"message": answer, "configuration": NOT_BLOCKING})
+    assert again["id"] == task["id"] and again["status"]["state"] == "working"
+    assert again["history"] == taken["history"], "the same follow-up is not applied again"
+    await result(client, "tasks/cancel", {"id": task["id"]})
+
+
+async def test_a_reused_follow_up_id_is_a_new_answer_when_the_task_waits_again(client):
+    """Hard-coded messageIds: the task asks again, and the same id (even with the same text) answers it."""
+    task = await send(client, "ask:A?;ask:B?;ask:C?")
     mid = str(uuid.uuid4())
-    answer = text_message("a", taskId=task["id"], messageId=mid)
-    first = await result(client, "message/send", {"message": answer})
-    assert first["status"]["state"] == "input-required"
-    repeat = await result(client, "message/send", {"message": answer})
-    assert repeat["id"] == task["id"]
-    assert repeat["history"] == first["history"], "the same follow-up is not applied again"
-    second = await result(
-        client, "message/send", {"message": {**answer, "parts": [{"kind": "text", "text": "b"}]}}
-    )
-    assert second["status"]["state"] == "completed"
-    answers = [m for m in second["history"] if m["role"] == "user" and m["messageId"] == mid]
-    assert [m["parts"][0]["text"] for m in answers] == ["a", "b"]
+    replies = []
+    for text in ("y", "y", "n"):
+        answer = text_message(text, taskId=task["id"], messageId=mid)
+        replies.append(await result(client, "message/send", {"message": answer}))
+    assert [r["status"]["state"] for r in replies] == ["input-required", "input-required", "completed"]
+    answers = [m["parts"][0]["text"] for m in replies[-1]["history"] if m.get("messageId") == mid]
+    assert answers == ["y", "y", "n"]
 
 
 # ---- Idempotency-Key ------------------------------------------------------------------------------
@@ -286,9 +293,10 @@ async def test_keys_retries_and_follow_ups_hold_across_replicas(cluster_factory)
         assert b["id"] == a["id"], "a retry through another replica attaches to the running task"
         await result(two, "tasks/cancel", {"id": a["id"]})
 
-        waiting = await send(one, "ask:Go?")
-        answer = text_message("go", taskId=waiting["id"])
-        done = await result(two, "message/send", {"message": answer})
-        assert done["status"]["state"] == "completed"
-        repeat = await call(one, "message/send", {"message": answer})
-        assert repeat["result"]["history"] == done["history"], "applied once, whichever replica it reached"
+        waiting = await send(one, "ask:Go?;sleep:60")
+        answer = {"message": text_message("go", taskId=waiting["id"]), "configuration": NOT_BLOCKING}
+        taken = await result(two, "message/send", answer)
+        assert taken["status"]["state"] == "working"
+        again = await result(one, "message/send", answer)
+        assert again["history"] == taken["history"], "applied once, whichever replica it reached"
+        await result(one, "tasks/cancel", {"id": waiting["id"]})

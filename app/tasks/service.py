@@ -64,6 +64,8 @@ from .state import check_transition
 log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
+"""While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
 MAX_KEY_CHARS = 256
 MAX_ROUNDS = 16
 
@@ -75,7 +77,7 @@ class IdempotencyKeyReusedError(InvalidParamsError):
 
 
 class _AlreadyApplied(Exception):
-    """The follow-up is in the task's history already: it is not applied again."""
+    """The follow-up is a retry of one the running task has taken: it is not applied again."""
 
 
 class Executor(Protocol):
@@ -553,8 +555,8 @@ class TaskService:
     async def _continue(
         self, owner: str, message: Message, hops: int = 0, idem: IdemKey | None = None
     ) -> str:
-        """A follow-up to an existing task: only a task waiting for input takes one, and only once (the
-        same messageId and parts in its history already is a retry: nothing is applied)."""
+        """A follow-up to an existing task: only a task waiting for input takes one. A copy of one it has
+        taken (same messageId and parts) while it runs is a retry: it attaches, nothing is applied again."""
         assert message.task_id is not None
         try:
             live = await self._writable(owner, message.task_id)
@@ -575,9 +577,10 @@ class TaskService:
         message.context_id = task.context_id
 
         def admit(task: Task) -> None:
-            if _in_history(task, message):
-                raise _AlreadyApplied
             state = task.status.state
+            if state in RUNNING_STATES and _in_history(task, message):
+                raise _AlreadyApplied
+
             if state.terminal:
                 raise UnsupportedOperationError(
                     f"Task {task.id} is {state.value}; a finished task takes no more messages",
@@ -937,7 +940,7 @@ def _fingerprint(message: Message, config: SendConfig, push: PushConfig | None) 
 
 
 def _in_history(task: Task, message: Message) -> bool:
-    """Whether the task already holds this user message (same messageId and parts)."""
+    """Whether the task has taken this user message (same messageId and parts)."""
     parts = [p.to_store() for p in message.parts]
     return any(
         m.role is Role.USER
