@@ -170,6 +170,18 @@ async def test_idempotency_key_gives_the_same_task_and_refuses_another_body(clie
     assert "already used with a different request body" in refusal(binding, refused)
 
 
+async def test_idempotency_key_on_a_follow_up_holds_after_the_task_ends(client):
+    """Without the key, the same answer to a finished task is refused; under it, the task comes back."""
+    key, task = new_key(), await send(client, "ask:Go?")
+    body = {**jsonrpc("message/send"), "params": {"message": text_message("go", taskId=task["id"])}}
+    done = (await client.post("/a2a/jsonrpc", json=body, headers=key)).json()["result"]
+    assert done["status"]["state"] == "completed"
+    again = (await client.post("/a2a/jsonrpc", json=body, headers=key)).json()
+    assert again["result"] == done
+    unkeyed = (await client.post("/a2a/jsonrpc", json=body)).json()
+    assert unkeyed["error"]["code"] == -32004, "a finished task takes no follow-up"
+
+
 async def test_concurrent_first_uses_of_a_key_run_one_request(client):
     """Two different requests under one new key at once: the database lets one store the key; the other
     is refused, whichever came first, and made no task."""
