@@ -30,6 +30,7 @@ from app.push.deliverer import Deliverer, options_from
 from app.runner.runner import Runner
 from app.settings import Settings, get_settings
 from app.store.db import create_engine
+from app.store.idempotency import IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             push_configs=PushConfigs(engine),
             push_policy=push.policy,
             max_history=settings.max_history_length,
+            keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
         )
         deliverer = Deliverer(engine, settings.replica_id, push)
         if settings.push_deliver:

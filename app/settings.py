@@ -157,6 +157,8 @@ class Settings(BaseSettings):
     """Total characters of the text parts of one message."""
     max_history_length: int = Field(default=1000, ge=0)
     """Most history messages a task read returns, whatever `historyLength` asks for."""
+    idempotency_ttl_s: float = Field(default=86400.0, gt=0)
+    """How long a send's `Idempotency-Key` is kept: the same key and request get the same task till then."""
     task_rate_per_min: float = Field(default=120.0, ge=0)
     """New tasks one principal may create per minute (0: unlimited); across all replicas with Redis."""
     task_rate_burst: int = Field(default=30, ge=1)

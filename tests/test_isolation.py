@@ -225,15 +225,24 @@ async def test_another_principals_context_cannot_be_joined(auth_server, alice_an
     assert own["status"]["state"] == "completed"
 
 
-async def test_a_message_id_is_per_principal(alice_and_bob):
-    """Idempotency is keyed by (owner, messageId): bob reusing alice's messageId gets a task of his own."""
+async def test_a_message_id_and_an_idempotency_key_are_per_principal(alice_and_bob):
+    """Retries are recognised per owner: bob sending alice's messageId under alice's Idempotency-Key gets a
+    task of his own (not hers, and not a "different body" refusal); alice's retry gets hers."""
     alice, bob = alice_and_bob
-    mid = uuid.uuid4().hex
-    a = await _send(alice, "say:a", messageId=mid)
-    b = await _send(bob, "say:b", messageId=mid)
+    mid, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+
+    async def send(c: httpx.AsyncClient, text: str) -> dict[str, Any]:
+        params = {"message": text_message(text, messageId=mid)}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
+        reply = (await c.post("/a2a/jsonrpc", json=body, headers=key)).json()
+        assert "result" in reply, reply
+        return reply["result"]
+
+    a = await send(alice, "say:a")
+    b = await send(bob, "say:b")
     assert a["id"] != b["id"]
     assert b["history"][0]["parts"][0]["text"] == "say:b"
-    assert (await _send(alice, "say:a", messageId=mid))["id"] == a["id"], "alice's repeat is still idempotent"
+    assert (await send(alice, "say:a"))["id"] == a["id"], "alice's retry under her key is her task"
 
 
 async def test_forwarded_cancel_carries_the_owner(cluster_factory):

@@ -26,6 +26,8 @@ class Call:
     owner: str
     version: str
     extensions: list[str] = field(default_factory=list)
+    idempotency_key: str | None = None
+    """The `Idempotency-Key` header; sends use it (the task service checks and keeps it)."""
 
     @classmethod
     def of(cls, request: Request) -> Call:
@@ -35,6 +37,7 @@ class Call:
             owner=owner_of(request),
             version=requested_version(request),
             extensions=requested_extensions(request),
+            idempotency_key=request.headers.get("idempotency-key"),
         )
 
 

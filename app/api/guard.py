@@ -38,6 +38,7 @@ CORS_HEADERS = [
     "A2A-Extensions",
     "X-A2A-Extensions",
     "Last-Event-ID",
+    "Idempotency-Key",
 ]
 
 

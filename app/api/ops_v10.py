@@ -36,7 +36,9 @@ def _stream_encoder(history_length: int | None = None):
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    result = await call.c.service.send(call.owner, await admit(message, call), config, webhook)
+    result = await call.c.service.send(
+        call.owner, await admit(message, call), config, webhook, call.idempotency_key
+    )
     if isinstance(result, Message):
         return {"message": v10.encode_message(result)}
     return {"task": v10.encode_task(result, config.history_length)}
@@ -45,7 +47,9 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    items = await call.c.service.stream(call.owner, await admit(message, call), webhook)
+    items = await call.c.service.stream(
+        call.owner, await admit(message, call), webhook, config, call.idempotency_key
+    )
     return items, _stream_encoder(config.history_length)
 
 

@@ -126,7 +126,9 @@ def _inline(push: dict[str, Any] | None) -> Any:
 async def send(request: Request, call: Call) -> Any:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    result = await call.c.service.send(call.owner, await admit(message, call), config, webhook)
+    result = await call.c.service.send(
+        call.owner, await admit(message, call), config, webhook, call.idempotency_key
+    )
     if isinstance(result, Message):
         return {"message": v03rest.encode_message(result)}
     return {"task": v03rest.encode_task(result, config.history_length)}
@@ -135,7 +137,9 @@ async def send(request: Request, call: Call) -> Any:
 async def stream(request: Request, call: Call) -> Stream:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    items = await call.c.service.stream(call.owner, await admit(message, call), webhook)
+    items = await call.c.service.stream(
+        call.owner, await admit(message, call), webhook, config, call.idempotency_key
+    )
     return items, _task_encoder(config.history_length)
 
 

@@ -15,11 +15,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, insert, literal, select, update
+from sqlalchemy import Boolean, bindparam, case, insert, literal, null, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
+from .models import (
+    ArtifactRow,
+    EventRow,
+    IdempotencyKeyRow,
+    MessageRow,
+    PushConfigRow,
+    PushOutboxRow,
+    TaskRow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +44,12 @@ _update_task = (
         status_at=bindparam("status_at"),
         lease_owner=bindparam("lease_owner"),
         lease_expires_at=bindparam("lease_expires_at"),
+        # A retry of the first message attaches only while the task runs: the key goes when it stops.
+        retry_key=case((bindparam("running", type_=Boolean()), _tasks.c.retry_key), else_=null()),
     )
 )
+
+_RUNNING = frozenset({"submitted", "working"})
 
 _configs = PushConfigRow.__table__
 # One notification per webhook the task has when the event commits: the webhooks are read inside the
@@ -56,12 +68,14 @@ _notify = insert(PushOutboxRow).from_select(
 
 
 class ConflictError(Exception):
-    """A row with the same key is already stored: a repeated (owner, messageId), or an event number
-    another writer already used (this replica lost the task's lease)."""
+    """A row with the same key is already stored: a repeated request (a retry of a running task's first
+    message, an Idempotency-Key in use), or an event number another writer already used (this replica lost
+    the task's lease)."""
 
     def __init__(self, detail: str = "") -> None:
         super().__init__(detail)
-        self.duplicate_message = "message" in detail.lower()
+        lowered = detail.lower()
+        self.duplicate_request = "retry_key" in lowered or "idempotency_keys" in lowered
 
 
 @dataclass(slots=True)
@@ -77,6 +91,8 @@ class Write:
     """New webhooks (inline in a send), inserted before the notifications."""
     notifications: list[dict[str, Any]] = field(default_factory=list)
     """Per event: `task_id`, `seq`, `history_len`, `created_at` (see `app.push.payloads`)."""
+    idempotency_key: dict[str, Any] | None = None
+    """The caller's Idempotency-Key row, stored with what its request made (after the task it names)."""
 
 
 class Writer:
@@ -153,7 +169,8 @@ class Writer:
         updates: dict[str, dict[str, Any]] = {}
         for w in writes:
             if w.task_update is not None:
-                updates[w.task_update["_id"]] = w.task_update
+                u = w.task_update
+                updates[u["_id"]] = {**u, "running": u["state"] in _RUNNING}
         async with self._engine.begin() as conn:
             if new_tasks:
                 await conn.execute(insert(TaskRow), new_tasks)
@@ -169,6 +186,9 @@ class Writer:
                 await conn.execute(insert(PushConfigRow), push_configs)
             if notifications:
                 await conn.execute(_notify, notifications)
+            keys = [w.idempotency_key for w in writes if w.idempotency_key is not None]
+            if keys:
+                await conn.execute(insert(IdempotencyKeyRow), keys)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.bus.base import RESYNC, Bus, Subscription
@@ -36,6 +38,7 @@ from app.protocol.model import (
     EventRecord,
     Message,
     PushConfig,
+    Role,
     SendConfig,
     StateTransition,
     StatusUpdate,
@@ -51,6 +54,7 @@ from app.protocol.model import (
 )
 from app.push import guard, payloads
 from app.push.configs import PushConfigs, new_row
+from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Held, Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import ConflictError, Write, Writer
@@ -60,6 +64,20 @@ from .state import check_transition
 log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
+"""While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
+MAX_KEY_CHARS = 256
+MAX_ROUNDS = 16
+
+
+class IdempotencyKeyReusedError(InvalidParamsError):
+    """The Idempotency-Key was used before with another request: `-32602`, and 422 over REST."""
+
+    http_status = 422
+
+
+class _AlreadyApplied(Exception):
+    """The follow-up is a retry of one the running task has taken: it is not applied again."""
 
 
 class Executor(Protocol):
@@ -130,8 +148,11 @@ class TaskService:
         push_configs: PushConfigs | None = None,
         push_policy: guard.Policy | None = None,
         max_history: int | None = None,
+        keys: IdempotencyKeys | None = None,
     ):
         self.repo = repo
+        self.keys = keys
+        """Where Idempotency-Keys are kept; None: the header is ignored."""
         self.push_configs = push_configs
         self.push_policy = push_policy or guard.Policy()
         self.push_ring: Callable[[], None] | None = None
@@ -227,14 +248,22 @@ class TaskService:
     # ---- writes ------------------------------------------------------------------------------
 
     async def _apply(
-        self, live: LiveTask, events: list[Event], messages: Iterable[Message] = ()
+        self,
+        live: LiveTask,
+        events: list[Event],
+        messages: Iterable[Message] = (),
+        admit: Callable[[Task], None] | None = None,
+        key_row: dict[str, Any] | None = None,
     ) -> list[EventRecord]:
-        """Commit `events` (and user `messages`) to the task, then publish them.
+        """Commit `events` (and user `messages`, and an Idempotency-Key naming the task) to the task, then
+        publish them. `admit` sees the task under its lock first and may refuse by raising.
 
         Events for a task that has already ended are dropped: nothing leaves a terminal state.
         """
         async with live.lock:
             task = live.task
+            if admit is not None:
+                admit(task)
             state = task.status.state
             if state.terminal:
                 return []
@@ -280,6 +309,7 @@ class TaskService:
                 write.messages.append(_message_row(task.id, live.owner, m, now))
             if live.push:
                 write.notifications = payloads.notifications(task, records, user_messages, now)
+            write.idempotency_key = key_row
             ended = state.terminal
             write.task_update = {
                 "_id": task.id,
@@ -295,7 +325,7 @@ class TaskService:
             try:
                 await self.writer.commit(write)
             except ConflictError as exc:
-                if not exc.duplicate_message:
+                if not exc.duplicate_request:
                     # Our next event number is taken: another replica took this task over.
                     self._live.pop(task.id, None)
                     log.warning("task %s was taken over by another replica; dropping it here", task.id)
@@ -341,16 +371,121 @@ class TaskService:
 
     # ---- send --------------------------------------------------------------------------------
 
-    async def _accept(self, owner: str, message: Message, push: PushConfig | None = None) -> tuple[str, bool]:
-        """Store the message as a new task or as the answer to a waiting one; start the agent.
+    async def _submit(
+        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None, key: str | None
+    ) -> str | Message:
+        """Store a send (a new task, a follow-up), or find what an earlier copy of it made: the task's id,
+        or the agent's direct reply.
 
-        A webhook given with the message (already checked by the caller) is stored with the task, or
-        added to the task the message continues. Returns the task id and whether it was a repeat.
+        An earlier copy is the same Idempotency-Key with the same request, or the same first message (id,
+        parts, taskId/contextId as sent) while the task it started still runs; any other reuse of a
+        messageId is a new message. Of concurrent copies the database stores one; the others find it.
         """
+        idem = self._idem(key, message, config, push)
+        retry_key = None if message.task_id else _retry_key(message)
+        sent = (message.task_id, message.context_id)
+        # A running copy of a new message is found by the conflict of its retry key, so the common send
+        # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
+        # copies keep finishing between our conflict and our look-up (each then a new message).
+        running_copy: str | None = None
+        for _ in range(MAX_ROUNDS):
+            message.task_id, message.context_id = sent
+            try:
+                earlier = await self._earlier(owner, idem, running_copy)
+                if earlier is not None:
+                    return earlier
+                return await self._store(owner, message, push, idem, retry_key)
+            except ConflictError as exc:
+                if not exc.duplicate_request:
+                    raise
+                running_copy = retry_key
+        raise InternalError("Concurrent copies of this request kept conflicting; send it again")
+
+    def _idem(
+        self, key: str | None, message: Message, config: SendConfig, push: PushConfig | None
+    ) -> IdemKey | None:
+        """The request's Idempotency-Key (the draft's quoted sf-string or bare) with its fingerprint."""
+        if key is None or self.keys is None:
+            return None
+        key = key.strip()
+        if len(key) >= 2 and key[0] == key[-1] == '"':
+            key = key[1:-1]
+        if not key:
+            return None
+        if len(key) > MAX_KEY_CHARS:
+            raise InvalidParamsError(f"Idempotency-Key may have at most {MAX_KEY_CHARS} characters")
+        return IdemKey(key, _fingerprint(message, config, push))
+
+    async def _earlier(self, owner: str, idem: IdemKey | None, retry_key: str | None) -> str | Message | None:
+        """What an earlier copy of this send made, if there is one (see `_submit`): the Idempotency-Key's,
+        else, given `retry_key`, the running task the same first message started."""
+        if idem is not None and self.keys is not None:
+            stored = await self.keys.find(owner, idem.key)
+            if stored is not None:
+                if stored.fingerprint != idem.fingerprint:
+                    raise IdempotencyKeyReusedError(
+                        f"Idempotency-Key {idem.key} was already used with a different request body",
+                        {"idempotencyKey": idem.key},
+                    )
+                if stored.reply is not None:
+                    return stored.reply
+                if stored.task_id is not None:
+                    return stored.task_id
+        if retry_key is not None:
+            task_id = await self.repo.find_retry(owner, retry_key)
+            if task_id is not None:
+                await self._remember(owner, idem, task_id=task_id)
+                return task_id
+        return None
+
+    async def _remember(
+        self, owner: str, idem: IdemKey | None, *, task_id: str | None = None, reply: Message | None = None
+    ) -> None:
+        """Store the Idempotency-Key on its own, for what was made without a task write of this request."""
+        if idem is not None and self.keys is not None:
+            await self.writer.commit(
+                Write(idempotency_key=self.keys.row(owner, idem, task_id=task_id, reply=reply))
+            )
+
+    async def _store(
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry_key: str | None,
+    ) -> str | Message:
+        """The checks every send makes before anything is stored (the webhook even when the agent then
+        answers directly and it has nothing to be told), then the follow-up, the agent's direct reply to
+        a new message, or the new task."""
+        if push is not None:
+            await self._check_url(push.url)
         if message.task_id:
             if push is not None:
                 await self.set_push_config(owner, message.task_id, push)
-            return await self._continue(owner, message)
+            return await self._continue(owner, message, idem=idem)
+        await self._check_context(owner, message)
+        if self.executor is not None:
+            message.context_id = message.context_id or new_id()
+            direct = await self.executor.reply(owner, message)
+            if direct is not None:
+                await self._remember(owner, idem, reply=direct)
+                return direct
+        return await self._accept(owner, message, push, idem, retry_key)
+
+    async def _accept(
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry_key: str | None,
+    ) -> str:
+        """Store the message as a new task and start the agent; returns the task's id.
+
+        A webhook given with the message (already checked) is stored with the task, and so are the
+        message's retry key and the Idempotency-Key: ConflictError when a concurrent copy stored them first.
+        """
         task_id = new_id()
         context_id = message.context_id or new_id()
         message.task_id = task_id
@@ -381,6 +516,7 @@ class TaskService:
                 "status_at": status.timestamp,
                 "lease_owner": self.replica_id if here else None,
                 "lease_expires_at": self.leases.expiry(now) if here else None,
+                "retry_key": retry_key,
             },
             messages=[_message_row(task_id, owner, message, now)],
             events=[
@@ -396,12 +532,9 @@ class TaskService:
         if push is not None:
             write.push_configs.append(new_row(owner, task_id, push, now))
             write.notifications = payloads.notifications(task, [EventRecord(1, submitted)], [], now)
+        write.idempotency_key = self._key_row(owner, idem, task_id)
         try:
             await self.writer.commit(write)
-        except ConflictError:
-            if here:
-                self.executor.release_slot()  # type: ignore[union-attr]
-            return await self._existing(owner, message.message_id), True
         except BaseException:
             if here:
                 self.executor.release_slot()  # type: ignore[union-attr]
@@ -414,20 +547,17 @@ class TaskService:
             self.executor.start(task_id, reserved=True)  # type: ignore[union-attr]
         else:
             await self.bus.ring_queue()
-        return task_id, False
-
-    async def _existing(self, owner: str, message_id: str) -> str:
-        task_id = await self.repo.find_message_task(owner, message_id)
-        if task_id is None:
-            raise InvalidParamsError(f"messageId {message_id} is already in use")
         return task_id
 
-    async def _continue(self, owner: str, message: Message, hops: int = 0) -> tuple[str, bool]:
-        """A follow-up to an existing task: only a task waiting for input takes one."""
+    def _key_row(self, owner: str, idem: IdemKey | None, task_id: str) -> dict[str, Any] | None:
+        return self.keys.row(owner, idem, task_id=task_id) if idem is not None and self.keys else None
+
+    async def _continue(
+        self, owner: str, message: Message, hops: int = 0, idem: IdemKey | None = None
+    ) -> str:
+        """A follow-up to an existing task: only a task waiting for input takes one. A copy of one it has
+        taken (same messageId and parts) while it runs is a retry: it attaches, nothing is applied again."""
         assert message.task_id is not None
-        repeated = await self.repo.find_message_task(owner, message.message_id)
-        if repeated is not None:
-            return repeated, True
         try:
             live = await self._writable(owner, message.task_id)
         except HeldElsewhereError as held:
@@ -436,7 +566,8 @@ class TaskService:
             await self._forward(
                 held.replica_id, {"op": "answer", "owner": owner, "message": message.to_store()}
             )
-            return message.task_id, False
+            await self._remember(owner, idem, task_id=message.task_id)
+            return message.task_id
         task = live.task
         if message.context_id and message.context_id != task.context_id:
             raise InvalidParamsError(
@@ -444,29 +575,38 @@ class TaskService:
                 {"taskId": task.id},
             )
         message.context_id = task.context_id
-        state = task.status.state
-        if state.terminal:
-            raise UnsupportedOperationError(
-                f"Task {task.id} is {state.value}; a finished task takes no more messages",
-                {"taskId": task.id},
-            )
-        if state not in INTERRUPTED_STATES:
-            raise UnsupportedOperationError(
-                f"Task {task.id} is {state.value}; only a task waiting for input takes a follow-up",
-                {"taskId": task.id},
-            )
+
+        def admit(task: Task) -> None:
+            state = task.status.state
+            if state in RUNNING_STATES and _in_history(task, message):
+                raise _AlreadyApplied
+
+            if state.terminal:
+                raise UnsupportedOperationError(
+                    f"Task {task.id} is {state.value}; a finished task takes no more messages",
+                    {"taskId": task.id},
+                )
+            if state not in INTERRUPTED_STATES:
+                raise UnsupportedOperationError(
+                    f"Task {task.id} is {state.value}; only a task waiting for input takes a follow-up",
+                    {"taskId": task.id},
+                )
+
         working = status_update(task.id, task.context_id, TaskState.WORKING)
         try:
-            records = await self._apply(live, [working], [message])
-        except ConflictError:
-            return await self._existing(owner, message.message_id), True
+            records = await self._apply(
+                live, [working], [message], admit, self._key_row(owner, idem, task.id)
+            )
+        except _AlreadyApplied:
+            await self._remember(owner, idem, task_id=task.id)
+            return task.id
         if not records:
             raise UnsupportedOperationError(
                 f"Task {task.id} has finished; it takes no more messages", {"taskId": task.id}
             )
         if self.executor is not None:
             await self.executor.answer(task.id, message)
-        return task.id, False
+        return task.id
 
     async def _check_context(self, owner: str, message: Message) -> None:
         """A new message may name a contextId only if no other principal uses it.
@@ -482,29 +622,23 @@ class TaskService:
                 {"contextId": message.context_id},
             )
 
-    async def _prepare(self, owner: str, message: Message, push: PushConfig | None) -> Message | None:
-        """The checks every send makes before anything is stored (the webhook even when the agent then
-        answers directly and it has nothing to be told), then the agent's quick reply to a new message:
-        a Message back means no task is made."""
-        if push is not None:
-            await self._check_url(push.url)
-        await self._check_context(owner, message)
-        if message.task_id or self.executor is None:
-            return None
-        message.context_id = message.context_id or new_id()
-        return await self.executor.reply(owner, message)
-
     async def send(
-        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None = None
+        self,
+        owner: str,
+        message: Message,
+        config: SendConfig,
+        push: PushConfig | None = None,
+        key: str | None = None,
     ) -> Task | Message:
         """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
-        (at once if non-blocking)."""
-        if (direct := await self._prepare(owner, message, push)) is not None:
-            return direct
-        task_id, _ = await self._accept(owner, message, push)
+        (at once if non-blocking). A retry (see `_submit`) gets what its first copy made, as it stands;
+        `key` is the request's Idempotency-Key."""
+        made = await self._submit(owner, message, config, push, key)
+        if isinstance(made, Message):
+            return made
         if not config.blocking:
-            return (await self._load(owner, task_id)).task
-        return self._clip(await self.wait_stopped(owner, task_id))
+            return (await self._load(owner, made)).task
+        return self._clip(await self.wait_stopped(owner, made))
 
     async def wait_stopped(self, owner: str, task_id: str) -> Task:
         """The task once it is terminal or waiting for input (or as it stands at the timeout)."""
@@ -530,14 +664,19 @@ class TaskService:
         return (await self._load(owner, task_id)).task
 
     async def stream(
-        self, owner: str, message: Message, push: PushConfig | None = None
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None = None,
+        config: SendConfig | None = None,
+        key: str | None = None,
     ) -> AsyncIterator[Snapshot | EventRecord | Message]:
         """`message/stream`: validates and stores first (errors raise here), then yields events; a
-        direct reply from the agent is the only item."""
-        if (direct := await self._prepare(owner, message, push)) is not None:
-            return _single(direct)
-        task_id, _ = await self._accept(owner, message, push)
-        return self.follow(owner, task_id)
+        direct reply from the agent is the only item. A retry follows the task its first copy made."""
+        made = await self._submit(owner, message, config or SendConfig(), push, key)
+        if isinstance(made, Message):
+            return _single(made)
+        return self.follow(owner, made)
 
     async def resubscribe(
         self, owner: str, task_id: str, after: int | None = None
@@ -780,6 +919,35 @@ async def _single(message: Message) -> AsyncIterator[Message]:
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
     return isinstance(rec.event, StatusUpdate) and rec.event.status.state in stop_at
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+
+
+def _retry_key(message: Message) -> str:
+    """A new message as its retry is recognised: messageId, parts, and taskId/contextId as sent."""
+    parts = [p.to_store() for p in message.parts]
+    return _digest([message.message_id, parts, message.task_id, message.context_id])
+
+
+def _fingerprint(message: Message, config: SendConfig, push: PushConfig | None) -> str:
+    """What an Idempotency-Key's request asked, whatever the wire version or binding: the message, the
+    webhook and the result's shape (`blocking` only changes how long the answer waits)."""
+    body = message.to_store()
+    body.pop("requestedExtensions", None)
+    return _digest([body, config.history_length, config.accepted_output_modes, push])
+
+
+def _in_history(task: Task, message: Message) -> bool:
+    """Whether the task has taken this user message (same messageId and parts)."""
+    parts = [p.to_store() for p in message.parts]
+    return any(
+        m.role is Role.USER
+        and m.message_id == message.message_id
+        and [p.to_store() for p in m.parts] == parts
+        for m in task.history
+    )
 
 
 def _message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:
