@@ -21,7 +21,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 from httpx_sse import aconnect_sse
 
 from tests.cluster import Cluster
@@ -132,7 +131,9 @@ async def run_wave(
     """Start the tasks, follow each through nginx, apply `fault` once all stream, then check each client's
     events against the task's event log."""
     tasks = [
-        await rpc(cl.nginx_url, "message/send", {"message": text_message(s), "configuration": {"blocking": False}})
+        await rpc(
+            cl.nginx_url, "message/send", {"message": text_message(s), "configuration": {"blocking": False}}
+        )
         for s in scripts
     ]
     clients = [Client(t["id"]) for t in tasks]
@@ -174,17 +175,8 @@ def reason(task: dict[str, Any]) -> str:
     return " ".join(p.get("text", "") for p in (task["status"].get("message") or {}).get("parts", []))
 
 
-@pytest.fixture
-async def services() -> Any:
-    own = OwnServices()
-    await asyncio.to_thread(own.start)
-    try:
-        yield own
-    finally:
-        await asyncio.to_thread(own.stop)
-
-
-async def test_streams_survive_replica_redis_and_database_faults(services: OwnServices, tmp_path: Path):
+async def test_streams_survive_replica_redis_and_database_faults(own_services: OwnServices, tmp_path: Path):
+    services = own_services
     db_url = await _fresh_pg_database(services.pg_url)
     pg_dsn = db_url.replace("postgresql+asyncpg://", "postgresql://")
     cl = Cluster(
@@ -215,7 +207,9 @@ async def test_streams_survive_replica_redis_and_database_faults(services: OwnSe
             await asyncio.to_thread(services.restart_redis)
             await asyncio.to_thread(cl.wait_all_ready)
 
-        figs, _, _ = await run_wave(cl, pg_dsn, "redis restart", [streaming_script(8)] * TASKS_PER_WAVE, redis_restart)
+        figs, _, _ = await run_wave(
+            cl, pg_dsn, "redis restart", [streaming_script(8)] * TASKS_PER_WAVE, redis_restart
+        )
         total.add(figs)
         assert figs.failed == 0
 
@@ -225,7 +219,9 @@ async def test_streams_survive_replica_redis_and_database_faults(services: OwnSe
             await asyncio.to_thread(services.start_pg)
             await asyncio.to_thread(cl.wait_all_ready)
 
-        figs, _, clients = await run_wave(cl, pg_dsn, "postgres restart", [streaming_script(8)] * TASKS_PER_WAVE, pg_restart)
+        figs, _, clients = await run_wave(
+            cl, pg_dsn, "postgres restart", [streaming_script(8)] * TASKS_PER_WAVE, pg_restart
+        )
         total.add(figs)
         assert figs.failed == 0
         assert all(c.connections == 1 for c in clients), "a stream was cut by the database restart"
@@ -238,13 +234,20 @@ async def test_streams_survive_replica_redis_and_database_faults(services: OwnSe
             await asyncio.to_thread(services.start_pg)
             await asyncio.to_thread(cl.wait_all_ready)
 
-        scripts = [streaming_script(12)] * (TASKS_PER_WAVE - 1) + [f"say:burst;sleep:4;chunks:{BURST};say:end"]
+        scripts = [streaming_script(12)] * (TASKS_PER_WAVE - 1) + [
+            f"say:burst;sleep:4;chunks:{BURST};say:end"
+        ]
         figs, finals, clients = await run_wave(cl, pg_dsn, "postgres down 30 s", scripts, pg_down)
         total.add(figs)
         assert figs.failed == 0
         assert all(c.connections == 1 for c in clients), "a stream was cut by the database outage"
         burst = clients[-1]
-        texts = [p["text"] for _, e in burst.events[1:] if e["kind"] == "artifact-update" for p in e["artifact"]["parts"]]
+        texts = [
+            p["text"]
+            for _, e in burst.events[1:]
+            if e["kind"] == "artifact-update"
+            for p in e["artifact"]["parts"]
+        ]
         assert [t for t in texts if t.startswith("chunk-")] == [f"chunk-{i} " for i in range(BURST)]
     finally:
         print(f"\nchaos total: {total.line()}")

@@ -10,6 +10,7 @@ clean "database unavailable" error. Anything else is a bug and is logged as one.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -23,11 +24,17 @@ _SQLSTATE_CLASSES = ("08", "53", "57")
 shutdown, crash shutdown, cannot connect now: starting up or shutting down)."""
 
 
+_SQLITE_AWAY = ("locked", "busy", "unable to open", "disk i/o")
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """True when `exc` means the database could not be reached or lost the connection, not that the
     statement was wrong: retrying later may succeed."""
     if isinstance(exc, OSError | TimeoutError | PoolTimeoutError):
         return True
+    if isinstance(exc, OperationalError) and isinstance(exc.orig, sqlite3.Error):
+        # SQLite says OperationalError for a missing table too; only a busy or unreadable file passes.
+        return any(m in str(exc.orig).lower() for m in _SQLITE_AWAY)
     if isinstance(exc, OperationalError | InterfaceError):
         return True
     if isinstance(exc, DBAPIError):
