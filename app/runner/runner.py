@@ -192,6 +192,10 @@ class Runner:
             else:
                 await asyncio.sleep(wait)
 
+    def _just_recovered(self) -> bool:
+        """Within a lease TTL of a loop here having found the database away."""
+        return asyncio.get_running_loop().time() - self._db_failed_at < self._ttl_s
+
     async def _heartbeat(self) -> None:
         await self._leases.renew(list(self._runs))
 
@@ -206,7 +210,10 @@ class Runner:
                 await self._service.release([held.task_id])
 
     async def _claim(self) -> None:
-        """Claim queued tasks while there are free slots."""
+        """Claim queued tasks while there are free slots; not within a lease TTL of an outage (as `_reap`):
+        a queued task's lease expired meanwhile may belong to a run that is alive and about to renew it."""
+        if self._just_recovered():
+            return
         while not self._closing and (free := self._max - self._active) > 0:
             claimed = await self._leases.claim_queued(free)
             for task_id in claimed:
@@ -233,7 +240,7 @@ class Runner:
 
         Not within a lease TTL of the database having been away: every holder's heartbeat failed too,
         and the live ones renew within that time."""
-        if asyncio.get_running_loop().time() - self._db_failed_at < self._ttl_s:
+        if self._just_recovered():
             return
         for held in await self._leases.expired():
             if held.state is TaskState.WORKING and held.task_id not in self._runs:

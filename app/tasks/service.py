@@ -823,6 +823,11 @@ class TaskService:
                 raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
         except A2AError as err:
             return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err = DatabaseUnavailableError()
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
         return {"ok": True}
 
     # ---- leases: start-up, dead replicas -------------------------------------------------------
