@@ -35,6 +35,9 @@ BURST = 3000
 by back-pressure until the database is back, and none of them may be lost."""
 
 
+ENDED = ("completed", "failed", "canceled", "rejected")
+
+
 def streaming_script(seconds: float) -> str:
     """Two chunks every quarter second for about `seconds`."""
     return ";".join(["chunks:2", "sleep:0.25"] * int(seconds * 4))
@@ -50,7 +53,11 @@ class Client:
     streaming: asyncio.Event = field(default_factory=asyncio.Event)
 
     def done(self) -> bool:
-        return bool(self.events) and self.events[-1][1].get("final") is True
+        """The final event seen (or a snapshot of a task that had already ended)."""
+        if not self.events:
+            return False
+        last = self.events[-1][1]
+        return last.get("final") is True or (last["kind"] == "task" and last["status"]["state"] in ENDED)
 
     async def _read(self, base: str) -> None:
         last = self.events[-1][0] if self.events else None
@@ -130,23 +137,24 @@ async def run_wave(
 ) -> tuple[Figures, dict[str, dict[str, Any]], list[Client]]:
     """Start the tasks, follow each through nginx, apply `fault` once all stream, then check each client's
     events against the task's event log."""
-    tasks = [
-        await rpc(
-            cl.nginx_url, "message/send", {"message": text_message(s), "configuration": {"blocking": False}}
-        )
-        for s in scripts
-    ]
-    clients = [Client(t["id"]) for t in tasks]
-    following = [asyncio.create_task(c.follow(cl.nginx_url)) for c in clients]
+    clients: list[Client] = []
+    following: list[asyncio.Task[None]] = []
+    for script in scripts:
+        send = {"message": text_message(script), "configuration": {"blocking": False}}
+        task = await rpc(cl.nginx_url, "message/send", send)
+        clients.append(Client(task["id"]))
+        following.append(asyncio.create_task(clients[-1].follow(cl.nginx_url)))
     async with asyncio.timeout(60):
         await asyncio.gather(*(c.streaming.wait() for c in clients))
+    early = [c.task_id for c in clients if c.events[0][1]["status"]["state"] in ENDED]
+    assert not early, f"tasks ended before the fault: {early}"
     await fault()
     done, pending = await asyncio.wait(following, timeout=240)
     for t in pending:
         t.cancel()
     for t in done:
         t.result()
-    figures = Figures(tasks=len(tasks))
+    figures = Figures(tasks=len(clients))
     finals: dict[str, dict[str, Any]] = {}
     for c in clients:
         final = await rpc(cl.nginx_url, "tasks/get", {"id": c.task_id, "historyLength": 0})

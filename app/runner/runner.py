@@ -137,9 +137,13 @@ class Runner:
         """Recover what this replica's previous life left, then claim, heartbeat and watch leases."""
         await self._recover()
         self._loops = [
-            asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
+            asyncio.create_task(
+                self._every(self._claim, self._poll_s, wakeable=True, holds_off=True), name="claims"
+            ),
             asyncio.create_task(self._every(self._heartbeat, self._ttl_s / 3), name="heartbeat"),
-            asyncio.create_task(self._every(self._reap, min(self._poll_s, self._ttl_s / 5)), name="reaper"),
+            asyncio.create_task(
+                self._every(self._reap, min(self._poll_s, self._ttl_s / 5), holds_off=True), name="reaper"
+            ),
         ]
 
     async def aclose(self) -> None:
@@ -167,15 +171,22 @@ class Runner:
             await self._service.release(waiting)
 
     async def _every(
-        self, step: Callable[[], Awaitable[object]], interval: float, wakeable: bool = False
+        self,
+        step: Callable[[], Awaitable[object]],
+        interval: float,
+        wakeable: bool = False,
+        holds_off: bool = False,
     ) -> None:
+        """Run `step` every `interval` for good; with `holds_off`, not within a lease TTL of an outage
+        (claims and reaping: a lease that expired meanwhile may be a live run's, about to be renewed)."""
         name = getattr(step, "__name__", "step").lstrip("_")
         outage = OutageLog(f"runner {name}")
         while True:
             wait = interval
             try:
-                await step()
-                outage.ok()
+                if not (holds_off and self._just_recovered()):
+                    await step()
+                    outage.ok()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -210,10 +221,7 @@ class Runner:
                 await self._service.release([held.task_id])
 
     async def _claim(self) -> None:
-        """Claim queued tasks while there are free slots; not within a lease TTL of an outage (as `_reap`):
-        a queued task's lease expired meanwhile may belong to a run that is alive and about to renew it."""
-        if self._just_recovered():
-            return
+        """Claim queued tasks while there are free slots."""
         while not self._closing and (free := self._max - self._active) > 0:
             claimed = await self._leases.claim_queued(free)
             for task_id in claimed:
@@ -236,12 +244,7 @@ class Runner:
 
     async def _reap(self) -> None:
         """End tasks whose replica died mid-run (its lease expired). Queued and waiting tasks with an
-        expired lease need nothing: claims and answers treat an expired lease as free.
-
-        Not within a lease TTL of the database having been away: every holder's heartbeat failed too,
-        and the live ones renew within that time."""
-        if self._just_recovered():
-            return
+        expired lease need nothing: claims and answers treat an expired lease as free."""
         for held in await self._leases.expired():
             if held.state is TaskState.WORKING and held.task_id not in self._runs:
                 reason = (
