@@ -75,8 +75,8 @@ class Runner:
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
         self._db_failed_at = -float("inf")
-        """When a loop here last found the database away: the reaper holds off a lease TTL after it, so
-        replicas that were cut off too renew their leases before anyone counts them dead."""
+        """When a loop here last found the database away: claims and reaping hold off a lease TTL after it,
+        so replicas that were cut off too renew their leases before anyone counts them dead."""
         service.executor = self
         service.bus.on_queued(self._wake.set)
 

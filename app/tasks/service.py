@@ -633,7 +633,7 @@ class TaskService:
         """
         sub = await self.bus.subscribe(task_id)
         try:
-            snap = await self._reading(lambda: self._load(owner, task_id), task_id)
+            snap = await self._reading(lambda: self._load(owner, task_id))
             context_id = snap.task.context_id
             if after is None:
                 yield snap
@@ -679,11 +679,9 @@ class TaskService:
 
     async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
         """The log after `after`, waiting while the database is out of reach."""
-        return await self._reading(
-            lambda: self.repo.events_after(task_id, context_id, after, owner=owner), task_id
-        )
+        return await self._reading(lambda: self.repo.events_after(task_id, context_id, after, owner=owner))
 
-    async def _reading(self, read: Callable[[], Awaitable[_T]], task_id: str) -> _T:
+    async def _reading(self, read: Callable[[], Awaitable[_T]]) -> _T:
         """A stream's read, retried with backoff while the database is away (a restart, an outage, or a
         burst of readers resyncing at once after a Redis reconnect exhausting the pool for a moment):
         the stream stays open on keep-alives meanwhile and goes on, from where it was, once it is back."""
