@@ -285,3 +285,12 @@ async def check_outage_answers(cl: Cluster) -> None:
         rest = await c.get("/a2a/tasks/no-such-task")
         assert rest.status_code == 503 and int(rest.headers["retry-after"]) > 0, rest.text
         assert "database" in rest.text.lower()
+        v10 = {"A2A-Version": "1.0"}
+        body = {"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"id": "no-such-task"}}
+        resp = await c.post("/a2a/jsonrpc", json=body, headers=v10)
+        assert resp.status_code == 503 and int(resp.headers["retry-after"]) > 0, resp.text
+        err = resp.json()["error"]
+        assert err["code"] == -32603 and err["data"][0]["reason"] == "UNAVAILABLE", err
+        rest = await c.get("/a2a/rest/tasks/no-such-task", headers=v10)
+        assert rest.status_code == 503 and int(rest.headers["retry-after"]) > 0, rest.text
+        assert rest.json()["error"]["status"] == "UNAVAILABLE", rest.text
