@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url)
+        engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
         writer = Writer(engine)
         writer.start()
         bus: Bus = (
@@ -82,6 +82,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             push_policy=push.policy,
             max_history=settings.max_history_length,
             keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
+            outage_grace_s=settings.db_outage_grace_s,
         )
         deliverer = Deliverer(engine, settings.replica_id, push)
         if settings.push_deliver:

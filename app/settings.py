@@ -100,6 +100,14 @@ class Settings(BaseSettings):
     or re-queued by another replica within this time."""
     queue_poll_s: float = Field(default=2.0, gt=0)
     """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
+    db_outage_grace_s: float = Field(default=120.0, gt=0)
+    """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
+    paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the
+    database is back."""
+    db_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a call waits to connect to the database or for a pooled connection; then it fails."""
+    db_statement_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest one database statement may take (PostgreSQL) before it fails."""
     log_level: str = "info"
 
     push_notification_allow_http: bool = False

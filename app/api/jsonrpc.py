@@ -18,7 +18,6 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol.errors import (
     A2AError,
-    InternalError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
@@ -27,6 +26,7 @@ from app.protocol.errors import (
 
 from . import ops_v03, ops_v10
 from .calls import Call
+from .faults import unexpected
 from .limits import http_headers, open_stream
 from .sse import sse_once, sse_response
 
@@ -114,9 +114,11 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             # A limit is an HTTP matter too: 429 (with Retry-After) tells any client or proxy to back off.
             request.scope[LIMITED_KEY] = err
         return None if notification else _error(rid, err, v10)
-    except Exception:
-        log.exception("internal error in %s", method)
-        return None if notification else _error(rid, InternalError(), v10)
+    except Exception as exc:
+        err = unexpected(exc, str(method))
+        if err.http_status == 503 and not batched:
+            request.scope[LIMITED_KEY] = err
+        return None if notification else _error(rid, err, v10)
     return None if notification else {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
@@ -151,7 +153,7 @@ async def handle(request: Request) -> Response:
     if limited is not None:
         return Response(
             orjson.dumps(result),
-            status_code=429,
+            status_code=limited.http_status,
             media_type="application/json",
             headers=http_headers(limited),
         )

@@ -26,7 +26,6 @@ from fastapi import APIRouter, Request, Response
 from app.protocol import errors, pushconfig, v03, v10
 from app.protocol.errors import (
     A2AError,
-    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
@@ -35,6 +34,7 @@ from app.protocol.model import TaskState
 from app.protocol.validation import snake
 
 from .deps import components, owner_of
+from .faults import unexpected
 from .limits import http_headers
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ async def get_task(task_id: str, request: Request) -> Response:
         task = await components(request).service.get(owner_of(request), task_id)
     except A2AError as err:
         return rest_error(err)
+    except Exception as exc:
+        return rest_error(unexpected(exc, f"GET {request.url.path}"))
     return _json(v03.encode_task(task, history_length))
 
 
@@ -169,9 +171,8 @@ async def list_tasks(request: Request) -> Response:
         )
     except A2AError as err:
         return rest_error(err)
-    except Exception:
-        log.exception("internal error in GET /a2a/tasks")
-        return rest_error(InternalError())
+    except Exception as exc:
+        return rest_error(unexpected(exc, "GET /a2a/tasks"))
     tasks = []
     for task in page.tasks:
         encoded = v03.encode_task(task, q.history_length)
@@ -196,9 +197,8 @@ async def push_config(request: Request) -> Response:
         configs, _ = await service.list_push_configs(owner, task_id)
     except A2AError as err:
         return rest_error(err)
-    except Exception:
-        log.exception("internal error in %s %s", request.method, request.url.path)
-        return rest_error(InternalError())
+    except Exception as exc:
+        return rest_error(unexpected(exc, f"{request.method} {request.url.path}"))
     return _json([pushconfig.encode_v03(c) for c in configs])
 
 

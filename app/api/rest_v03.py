@@ -55,6 +55,7 @@ from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Item, Stream, last_event_id
+from .faults import unexpected
 from .limits import admit, open_stream
 from .rest import read_json_body, rest_error
 from .sse import sse_response
@@ -227,9 +228,8 @@ def unary(op: Op) -> Callable[[Request], Awaitable[Response]]:
             result = await op(request, v03_call(request))
         except A2AError as err:
             return v03_error(err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return v03_error(InternalError())
+        except Exception as exc:
+            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
         return Response(orjson.dumps(result), media_type="application/json")
 
     return endpoint
@@ -242,9 +242,8 @@ def streaming(op: StreamOp) -> Callable[[Request], Awaitable[Response]]:
             items, encode = await open_stream(call, lambda: op(request, call))
         except A2AError as err:
             return v03_error(err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return v03_error(InternalError())
+        except Exception as exc:
+            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
         return sse_response(items, encode, call.c.settings.sse_keepalive_s)
 
     return endpoint

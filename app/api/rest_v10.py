@@ -38,6 +38,7 @@ from fastapi import APIRouter, Request, Response
 from app.protocol.errors import (
     A2AError,
     ContentTypeNotSupportedError,
+    DatabaseUnavailableError,
     InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
@@ -56,6 +57,7 @@ from app.protocol.errors import (
 from . import ops_v10
 from .calls import Call, Handler, StreamHandler
 from .card import card_response
+from .faults import unexpected
 from .jsonrpc import error_info
 from .limits import http_headers, open_stream
 from .rest import list_query, media_type, query_fields, read_json_body
@@ -81,6 +83,7 @@ _GRPC_STATUS: dict[type[A2AError], str] = {
     RateLimitedError: "RESOURCE_EXHAUSTED",
     TooManyStreamsError: "RESOURCE_EXHAUSTED",
     PayloadTooLargeError: "INVALID_ARGUMENT",
+    DatabaseUnavailableError: "UNAVAILABLE",
 }
 
 
@@ -213,9 +216,8 @@ def unary(handler: Handler, params: Params) -> Callable[[Request], Awaitable[Res
             result = await handler(await params(request), call)
         except A2AError as err:
             return status_error(request, err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return status_error(request, InternalError())
+        except Exception as exc:
+            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
         return Response(orjson.dumps(result), media_type=_media(request))
 
     return endpoint
@@ -231,9 +233,8 @@ def streaming(handler: StreamHandler, params: Params) -> Callable[[Request], Awa
             items, encode = await open_stream(call, lambda: handler(args, call))
         except A2AError as err:
             return status_error(request, err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return status_error(request, InternalError())
+        except Exception as exc:
+            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
         return sse_response(items, encode, call.c.settings.sse_keepalive_s)
 
     return endpoint

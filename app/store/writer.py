@@ -5,7 +5,9 @@ flushers each drain whatever has queued into one transaction, so under load a co
 fsync are shared by many requests, while one flusher's commit is in flight the next batch is already
 being written, and an idle server still commits each write at once. Writes of one task never overlap (the
 task service awaits each before the next), so concurrent flushers cannot reorder a task's rows. A batch
-that breaks a constraint is retried write by write, so only the offending write fails.
+that breaks a constraint is retried write by write, so only the offending write fails. A batch that fails
+because the database is away fails every write in it; retrying is the caller's choice (a run waits for
+the database, a request answers at once).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .models import (
     PushOutboxRow,
     TaskRow,
 )
+from .outage import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,10 @@ class Writer:
                 await self._flush_batch([item])
             return
         except Exception as exc:
-            log.exception("store write failed")
+            # A database that is away is the callers' to wait out (a run retries, a request answers 503);
+            # anything else is a bug worth a traceback.
+            if not is_unavailable(exc):
+                log.exception("store write failed")
             for _, fut in batch:
                 _settle(fut, exc)
             return

@@ -12,18 +12,19 @@ import asyncio
 import base64
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
-from sqlalchemy.exc import SQLAlchemyError
 
 from app.bus.base import RESYNC, Bus, Subscription
 from app.protocol import errors
 from app.protocol.errors import (
     A2AError,
+    DatabaseUnavailableError,
     InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
@@ -56,6 +57,7 @@ from app.push import guard, payloads
 from app.push.configs import PushConfigs, new_row
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Held, Leases
+from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import ConflictError, Write, Writer
 
@@ -64,6 +66,7 @@ from .state import check_transition
 log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+_T = TypeVar("_T")
 RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 """While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
 MAX_KEY_CHARS = 256
@@ -117,6 +120,8 @@ class LiveTask:
     """The task has webhooks: its events also go to the push outbox (built only then)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
+    stalled: bool = False
+    """Its run is waiting for the database to take its events: other writers fail at once, not queue."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
@@ -134,6 +139,10 @@ class HeldElsewhereError(Exception):
         self.replica_id = replica_id
 
 
+class UnrecordedError(Exception):
+    """A run's events could not be committed within the outage grace: the database stayed away."""
+
+
 CONTROL_TIMEOUT_S = 5.0
 
 
@@ -149,6 +158,7 @@ class TaskService:
         push_policy: guard.Policy | None = None,
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
+        outage_grace_s: float = 120.0,
     ):
         self.repo = repo
         self.keys = keys
@@ -164,8 +174,12 @@ class TaskService:
         self.blocking_timeout_s = blocking_timeout_s
         self.max_history = max_history
         """Most history messages any read returns (None: all)."""
+        self.outage_grace_s = outage_grace_s
+        """How long a run's commit waits for a database that is away before the run gives up."""
         self.executor: Executor | None = None
         self._live: dict[str, LiveTask] = {}
+        self._runs_outage = OutageLog("task runs")
+        self._readers_outage = OutageLog("stream readers")
         bus.on_control(self.handle_control)
 
     # ---- reads -------------------------------------------------------------------------------
@@ -254,12 +268,17 @@ class TaskService:
         messages: Iterable[Message] = (),
         admit: Callable[[Task], None] | None = None,
         key_row: dict[str, Any] | None = None,
+        wait: bool = False,
     ) -> list[EventRecord]:
         """Commit `events` (and user `messages`, and an Idempotency-Key naming the task) to the task, then
         publish them. `admit` sees the task under its lock first and may refuse by raising.
 
-        Events for a task that has already ended are dropped: nothing leaves a terminal state.
+        Events for a task that has already ended are dropped: nothing leaves a terminal state. With
+        `wait` (the task's own run) a database that is away is waited for (`_commit`); a request instead
+        fails at once, also when the run is waiting out an outage on this task.
         """
+        if live.stalled and not wait:
+            raise DatabaseUnavailableError()
         async with live.lock:
             task = live.task
             if admit is not None:
@@ -323,7 +342,7 @@ class TaskService:
                 "lease_expires_at": None if ended else self.leases.expiry(now),
             }
             try:
-                await self.writer.commit(write)
+                await self._commit(live, write, wait)
             except ConflictError as exc:
                 if not exc.duplicate_request:
                     # Our next event number is taken: another replica took this task over.
@@ -345,6 +364,51 @@ class TaskService:
         await self.bus.publish(task.id, task.context_id, records)
         return records
 
+    async def _commit(self, live: LiveTask, write: Write, wait: bool) -> None:
+        """Commit one step of the task. With `wait`, retry while the database is away, with backoff, for
+        up to the outage grace (then UnrecordedError); the caller holds the task's lock, so its steps still
+        commit in order. A retry that hits its own event numbers checks whether the first try did land
+        (its answer lost with the connection) before calling it a conflict."""
+        if not wait:
+            await self.writer.commit(write)
+            return
+        deadline: float | None = None
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    await self.writer.commit(write)
+                    break
+                except ConflictError:
+                    if deadline is not None and await self._landed(write):
+                        break
+                    raise
+                except Exception as exc:
+                    if not is_unavailable(exc):
+                        raise
+                    self._runs_outage.failed(exc)
+                    live.stalled = True
+                    now = time.monotonic()
+                    deadline = deadline or now + self.outage_grace_s
+                    if now >= deadline:
+                        raise UnrecordedError(live.task.id) from exc
+                    await asyncio.sleep(min(delay, deadline - now))
+                    delay = backoff(delay)
+            self._runs_outage.ok()
+        finally:
+            live.stalled = False
+
+    async def _landed(self, write: Write) -> bool:
+        """Whether `write` is what the database holds as the task's latest step."""
+        assert write.task_update is not None
+        try:
+            stored = await self.leases.recorded(write.task_update["_id"])
+        except Exception as exc:
+            if is_unavailable(exc):
+                return False
+            raise
+        return stored == (write.task_update["last_seq"], write.task_update["lease_owner"])
+
     def _wake_waiters(self, live: LiveTask) -> None:
         if live.waiters and live.task.status.state in STOP_STATES:
             snap = live.snapshot()
@@ -354,20 +418,31 @@ class TaskService:
             live.waiters.clear()
 
     async def apply(self, task_id: str, events: list[Event]) -> bool:
-        """Apply events produced by the task's run; True once the task has ended (or left us)."""
+        """Apply events produced by the task's run; True once the task has ended (or left us).
+
+        Waits out a database outage up to the grace; raises UnrecordedError past it."""
         live = self._live.get(task_id)
         if live is None:
             return True
         try:
-            await self._apply(live, events)
+            await self._apply(live, events, wait=True)
         except ConflictError:
             return True
         return live.task.status.state.terminal
 
-    async def fail(self, task_id: str, reason: str) -> None:
+    async def fail(self, task_id: str, reason: str, wait: bool = False) -> None:
+        """End the task `failed` with `reason` (with `wait`, as its run: waiting out an outage)."""
         live = self._live.get(task_id)
         if live is not None:
-            await self._apply(live, [status_update(task_id, live.task.context_id, TaskState.FAILED, reason)])
+            event = status_update(task_id, live.task.context_id, TaskState.FAILED, reason)
+            await self._apply(live, [event], wait=wait)
+
+    def forget(self, task_id: str) -> None:
+        """The task's run ended here without ending the task: stop holding it in memory, so reads come
+        from the database and its lease, no longer renewed, expires for the reaper to act on."""
+        live = self._live.get(task_id)
+        if live is not None and not live.task.status.state.terminal:
+            self._live.pop(task_id, None)
 
     # ---- send --------------------------------------------------------------------------------
 
@@ -699,7 +774,7 @@ class TaskService:
         """
         sub = await self.bus.subscribe(task_id)
         try:
-            snap = await self._load(owner, task_id)
+            snap = await self._reading(lambda: self._load(owner, task_id))
             context_id = snap.task.context_id
             if after is None:
                 yield snap
@@ -708,7 +783,7 @@ class TaskService:
                     return
             else:
                 expected = after + 1
-                for rec in await self.repo.events_after(task_id, context_id, after, owner=owner):
+                for rec in await self._log_after(owner, task_id, context_id, after):
                     yield rec
                     expected = rec.seq + 1
                     if _stops(rec, stop_at):
@@ -744,16 +819,26 @@ class TaskService:
             expected = rec.seq + 1
 
     async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
-        """The log after `after`, retried while the database is briefly out of reach (a burst of
-        readers resyncing at once after a Redis reconnect can exhaust the pool for a moment)."""
+        """The log after `after`, waiting while the database is out of reach."""
+        return await self._reading(lambda: self.repo.events_after(task_id, context_id, after, owner=owner))
+
+    async def _reading(self, read: Callable[[], Awaitable[_T]]) -> _T:
+        """A stream's read, retried with backoff while the database is away (a restart, an outage, or a
+        burst of readers resyncing at once after a Redis reconnect exhausting the pool for a moment):
+        the stream stays open on keep-alives meanwhile and goes on, from where it was, once it is back."""
         delay = 0.05
         while True:
             try:
-                return await self.repo.events_after(task_id, context_id, after, owner=owner)
-            except (OSError, SQLAlchemyError) as exc:
-                log.warning("reading the event log of %s failed (%s); retrying", task_id, exc)
+                result = await read()
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                self._readers_outage.failed(exc)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = backoff(delay, cap=2.0)
+                continue
+            self._readers_outage.ok()
+            return result
 
     # ---- cancel ------------------------------------------------------------------------------
 
@@ -876,6 +961,11 @@ class TaskService:
             else:
                 raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
         except A2AError as err:
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err = DatabaseUnavailableError()
             return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
         return {"ok": True}
 
