@@ -74,7 +74,10 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
     elif rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
         return _error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
     method = item.get("method")
-    v10 = method in ops_v10.METHODS or method in ops_v10.STREAMING or header_v10
+    # Only a string can name a method: anything else (a list, an object) is never looked up.
+    v10 = header_v10 or (
+        isinstance(method, str) and (method in ops_v10.METHODS or method in ops_v10.STREAMING)
+    )
     if item.get("jsonrpc") != "2.0":
         return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
     if not isinstance(method, str) or not method:
