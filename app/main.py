@@ -18,6 +18,7 @@ from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.fallback import Fallback
 from app.api.guard import CorsExceptCard, Guard
 from app.api.limits import Limits
 from app.bus.base import Bus
@@ -150,6 +151,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
     if settings.cors_origin_list:
         app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
+    # Outside the guard and CORS: whatever escapes them is answered in the binding's error shape.
+    app.add_middleware(Fallback)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -160,11 +163,5 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         body = {"error": {"code": 400, "message": "Invalid request"}}
         return Response(orjson.dumps(body), 400, media_type="application/json")
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        body = {"error": {"code": 500, "message": "Internal error"}}
-        return Response(orjson.dumps(body), 500, media_type="application/json")
 
     return app

@@ -27,6 +27,7 @@ from app.protocol.errors import (
 from . import ops_v03, ops_v10
 from .calls import Call
 from .limits import http_headers, open_stream
+from .nesting import check_nesting
 from .sse import sse_response
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,10 @@ async def handle(request: Request) -> Response:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
         return _json(_error(None, JSONParseError(), header_v10))
+    try:
+        check_nesting(payload)
+    except InvalidRequestError as err:
+        return _json(_error(None, err, header_v10))
     if isinstance(payload, list):
         if not payload:
             return _json(_error(None, InvalidRequestError("A batch must not be empty"), header_v10))
