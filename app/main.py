@@ -18,7 +18,7 @@ from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
-from app.api.fallback import Fallback
+from app.api.fallback import Fallback, http_error
 from app.api.guard import CorsExceptCard, Guard
 from app.api.limits import Limits
 from app.bus.base import Bus
@@ -156,8 +156,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        body = {"error": {"code": exc.status_code, "message": str(exc.detail)}}
-        return Response(orjson.dumps(body), exc.status_code, media_type="application/json")
+        return http_error(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

@@ -1,32 +1,26 @@
 """The last resort for an error no endpoint answered: the binding's own error shape, the connection kept.
 
 Starlette's handler for `Exception` answers and then re-raises, so uvicorn logs the error a second time and
-closes the keep-alive connection. This middleware answers and stops there. The answer has the shape of the
-binding the path belongs to: a JSON-RPC error object (`/a2a/jsonrpc`, `/a2a`), the v0.3 REST body
-(`/a2a/rest/v1/...`, the `/a2a/tasks` aliases) or a `google.rpc.Status` (v1.0 REST and every other path).
-Nothing internal goes to the client; the server log has the traceback.
+closes the keep-alive connection. This middleware answers and stops there, in the error shape of the route
+the request aimed at (`guard.error_response`: a JSON-RPC error object, the v0.3 REST body or a
+`google.rpc.Status`). Nothing internal goes to the client; the server log has the traceback. The router's
+own refusals (no such route, a route without that HTTP method) take the same shapes (`http_error`).
 """
 
 from __future__ import annotations
 
 import logging
 
-import orjson
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.protocol.errors import A2AError, InternalError
+from app.protocol.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 
-from . import rest_v03, rest_v10
-from .jsonrpc import error_info
-from .limits import http_headers
-from .rest import rest_error
+from .guard import error_response
 
 log = logging.getLogger(__name__)
-
-JSONRPC_PATHS = frozenset({"/a2a/jsonrpc", "/a2a"})
-ALIASES = "/a2a/tasks"
 
 
 def error_for(exc: Exception) -> A2AError:
@@ -34,29 +28,29 @@ def error_for(exc: Exception) -> A2AError:
     return exc if isinstance(exc, A2AError) else InternalError()
 
 
-def _under(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + "/")
+class RouteNotFoundError(MethodNotFoundError):
+    default_message = "No such route"
 
 
-def binding_error(request: Request, err: A2AError) -> Response:
-    """`err` in the error shape of the binding that `request`'s path belongs to."""
-    path = request.url.path.rstrip("/") or "/"
-    if path in JSONRPC_PATHS:
-        body: dict[str, object] = {"code": err.code, "message": err.message}
-        if (request.headers.get("a2a-version") or "").strip().startswith("1"):
-            body["data"] = [error_info(err)]
-        payload = {"jsonrpc": "2.0", "id": None, "error": body}
-        return Response(
-            orjson.dumps(payload),
-            status_code=err.http_status,
-            media_type="application/json",
-            headers=http_headers(err),
-        )
-    if _under(path, rest_v03.PREFIX):
-        return rest_v03.v03_error(err)
-    if _under(path, ALIASES):
-        return rest_error(err)
-    return rest_v10.status_error(request, err)
+class MethodNotAllowedError(MethodNotFoundError):
+    http_status = 405
+    default_message = "This route does not take that HTTP method"
+
+
+def http_error(request: Request, exc: HTTPException) -> Response:
+    """A refusal by the router (404, 405, another 4xx) in the error shape of the route's binding."""
+    err: A2AError
+    if exc.status_code == 404:
+        err = RouteNotFoundError()
+    elif exc.status_code == 405:
+        err = MethodNotAllowedError()
+    elif exc.status_code < 500:
+        err = InvalidRequestError(str(exc.detail))
+    else:
+        err = InternalError()
+    resp = error_response(request.scope, err)
+    resp.headers.update(exc.headers or {})
+    return resp
 
 
 class Fallback:
@@ -86,5 +80,4 @@ class Fallback:
             if started:
                 raise
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            request = Request(scope, receive)
-            await binding_error(request, error_for(exc))(scope, receive, send)
+            await error_response(scope, error_for(exc))(scope, receive, send)

@@ -27,7 +27,7 @@ from app.protocol.errors import (
 from . import ops_v03, ops_v10
 from .calls import Call
 from .limits import http_headers, open_stream
-from .nesting import check_nesting
+from .sanity import check_json
 from .sse import sse_response
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ async def handle(request: Request) -> Response:
     except orjson.JSONDecodeError:
         return _json(_error(None, JSONParseError(), header_v10))
     try:
-        check_nesting(payload)
+        check_json(payload)
     except InvalidRequestError as err:
         return _json(_error(None, err, header_v10))
     if isinstance(payload, list):
