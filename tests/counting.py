@@ -61,11 +61,20 @@ class CountingClient:
         self._addr: Any = None
         self._last = ""
 
-    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response | None:
+    def request(
+        self, method: str, url: str, *, cut_streams: bool = False, **kwargs: Any
+    ) -> httpx.Response | None:
+        """With `cut_streams`, an event stream is closed at its headers (its body is not read): for
+        requests that must not start one, against a task that would keep it open."""
         what = _describe(method, url, kwargs)
         self.tally.sent += 1
         try:
-            resp = self._client.request(method, url, **kwargs)
+            resp = self._client.send(self._client.build_request(method, url, **kwargs), stream=True)
+            if cut_streams and resp.headers.get("content-type", "").startswith("text/event-stream"):
+                resp.close()
+                self._addr = None  # closed by us, not dropped by the server
+                return resp
+            resp.read()
         except httpx.LocalProtocolError:
             self.tally.sent -= 1  # the client would not send it (e.g. an illegal header): not the server's
             raise
@@ -73,8 +82,13 @@ class CountingClient:
             self._drop(f"{what}: {exc!r}")
             self._addr = None
             return None
-        addr = resp.extensions["network_stream"].get_extra_info("client_addr")
-        if self._addr is not None and addr != self._addr:
+        try:
+            addr = resp.extensions["network_stream"].get_extra_info("client_addr")
+        except OSError:  # the server closed the connection as it answered
+            addr = None
+        if addr is None:
+            self._drop(f"the connection was closed after {what}")
+        elif self._addr is not None and addr != self._addr:
             self._drop(f"the connection was closed after {self._last}")
         self._addr, self._last = addr, what
         if resp.status_code >= 500:

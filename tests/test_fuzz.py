@@ -312,7 +312,7 @@ def test_every_envelope_field_typed_as_every_json_type(backend: Backend, methods
             resp = client.post("/a2a/jsonrpc", content=dumps(body), headers=headers_for(method))
             check_rpc(tally, label, resp, expect)
     client.close()
-    finish(backend, tally, f"envelope matrix {methods[0]}...")
+    finish(backend, tally, f"envelope matrix {'v1.0' if methods is METHODS_V10 else 'v0.3'}")
 
 
 def is_notification(item: Any) -> bool:
@@ -388,6 +388,7 @@ def _resume(
     task_id: str,
     header: str | None = None,
     metadata: Any = MISSING,
+    cut: bool = True,
 ) -> httpx.Response | None:
     _, verb, path, headers, binding = route
     extra = dict(headers)
@@ -398,15 +399,15 @@ def _resume(
         params["metadata"] = {"lastEventId": metadata}
     if binding.startswith("jsonrpc"):
         method = "tasks/resubscribe" if binding == "jsonrpc-v03" else "SubscribeToTask"
-        return client.post(path, content=dumps(rpc(method, params)), headers=extra)
+        return client.post(path, content=dumps(rpc(method, params)), headers=extra, cut_streams=cut)
     body = dumps({"metadata": params["metadata"]}) if "metadata" in params and verb == "POST" else None
-    return client.request(verb, path, content=body, headers=extra)
+    return client.request(verb, path, content=body, headers=extra, cut_streams=cut)
 
 
 def _refused(resp: httpx.Response, binding: str) -> str | None:
     """None if `resp` refuses the cursor as invalid params before any stream, else what is wrong."""
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        return f"a stream started: {resp.text[:200]}"
+        return "a stream started"
     body = resp.json()
     if binding.startswith("jsonrpc"):
         ok = resp.status_code == 200 and body.get("error", {}).get("code") == -32602
@@ -452,7 +453,7 @@ def test_resume_cursors_out_of_range_are_refused_before_the_stream(backend: Back
         if route[4] in ("v10", "jsonrpc-v10"):
             continue
         for good in GOOD_CURSORS:
-            resp = _resume(client, route, backend.task_id, good)
+            resp = _resume(client, route, backend.task_id, good, cut=False)
             if resp is not None and not resp.headers.get("content-type", "").startswith("text/event-stream"):
                 tally.problems.append(
                     f"{route[0]} Last-Event-ID={good}: HTTP {resp.status_code} {resp.text[:200]}"
