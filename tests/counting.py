@@ -64,13 +64,15 @@ class CountingClient:
     def request(
         self, method: str, url: str, *, cut_streams: bool = False, **kwargs: Any
     ) -> httpx.Response | None:
-        """With `cut_streams`, an event stream is closed at its headers (its body is not read): for
-        requests that must not start one, against a task that would keep it open."""
+        """With `cut_streams`, an open-ended event stream is closed at its headers (its body is not read):
+        for requests that must not start one, against a task that would keep it open. A stream of a known
+        length (one error event) is read."""
         what = _describe(method, url, kwargs)
         self.tally.sent += 1
         try:
             resp = self._client.send(self._client.build_request(method, url, **kwargs), stream=True)
-            if cut_streams and resp.headers.get("content-type", "").startswith("text/event-stream"):
+            streaming = resp.headers.get("content-type", "").startswith("text/event-stream")
+            if cut_streams and streaming and "content-length" not in resp.headers:
                 resp.close()
                 self._addr = None  # closed by us, not dropped by the server
                 return resp

@@ -407,8 +407,12 @@ def _resume(
 def _refused(resp: httpx.Response, binding: str) -> str | None:
     """None if `resp` refuses the cursor as invalid params before any stream, else what is wrong."""
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        return "a stream started"
-    body = resp.json()
+        if "content-length" not in resp.headers:
+            return "a stream started"
+        events = rpc_answers(resp) or [{}]  # an error as the one event of a stream (v0.3 §3.3.1)
+        body = events[0] if len(events) == 1 else {}
+    else:
+        body = resp.json()
     if binding.startswith("jsonrpc"):
         ok = resp.status_code == 200 and body.get("error", {}).get("code") == -32602
     elif binding == "v03":
