@@ -28,6 +28,7 @@ from . import ops_v03, ops_v10
 from .calls import Call
 from .faults import unexpected
 from .limits import http_headers, open_stream
+from .sanity import check_json
 from .sse import sse_once, sse_response
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,10 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
     elif rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
         return _error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
     method = item.get("method")
-    v10 = method in ops_v10.METHODS or method in ops_v10.STREAMING or header_v10
+    # Only a string can name a method: anything else (a list, an object) is never looked up.
+    v10 = header_v10 or (
+        isinstance(method, str) and (method in ops_v10.METHODS or method in ops_v10.STREAMING)
+    )
     if item.get("jsonrpc") != "2.0":
         return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
     if not isinstance(method, str) or not method:
@@ -134,6 +138,10 @@ async def handle(request: Request) -> Response:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
         return _json(_error(None, JSONParseError(), header_v10))
+    try:
+        check_json(payload)
+    except InvalidRequestError as err:
+        return _json(_error(None, err, header_v10))
     if isinstance(payload, list):
         if not payload:
             return _json(_error(None, InvalidRequestError("A batch must not be empty"), header_v10))

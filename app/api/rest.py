@@ -36,6 +36,7 @@ from app.protocol.validation import snake
 from .deps import components, owner_of
 from .faults import unexpected
 from .limits import http_headers
+from .sanity import check_json
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -95,6 +96,7 @@ async def read_json_body(request: Request) -> dict[str, Any] | None:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise JSONParseError("The request body is not valid JSON") from None
+    check_json(body)
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object")
     return body
