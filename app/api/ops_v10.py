@@ -50,7 +50,7 @@ async def stream(params: Any, call: Call) -> Stream:
 
 async def get(params: Any, call: Call) -> Any:
     task_id, history_length = v10.decode_get(params)
-    return v10.encode_task(await call.c.service.get(call.owner, task_id), history_length)
+    return v10.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
 
 
 async def list_tasks(params: Any, call: Call) -> Any:
@@ -63,6 +63,7 @@ async def list_tasks(params: Any, call: Call) -> Any:
         page_size=q.page_size,
         page_token=q.page_token,
         include_artifacts=q.include_artifacts,
+        history_length=q.history_length,
     )
     return {
         "tasks": [v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],

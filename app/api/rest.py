@@ -116,7 +116,7 @@ def _json(payload: Any) -> Response:
 async def get_task(task_id: str, request: Request) -> Response:
     try:
         history_length = _history_length(request)
-        task = await components(request).service.get(owner_of(request), task_id)
+        task = await components(request).service.get(owner_of(request), task_id, history_length)
     except A2AError as err:
         return rest_error(err)
     return _json(v03.encode_task(task, history_length))
@@ -158,6 +158,7 @@ async def list_tasks(request: Request) -> Response:
             page_size=q.page_size,
             page_token=q.page_token,
             include_artifacts=q.include_artifacts,
+            history_length=q.history_length,
         )
     except A2AError as err:
         return rest_error(err)

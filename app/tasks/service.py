@@ -31,6 +31,7 @@ from app.protocol.errors import (
 from app.protocol.model import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
+    Artifact,
     ArtifactUpdate,
     Event,
     EventRecord,
@@ -52,7 +53,7 @@ from app.protocol.model import (
 from app.push import guard, payloads
 from app.push.configs import PushConfigs, new_row
 from app.store.leases import Held, Leases
-from app.store.repo import InvalidPageToken, Repository, TaskPage
+from app.store.repo import InvalidPageToken, Repository, TaskHead, TaskPage
 from app.store.writer import ConflictError, Write, Writer
 
 from .state import check_transition
@@ -152,21 +153,39 @@ class TaskService:
     def live(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
 
-    def _clip(self, task: Task) -> Task:
-        return task if self.max_history is None else task.with_history(self.max_history)
+    def _limit(self, history_length: int | None = None) -> int | None:
+        """How many history messages a read returns: the caller's historyLength within the server's cap."""
+        if history_length is None:
+            return self.max_history
+        history_length = max(history_length, 0)
+        return history_length if self.max_history is None else min(history_length, self.max_history)
 
-    async def _load(self, owner: str, task_id: str) -> Snapshot:
+    def _clip(self, task: Task, history_length: int | None = None) -> Task:
+        limit = self._limit(history_length)
+        return task if limit is None else task.with_history(limit)
+
+    async def _load(self, owner: str, task_id: str, history_length: int | None = None) -> Snapshot:
         """The task as its owner may see it; someone else's task does not exist for them."""
         live = self._live.get(task_id)
         if live is not None:
             if live.owner != owner:
                 raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
             snap = live.snapshot()
-            return Snapshot(self._clip(snap.task), snap.seq)
-        stored = await self.repo.get_task(task_id, owner=owner)
+            return Snapshot(self._clip(snap.task, history_length), snap.seq)
+        stored = await self.repo.get_task(task_id, owner=owner, history=self._limit(history_length))
         if stored is None or stored.owner != owner:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-        return Snapshot(self._clip(stored.task), stored.last_seq)
+        return Snapshot(stored.task, stored.last_seq)
+
+    async def _head(self, owner: str, task_id: str) -> TaskHead:
+        """The task's context, state and last event number: its row only, never its history or artifacts."""
+        live = self._live.get(task_id)
+        if live is not None and live.owner == owner:
+            return TaskHead(live.task.context_id, live.task.status.state, live.seq)
+        head = await self.repo.task_head(task_id, owner=owner)
+        if head is None:
+            raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+        return head
 
     async def _writable(self, owner: str, task_id: str) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
@@ -194,8 +213,9 @@ class TaskService:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    async def get(self, owner: str, task_id: str) -> Task:
-        return (await self._load(owner, task_id)).task
+    async def get(self, owner: str, task_id: str, history_length: int | None = None) -> Task:
+        """The task with its last `history_length` messages (None: as many as the server returns)."""
+        return (await self._load(owner, task_id, history_length)).task
 
     async def list(
         self,
@@ -207,6 +227,7 @@ class TaskService:
         page_size: int = 50,
         page_token: str | None = None,
         include_artifacts: bool = False,
+        history_length: int | None = None,
     ) -> TaskPage:
         """The caller's own tasks, newest status first, a page at a time."""
         try:
@@ -218,10 +239,10 @@ class TaskService:
                 page_size=page_size,
                 page_token=page_token,
                 artifacts=include_artifacts,
+                history=self._limit(history_length),
             )
         except InvalidPageToken:
             raise InvalidParamsError("pageToken is not one this server issued") from None
-        page.tasks = [self._clip(t) for t in page.tasks]
         return page
 
     # ---- writes ------------------------------------------------------------------------------
@@ -281,6 +302,8 @@ class TaskService:
             if live.push:
                 write.notifications = payloads.notifications(task, records, user_messages, now)
             ended = state.terminal
+            if ended:
+                write.folded_artifacts = _folded_rows(task, events)
             write.task_update = {
                 "_id": task.id,
                 "state": state.value,
@@ -468,27 +491,15 @@ class TaskService:
             await self.executor.answer(task.id, message)
         return task.id, False
 
-    async def _check_context(self, owner: str, message: Message) -> None:
-        """A new message may name a contextId only if no other principal uses it.
-
-        Joining would mix this caller's task into another principal's conversation (and any agent state
-        kept by context); the spec wants a refusal then, not a silently new contextId.
-        """
-        if message.task_id or not message.context_id:
-            return
-        if await self.repo.context_taken(message.context_id, owner):
-            raise InvalidParamsError(
-                f"contextId {message.context_id} cannot be used; omit it to start a new context",
-                {"contextId": message.context_id},
-            )
-
     async def _prepare(self, owner: str, message: Message, push: PushConfig | None) -> Message | None:
         """The checks every send makes before anything is stored (the webhook even when the agent then
         answers directly and it has nothing to be told), then the agent's quick reply to a new message:
-        a Message back means no task is made."""
+        a Message back means no task is made.
+
+        A contextId needs no check: contexts are per principal, so an id another principal also uses
+        names this caller's own context (their tasks are never in it)."""
         if push is not None:
             await self._check_url(push.url)
-        await self._check_context(owner, message)
         if message.task_id or self.executor is None:
             return None
         message.context_id = message.context_id or new_id()
@@ -542,7 +553,8 @@ class TaskService:
     async def resubscribe(
         self, owner: str, task_id: str, after: int | None = None
     ) -> AsyncIterator[Snapshot | EventRecord]:
-        await self._load(owner, task_id)
+        """Follow the task (an unknown task raises here, before the stream starts)."""
+        await self._head(owner, task_id)
         return self.follow(owner, task_id, after=after)
 
     async def follow(
@@ -556,25 +568,28 @@ class TaskService:
 
         Subscribe first, then read the snapshot, then drop what the snapshot already holds; a gap in
         the sequence (lag, a lost message) is filled from the event log. With `after`, the snapshot is
-        skipped and the events after that sequence number are replayed from the log instead.
+        skipped and the events after that sequence number are replayed from the log instead (only the
+        task's row and those events are read).
         """
         sub = await self.bus.subscribe(task_id)
         try:
-            snap = await self._load(owner, task_id)
-            context_id = snap.task.context_id
             if after is None:
+                snap = await self._load(owner, task_id)
+                context_id = snap.task.context_id
                 yield snap
                 expected = snap.seq + 1
                 if snap.task.status.state in stop_at:
                     return
             else:
+                head = await self._head(owner, task_id)
+                context_id = head.context_id
                 expected = after + 1
                 for rec in await self.repo.events_after(task_id, context_id, after, owner=owner):
                     yield rec
                     expected = rec.seq + 1
                     if _stops(rec, stop_at):
                         return
-                if snap.task.status.state in stop_at and expected > snap.seq:
+                if head.state in stop_at and expected > head.last_seq:
                     return
             async for rec in self._tail(sub, owner, task_id, context_id, expected):
                 yield rec
@@ -780,6 +795,19 @@ async def _single(message: Message) -> AsyncIterator[Message]:
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
     return isinstance(rec.event, StatusUpdate) and rec.event.status.state in stop_at
+
+
+def _folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:
+    """A finished task's artifacts as stored from now on: its artifacts with `events` folded in, one row
+    each (folded on copies: the live task is updated only once the write commits)."""
+    folded = [Artifact.from_store(a.to_store()) for a in task.artifacts]
+    for ev in events:
+        if isinstance(ev, ArtifactUpdate):
+            fold_artifact(folded, ev)
+    return [
+        {"task_id": task.id, "seq": i, "artifact_id": a.artifact_id, "append": False, "body": a.to_store()}
+        for i, a in enumerate(folded, start=1)
+    ]
 
 
 def _message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:
