@@ -116,6 +116,20 @@ async def seed(server: OurServer) -> tuple[list[str], str, str]:
     return templates, normal, long
 
 
+async def find_seeds(url: str) -> tuple[list[str], str, str]:
+    """The probe tasks of a kept database: a short finished task and the long session made through the API."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        mine = "owner = 'anonymous' AND id NOT LIKE 'bulk-%' AND id NOT LIKE 'long-%' AND state = 'completed'"
+        normal = await conn.fetchval(
+            f"SELECT id FROM tasks WHERE {mine} AND last_seq < 10 ORDER BY created_at LIMIT 1"
+        )
+        long = await conn.fetchval(f"SELECT id FROM tasks WHERE {mine} AND last_seq > 10000 LIMIT 1")
+    finally:
+        await conn.close()
+    return [], normal, long
+
+
 async def probe(server: OurServer, normal: str, long: str) -> Probe:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
         token = ""
@@ -272,28 +286,49 @@ class Point:
     bad: int
 
 
-async def measure(base_url: str, p: Probe, op: Op, concurrency: int, duration: float) -> Point:
-    latencies: list[float] = []
-    bad = 0
+@dataclass
+class Samples:
+    latencies: list[float]
+    elapsed: float = 0.0
+    bad: int = 0
+
+    def point(self) -> Point:
+        lat = sorted(self.latencies)
+        q = statistics.quantiles(lat, n=100) if len(lat) > 1 else lat * 99
+        return Point(q[49], q[98], len(lat) / self.elapsed, self.bad)
+
+
+async def measure(base_url: str, p: Probe, op: Op, concurrency: int, duration: float, into: Samples) -> None:
+    """A closed loop of `concurrency` clients for `duration` seconds, added to `into`."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as c:
-        await op(c, p)
+        await asyncio.gather(*(op(c, p) for _ in range(concurrency)))
         end = time.monotonic() + duration
         started = time.monotonic()
 
         async def worker() -> None:
-            nonlocal bad
             while time.monotonic() < end:
                 t0 = time.perf_counter()
                 ok = await op(c, p)
-                latencies.append((time.perf_counter() - t0) * 1000)
-                bad += not ok
+                into.latencies.append((time.perf_counter() - t0) * 1000)
+                into.bad += not ok
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.monotonic() - started
-    latencies.sort()
-    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
-    return Point(q[49], q[98], len(latencies) / elapsed, bad)
+        into.elapsed += time.monotonic() - started
+
+
+async def compare(
+    servers: dict[str, OurServer], probes: dict[str, Probe], op: Op, conc: int, args
+) -> dict[str, Point]:
+    """Both databases in `--rounds` alternating slices (the order flips each round), so load from
+    elsewhere on the machine falls on both alike."""
+    samples = {k: Samples([]) for k in servers}
+    order = list(servers)
+    for _ in range(args.rounds):
+        for k in order:
+            await measure(servers[k].base_url, probes[k], op, conc, args.duration / args.rounds, samples[k])
+        order.reverse()
+    return {k: v.point() for k, v in samples.items()}
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -304,7 +339,10 @@ async def main(args: argparse.Namespace) -> int:
         )
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    urls = {k: await create_database(base, f"a2a_scale_{k}") for k in ("empty", "grown")}
+    if args.reuse:
+        urls = dict(zip(("empty", "grown"), args.reuse, strict=True))
+    else:
+        urls = {k: await create_database(base, f"a2a_scale_{k}") for k in ("empty", "grown")}
     servers = {k: ScriptedServer(k, u, work / f"{k}.log") for k, u in urls.items()}
     failed = 0
     try:
@@ -312,13 +350,18 @@ async def main(args: argparse.Namespace) -> int:
         for srv in servers.values():
             srv.prepare()
             srv.start()
-        print(f"seeding both servers through the API (logs in {work})", flush=True)
-        seeds = {k: await seed(srv) for k, srv in servers.items()}
-        print(f"growing: {args.tasks:,} tasks, {args.owners} owners, {args.long} long sessions", flush=True)
-        servers["grown"].stop()
-        templates, _, long = seeds["grown"]
-        await grow(urls["grown"], args, templates, long)
-        servers["grown"].start()
+        if args.reuse:
+            seeds = {k: await find_seeds(u) for k, u in urls.items()}
+        else:
+            print(f"seeding both servers through the API (logs in {work})", flush=True)
+            seeds = {k: await seed(srv) for k, srv in servers.items()}
+            print(
+                f"growing: {args.tasks:,} tasks, {args.owners} owners, {args.long} long sessions", flush=True
+            )
+            servers["grown"].stop()
+            templates, _, long = seeds["grown"]
+            await grow(urls["grown"], args, templates, long)
+            servers["grown"].start()
         for k, srv in servers.items():
             probes[k] = await probe(srv, seeds[k][1], seeds[k][2])
         print(
@@ -328,9 +371,7 @@ async def main(args: argparse.Namespace) -> int:
         results: dict[tuple[str, int], dict[str, Point]] = {}
         for name, op in OPS.items():
             for conc in (1, 16):
-                pts = {}
-                for k in ("empty", "grown"):
-                    pts[k] = await measure(servers[k].base_url, probes[k], op, conc, args.duration)
+                pts = await compare(servers, probes, op, conc, args)
                 results[(name, conc)] = pts
                 e, g = pts["empty"], pts["grown"]
                 r50, rr = g.p50 / e.p50, e.rps / g.rps
@@ -360,7 +401,9 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         for srv in servers.values():
             srv.stop()
-        if not args.keep:
+        if args.keep or args.reuse:
+            print(f"kept: --reuse {urls['empty']} {urls['grown']}")
+        else:
             for u in urls.values():
                 await drop_database(base, u)
     return 1 if failed else 0
@@ -376,7 +419,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--duration", type=float, default=5.0, help="seconds per operation, concurrency and database"
     )
     ap.add_argument("--quick", action="store_true", help="100,000 tasks, 10 long sessions, 2 s per point")
-    ap.add_argument("--keep", action="store_true", help="keep the two databases afterwards")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating slices per point")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the two databases afterwards (prints their URLs)"
+    )
+    ap.add_argument(
+        "--reuse", nargs=2, metavar=("EMPTY_URL", "GROWN_URL"), help="measure databases kept by --keep"
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.quick:

@@ -81,10 +81,10 @@ async def cancel(params: Any, call: Call) -> Any:
 async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
     task_id = v10.decode_id(params)
-    task = await call.c.service.get(call.owner, task_id)
-    if task.status.state.terminal:
+    state = (await call.c.service.head(call.owner, task_id)).state
+    if state.terminal:
         raise UnsupportedOperationError(
-            f"Task {task_id} is {v10.STATE_NAMES[task.status.state]}; there is nothing left to subscribe to",
+            f"Task {task_id} is {v10.STATE_NAMES[state]}; there is nothing left to subscribe to",
             {"taskId": task_id},
         )
     items = await call.c.service.resubscribe(call.owner, task_id, last_event_id(call.request, params))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, select, tuple_
+from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -243,29 +243,17 @@ def _history(ids: list[str], limit: int | None) -> Any:
             .where(MessageRow.task_id.in_(ids))
             .order_by(MessageRow.task_id, MessageRow.id)
         )
-    if len(ids) == 1:
+    # One index range per task, newest first and cut at `limit` (a window function would read each
+    # task's whole history before filtering); SQLite needs the inner ORDER BY/LIMIT wrapped in a subquery.
+    parts = []
+    for tid in ids:
         last = (
             select(MessageRow.id, MessageRow.task_id, MessageRow.body)
-            .where(MessageRow.task_id == ids[0])
+            .where(MessageRow.task_id == tid)
             .order_by(MessageRow.id.desc())
             .limit(limit)
             .subquery()
         )
-        return select(last.c.task_id, last.c.body).order_by(last.c.id)
-    ranked = (
-        select(
-            MessageRow.id,
-            MessageRow.task_id,
-            MessageRow.body,
-            func.row_number()
-            .over(partition_by=MessageRow.task_id, order_by=MessageRow.id.desc())
-            .label("rn"),
-        )
-        .where(MessageRow.task_id.in_(ids))
-        .subquery()
-    )
-    return (
-        select(ranked.c.task_id, ranked.c.body)
-        .where(ranked.c.rn <= limit)
-        .order_by(ranked.c.task_id, ranked.c.id)
-    )
+        parts.append(select(last.c.id, last.c.task_id, last.c.body))
+    both = (parts[0] if len(parts) == 1 else union_all(*parts)).subquery()
+    return select(both.c.task_id, both.c.body).order_by(both.c.task_id, both.c.id)

@@ -177,7 +177,7 @@ class TaskService:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return Snapshot(stored.task, stored.last_seq)
 
-    async def _head(self, owner: str, task_id: str) -> TaskHead:
+    async def head(self, owner: str, task_id: str) -> TaskHead:
         """The task's context, state and last event number: its row only, never its history or artifacts."""
         live = self._live.get(task_id)
         if live is not None and live.owner == owner:
@@ -554,7 +554,7 @@ class TaskService:
         self, owner: str, task_id: str, after: int | None = None
     ) -> AsyncIterator[Snapshot | EventRecord]:
         """Follow the task (an unknown task raises here, before the stream starts)."""
-        await self._head(owner, task_id)
+        await self.head(owner, task_id)
         return self.follow(owner, task_id, after=after)
 
     async def follow(
@@ -581,7 +581,7 @@ class TaskService:
                 if snap.task.status.state in stop_at:
                     return
             else:
-                head = await self._head(owner, task_id)
+                head = await self.head(owner, task_id)
                 context_id = head.context_id
                 expected = after + 1
                 for rec in await self.repo.events_after(task_id, context_id, after, owner=owner):
