@@ -318,7 +318,7 @@ async def measure(base_url: str, p: Probe, op: Op, concurrency: int, duration: f
 
 
 async def compare(
-    servers: dict[str, OurServer], probes: dict[str, Probe], op: Op, conc: int, args
+    servers: dict[str, OurServer], probes: dict[str, Probe], op: Op, conc: int, args: argparse.Namespace
 ) -> dict[str, Point]:
     """Both databases in `--rounds` alternating slices (the order flips each round), so load from
     elsewhere on the machine falls on both alike."""
