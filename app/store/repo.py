@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, select, tuple_, union_all
+from sqlalchemy import exists, func, select, true, tuple_
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -94,10 +95,11 @@ class Repository:
         self._engine = engine
 
     async def get_task(
-        self, task_id: str, *, owner: str | None, history: int | None = None
+        self, task_id: str, *, owner: str | None, history: int | None = None, to_write: bool = False
     ) -> StoredTask | None:
         """The task if `owner` owns it, with its last `history` messages (None: all); `owner=None` only
-        for the runner's own bookkeeping."""
+        for the runner's own bookkeeping. `to_write`: a finished task comes without history or artifacts
+        (a writer only refuses it), so refusing a long one costs no more than a short one."""
         has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
         query = select(_tasks, has_push).where(_tasks.c.id == task_id)
         if owner is not None:
@@ -106,7 +108,8 @@ class Repository:
             row = (await conn.execute(query)).first()
             if row is None:
                 return None
-            tasks = await self._assemble(conn, [row], artifacts=True, history=history)
+            bare = to_write and TaskState(row.state).terminal
+            tasks = await self._assemble(conn, [row], artifacts=not bare, history=0 if bare else history)
         return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq, push=bool(row.has_push))
 
     async def task_head(self, task_id: str, *, owner: str) -> TaskHead | None:
@@ -179,7 +182,7 @@ class Repository:
         ids = [r.id for r in rows]
         messages: dict[str, list[Message]] = defaultdict(list)
         if ids and history != 0:
-            for tid, body in await conn.execute(_history(ids, history)):
+            for tid, body in await conn.execute(_history(ids, history, conn.dialect.name)):
                 messages[tid].append(Message.from_store(body))
         folded: dict[str, list[Artifact]] = defaultdict(list)
         if ids and artifacts:
@@ -234,26 +237,55 @@ class Repository:
         ]
 
 
-def _history(ids: list[str], limit: int | None) -> Any:
-    """The tasks' messages in order; with `limit`, each task's last `limit` only (read by the
-    (task_id, id) index, newest first, so the rest of a long history is never read)."""
+def _history(ids: list[str], limit: int | None, dialect: str) -> Any:
+    """The tasks' messages in order; with `limit`, each task's last `limit` only, by the (task_id, id)
+    index newest first."""
     if limit is None:
         return (
             select(MessageRow.task_id, MessageRow.body)
             .where(MessageRow.task_id.in_(ids))
             .order_by(MessageRow.task_id, MessageRow.id)
         )
-    # One index range per task, newest first and cut at `limit` (a window function would read each
-    # task's whole history before filtering); SQLite needs the inner ORDER BY/LIMIT wrapped in a subquery.
-    parts = []
-    for tid in ids:
+    if len(ids) == 1:
         last = (
             select(MessageRow.id, MessageRow.task_id, MessageRow.body)
-            .where(MessageRow.task_id == tid)
+            .where(MessageRow.task_id == ids[0])
             .order_by(MessageRow.id.desc())
             .limit(limit)
             .subquery()
         )
-        parts.append(select(last.c.id, last.c.task_id, last.c.body))
-    both = (parts[0] if len(parts) == 1 else union_all(*parts)).subquery()
-    return select(both.c.task_id, both.c.body).order_by(both.c.task_id, both.c.id)
+        return select(last.c.task_id, last.c.body).order_by(last.c.id)
+    if dialect == "postgresql":
+        # One index range per task, newest first and cut at `limit`: the rest of a long history is never read.
+        tid = func.unnest(postgresql.array(ids)).table_valued("tid").render_derived(name="t")
+        last = (
+            select(MessageRow.id, MessageRow.task_id, MessageRow.body)
+            .where(MessageRow.task_id == tid.c.tid)
+            .order_by(MessageRow.id.desc())
+            .limit(limit)
+            .lateral("last")
+        )
+        return (
+            select(last.c.task_id, last.c.body)
+            .select_from(tid)
+            .join(last, true())
+            .order_by(last.c.task_id, last.c.id)
+        )
+    # SQLite (the embedded default) has no LATERAL: number each task's messages, newest first.
+    ranked = (
+        select(
+            MessageRow.id,
+            MessageRow.task_id,
+            MessageRow.body,
+            func.row_number()
+            .over(partition_by=MessageRow.task_id, order_by=MessageRow.id.desc())
+            .label("rn"),
+        )
+        .where(MessageRow.task_id.in_(ids))
+        .subquery()
+    )
+    return (
+        select(ranked.c.task_id, ranked.c.body)
+        .where(ranked.c.rn <= limit)
+        .order_by(ranked.c.task_id, ranked.c.id)
+    )

@@ -201,7 +201,7 @@ class TaskService:
                 holder = await self.leases.holder(task_id, owner=owner)
                 if holder is not None and holder != self.replica_id:
                     raise HeldElsewhereError(holder)
-            stored = await self.repo.get_task(task_id, owner=owner)
+            stored = await self.repo.get_task(task_id, owner=owner, to_write=True)
             live = self._live.get(task_id)
             if live is None:
                 if stored is None:
@@ -761,7 +761,7 @@ class TaskService:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
         if task_id in self._live:
             return True
-        stored = await self.repo.get_task(task_id, owner=None)
+        stored = await self.repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
         self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
@@ -771,7 +771,7 @@ class TaskService:
         """Fail a task whose agent died with its replica, if this replica can take it."""
         if held.task_id in self._live or not await self.leases.take(held.task_id):
             return
-        stored = await self.repo.get_task(held.task_id, owner=None)
+        stored = await self.repo.get_task(held.task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
