@@ -142,7 +142,8 @@ class Repository:
         where = [_tasks.c.owner == owner]
         if context_id is not None:
             where.append(_tasks.c.context_id == context_id)
-        counted = state is None and after is None
+        # '' is the counters' key for all the owner's tasks; no task has an empty contextId.
+        counted = state is None and after is None and context_id != ""
         if state is not None:
             where.append(_tasks.c.state == state.value)
         if after is not None:
