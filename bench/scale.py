@@ -228,6 +228,41 @@ async def grow(url: str, args: argparse.Namespace, templates: list[str], long: s
         await conn.close()
 
 
+EXPLAINED = {
+    "ListTasks page": "SELECT * FROM tasks WHERE owner = 'anonymous' "
+    "ORDER BY status_at DESC, id DESC LIMIT 21",
+    "ListTasks by context": "SELECT * FROM tasks WHERE owner = 'anonymous' AND context_id = 'big-context' "
+    "ORDER BY status_at DESC, id DESC LIMIT 21",
+    "totalSize (counter)": "SELECT coalesce(sum(n), 0) FROM task_counts "
+    "WHERE owner = 'anonymous' AND context_id = ''",
+    "long: events after cursor": "SELECT seq, kind, body FROM events WHERE task_id = $1 AND seq > $2 - 2 "
+    "AND task_id IN (SELECT id FROM tasks WHERE id = $1 AND owner = 'anonymous') ORDER BY seq",
+    "long: last 10 messages": "SELECT body FROM (SELECT id, body FROM messages WHERE task_id = $1 "
+    "ORDER BY id DESC LIMIT 10) m ORDER BY id",
+    "long: artifacts": "SELECT seq, append, body FROM artifacts WHERE task_id = $1 ORDER BY seq",
+}
+"""The statements behind the measured reads (as the repository issues them), for `--explain`."""
+
+
+async def explain(urls: dict[str, str], probes: dict[str, Probe]) -> None:
+    """Shared buffers each statement touches on each database: the cost that must not grow."""
+    print(f"\n{'statement (EXPLAIN ANALYZE, BUFFERS)':34} | {'empty':>13} | {'grown':>13}")
+    conns = {k: await asyncpg.connect(_dsn(u)) for k, u in urls.items()}
+    try:
+        for name, sql in EXPLAINED.items():
+            cells = []
+            for k, conn in conns.items():
+                args = [probes[k].long, probes[k].long_seq][: 2 if "$2" in sql else int("$1" in sql)]
+                plan = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args)
+                top = json.loads(plan)[0]
+                buffers = top["Plan"].get("Shared Hit Blocks", 0) + top["Plan"].get("Shared Read Blocks", 0)
+                cells.append(f"{buffers:5} buf {top['Execution Time']:5.2f}ms")
+            print(f"{name:34} | {cells[0]:>13} | {cells[1]:>13}")
+    finally:
+        for conn in conns.values():
+            await conn.close()
+
+
 Op = Callable[[httpx.AsyncClient, Probe], Awaitable[bool]]
 
 
@@ -364,6 +399,7 @@ async def main(args: argparse.Namespace) -> int:
             servers["grown"].start()
         for k, srv in servers.items():
             probes[k] = await probe(srv, seeds[k][1], seeds[k][2])
+        await explain(urls, probes)
         print(
             f"\n{'operation':24} {'c':>3} | {'empty p50':>9} {'p99':>8} {'req/s':>7} | "
             f"{'grown p50':>9} {'p99':>8} {'req/s':>7} | {'p50 x':>6} {'req/s x':>7}"
