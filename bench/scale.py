@@ -406,6 +406,8 @@ async def main(args: argparse.Namespace) -> int:
         )
         results: dict[tuple[str, int], dict[str, Point]] = {}
         for name, op in OPS.items():
+            if args.only and not any(o in name for o in args.only):
+                continue
             for conc in (1, 16):
                 pts = await compare(servers, probes, op, conc, args)
                 results[(name, conc)] = pts
@@ -419,7 +421,8 @@ async def main(args: argparse.Namespace) -> int:
                     + (f"  ({e.bad + g.bad} bad answers)" if e.bad + g.bad else ""),
                     flush=True,
                 )
-        for conc in (1, 16):
+        both = ("resubscribe (long)", 1) in results and ("resubscribe (normal)", 1) in results
+        for conc in (1, 16) if both else ():
             long, normal = (
                 results[("resubscribe (long)", conc)]["grown"],
                 results[("resubscribe (normal)", conc)]["grown"],
@@ -455,6 +458,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--duration", type=float, default=5.0, help="seconds per operation, concurrency and database"
     )
     ap.add_argument("--quick", action="store_true", help="100,000 tasks, 10 long sessions, 2 s per point")
+    ap.add_argument("--only", nargs="+", help="measure only operations whose name contains one of these")
     ap.add_argument("--rounds", type=int, default=4, help="alternating slices per point")
     ap.add_argument(
         "--keep", action="store_true", help="keep the two databases afterwards (prints their URLs)"
