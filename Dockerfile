@@ -1,4 +1,7 @@
 FROM python:3.11-slim
+# bubblewrap: the jail of coding-agent CLIs (AGENT_SANDBOX=bwrap); it needs a container allowed to create
+# namespaces, else a CLI adapter stops start-up saying so (README "Security of coding agents").
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 WORKDIR /srv
 COPY pyproject.toml README.md ./
 COPY app ./app

@@ -52,6 +52,8 @@ def serve() -> None:
     except AdapterError as exc:
         name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
         sys.exit(f"error: invalid setting {name}: {exc}")
+    except SettingError as exc:
+        sys.exit(f"error: invalid setting {exc.name}: {exc}")
     try:
         app = create_app(settings, agent)
     except SettingError as exc:

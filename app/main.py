@@ -18,8 +18,10 @@ from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.fallback import Fallback, http_error
 from app.api.guard import CorsExceptCard, Guard
 from app.api.limits import Limits
+from app.api.slashes import StripTrailingSlash
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
@@ -29,6 +31,7 @@ from app.push.deliverer import Deliverer, options_from
 from app.runner.runner import Runner
 from app.settings import Settings, get_settings
 from app.store.db import create_engine
+from app.store.idempotency import IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
@@ -57,7 +60,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url)
+        engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
         writer = Writer(engine)
         writer.start()
         bus: Bus = (
@@ -79,6 +82,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
             push_configs=PushConfigs(engine),
             push_policy=push.policy,
             max_history=settings.max_history_length,
+            keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
+            outage_grace_s=settings.db_outage_grace_s,
         )
         deliverer = Deliverer(engine, settings.replica_id, push)
         if settings.push_deliver:
@@ -150,21 +155,19 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
     if settings.cors_origin_list:
         app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
+    # Outside the guard and CORS: whatever escapes them is answered in the binding's error shape.
+    app.add_middleware(Fallback)
+    # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
+    app.add_middleware(StripTrailingSlash)
+    app.router.redirect_slashes = False
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        body = {"error": {"code": exc.status_code, "message": str(exc.detail)}}
-        return Response(orjson.dumps(body), exc.status_code, media_type="application/json")
+        return http_error(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         body = {"error": {"code": 400, "message": "Invalid request"}}
         return Response(orjson.dumps(body), 400, media_type="application/json")
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        body = {"error": {"code": 500, "message": "Internal error"}}
-        return Response(orjson.dumps(body), 500, media_type="application/json")
 
     return app

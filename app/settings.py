@@ -7,7 +7,7 @@ import socket
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,7 +44,25 @@ class Settings(BaseSettings):
     agent_repo_path: str | None = None
     """Where CLI agents work. Unset: a workspace per context under `agent_workspace_root`."""
     agent_workspace_root: str = "./data/workspaces"
-    """Parent of the per-context workspaces (`<root>/<contextId>`); a later turn reuses its folder."""
+    """Parent of the workspaces (`<root>/<principal hash>/<contextId>`) and of each principal's CLI HOME
+    (`<root>/<principal hash>/.home`); a later turn of a context reuses its folder."""
+    agent_sandbox: Literal["bwrap", "none"] = "bwrap"
+    """`bwrap`: each CLI runs in a bubblewrap jail (README "Security of coding agents"); `none`: on the
+    host as the server's user (still with the allowlisted environment). Start-up fails if bwrap cannot run."""
+    agent_network: Literal["host", "egress"] | None = None
+    """`egress` (the default with the jail): the CLI reaches only AGENT_EGRESS_ALLOW through a proxy;
+    `host`: the host's network as it is (the default without the jail)."""
+    agent_egress_allow: str = ""
+    """Comma-separated `host[:port]` (or `*.domain[:port]`) the CLI may connect to with `egress`; a host
+    without a port allows 443 and 80. Private and loopback addresses only when named exactly."""
+    agent_env: dict[str, str] = Field(default_factory=dict)
+    """JSON object of variables every CLI gets (e.g. its model API key)."""
+    agent_env_passthrough: str = ""
+    """Comma-separated names of the server's variables copied into every CLI's environment."""
+    agent_sandbox_read: str = ""
+    """Comma-separated extra paths the jailed CLI may read (e.g. an `ndjson` agent's script)."""
+    agent_home_seed: str | None = None
+    """A folder copied into each principal's new CLI HOME (e.g. `.codex/config.toml`)."""
     agent_idle_timeout_s: float = Field(default=900.0, gt=0)
     """A CLI that prints nothing on stdout this long fails its task (a long tool run prints nothing,
     so keep it above the longest command you expect)."""
@@ -71,6 +89,9 @@ class Settings(BaseSettings):
     max_concurrent_tasks: int = Field(default=64, ge=1)
     """Agents this process runs at once; further tasks wait `submitted`."""
     card_max_age_s: int = Field(default=300, ge=0)
+    card_compat: Literal["hybrid", "1.0"] = "hybrid"
+    """The card served without `A2A-Version`: `hybrid` (v1.0 fields plus the v0.3 ones v0.3 clients need)
+    or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
     replica_id: str = ""
     """This process's name in leases and control messages; defaults to hostname:port, stable across
     restarts so a restarted replica recovers its own tasks at once."""
@@ -79,6 +100,14 @@ class Settings(BaseSettings):
     or re-queued by another replica within this time."""
     queue_poll_s: float = Field(default=2.0, gt=0)
     """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
+    db_outage_grace_s: float = Field(default=120.0, gt=0)
+    """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
+    paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the
+    database is back."""
+    db_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a call waits to connect to the database or for a pooled connection; then it fails."""
+    db_statement_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest one database statement may take (PostgreSQL) before it fails."""
     log_level: str = "info"
 
     push_notification_allow_http: bool = False
@@ -136,6 +165,8 @@ class Settings(BaseSettings):
     """Total characters of the text parts of one message."""
     max_history_length: int = Field(default=1000, ge=0)
     """Most history messages a task read returns, whatever `historyLength` asks for."""
+    idempotency_ttl_s: float = Field(default=86400.0, gt=0)
+    """How long a send's `Idempotency-Key` is kept: the same key and request get the same task till then."""
     task_rate_per_min: float = Field(default=120.0, ge=0)
     """New tasks one principal may create per minute (0: unlimited); across all replicas with Redis."""
     task_rate_burst: int = Field(default=30, ge=1)
@@ -147,7 +178,7 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
 
-    @field_validator("agent_repo_path", "agent_model", "agent_command")
+    @field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v or None
@@ -194,6 +225,39 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from exc
         return v
+
+    @field_validator("agent_egress_allow")
+    @classmethod
+    def _egress_entries(cls, v: str) -> str:
+        from app.agents.egress import parse_allow
+
+        parse_allow(v)
+        return v
+
+    @field_validator("agent_sandbox", "agent_network", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("agent_network")
+    @classmethod
+    def _egress_needs_the_jail(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v == "egress" and info.data.get("agent_sandbox") == "none":
+            raise ValueError("egress needs the jail (AGENT_SANDBOX=bwrap)")
+        return v
+
+    @property
+    def agent_network_mode(self) -> Literal["host", "egress"]:
+        """The network a CLI gets: AGENT_NETWORK, or egress inside the jail and host without it."""
+        return self.agent_network or ("egress" if self.agent_sandbox == "bwrap" else "host")
+
+    @property
+    def agent_passthrough_names(self) -> list[str]:
+        return _split(self.agent_env_passthrough)
+
+    @property
+    def agent_sandbox_read_paths(self) -> list[str]:
+        return _split(self.agent_sandbox_read)
 
     @property
     def push_allowed_hosts(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.cluster import Cluster
+from tests.own_services import OwnServices
 from tests.server import ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
@@ -90,6 +91,18 @@ async def cluster_factory(tmp_path: Path) -> AsyncIterator[ClusterFactory]:
     yield make
     for c in started:
         await asyncio.to_thread(c.stop)
+
+
+@pytest.fixture
+async def own_services() -> AsyncIterator[OwnServices]:
+    """A PostgreSQL and a Redis of this test alone (free ports), for tests that stop or restart them:
+    the shared ones serve every other test and are never touched."""
+    own = OwnServices()
+    await asyncio.to_thread(own.start)
+    try:
+        yield own
+    finally:
+        await asyncio.to_thread(own.stop)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from typing import Any
 
@@ -23,16 +24,27 @@ def text_message(text: str, **fields: Any) -> dict[str, Any]:
 
 
 async def call(client: httpx.AsyncClient, method: str, params: Any = None, **extra: Any) -> dict:
-    """Send one JSON-RPC request and return the whole response object (result or error)."""
+    """Send one JSON-RPC request and return the whole response object (result or error).
+
+    A streaming method's error before its first event comes as a stream of that one response (v0.3).
+    """
     body: dict[str, Any] = {"jsonrpc": "2.0", "id": next(_ids), "method": method}
     if params is not None:
         body["params"] = params
     body.update(extra)
     resp = await client.post("/a2a/jsonrpc", json=body)
     assert resp.status_code == 200, resp.text
-    data = resp.json()
+    if resp.headers["content-type"].startswith("text/event-stream"):
+        (data,) = sse_data(resp.text)
+    else:
+        data = resp.json()
     assert data["id"] == body["id"]
     return data
+
+
+def sse_data(text: str) -> list[Any]:
+    """The JSON of each `data:` event of a whole event stream (one line of JSON per event)."""
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
 
 
 async def result(client: httpx.AsyncClient, method: str, params: Any = None) -> Any:

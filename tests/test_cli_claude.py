@@ -18,6 +18,8 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from app.agents.jail import principal_key
+from app.api.auth import ANONYMOUS
 from tests.clis import (
     CLI_BIN,
     alive,
@@ -48,18 +50,25 @@ def fake_api() -> Any:
     fake.stop()
 
 
+CLAUDE_ENV = {
+    "ANTHROPIC_BASE_URL": "",
+    "ANTHROPIC_API_KEY": "sk-test",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+"""What Claude Code needs in its environment: the server passes it on (AGENT_ENV_PASSTHROUGH)."""
+
+
 async def _claude_server(tmp: Path, fake: FakeAnthropic, **env: str) -> ServerProcess:
-    (tmp / "home").mkdir(parents=True)
+    """In the default jail with egress: the fake model API is the only host the CLI may reach."""
     settings = {
         "AGENT_ADAPTER": "claude-code",
         "CLAUDE_BIN": str(CLI_BIN / "claude"),
         "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
-        "HOME": str(tmp / "home"),
+        **CLAUDE_ENV,
         "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": "sk-test",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "IS_SANDBOX": "1",
+        "AGENT_ENV_PASSTHROUGH": ",".join(CLAUDE_ENV),
+        "AGENT_EGRESS_ALLOW": fake.url.removeprefix("http://"),
         "CANCEL_GRACE_S": "2",
     }
     return await make_server("sqlite", tmp, **{**settings, **env})
@@ -70,7 +79,12 @@ class Served:
         self.server, self.client, self.root = server, client, root
 
     def workspace(self, task: dict) -> Path:
-        return self.root / "ws" / task["contextId"]
+        return self.root / "ws" / principal_key(ANONYMOUS) / task["contextId"]
+
+    @property
+    def home(self) -> Path:
+        """The CLI's HOME: the (anonymous) principal's."""
+        return self.root / "ws" / principal_key(ANONYMOUS) / ".home"
 
 
 async def _serve(tmp: Path, fake: FakeAnthropic, **env: str) -> AsyncIterator[Served]:
@@ -84,7 +98,8 @@ async def _serve(tmp: Path, fake: FakeAnthropic, **env: str) -> AsyncIterator[Se
 
 @pytest.fixture(scope="module")
 async def unattended(fake_api: FakeAnthropic, tmp_path_factory: Any) -> AsyncIterator[Served]:
-    """AGENT_FORCE=true (the default): --dangerously-skip-permissions, IS_SANDBOX=1 as CI runs as root."""
+    """AGENT_FORCE=true (the default): --dangerously-skip-permissions (the adapter sets IS_SANDBOX=1 in
+    the jail, which Claude Code needs to allow it as root)."""
     async for served in _serve(tmp_path_factory.mktemp("claude-unattended"), fake_api):
         yield served
 
@@ -178,7 +193,7 @@ async def test_cli_exiting_non_zero_fails_the_task_with_its_stderr(unattended: S
     session = next(a for a in first["artifacts"] if a.get("name") == "session")["metadata"]["sessionId"]
     # The task completes at Claude's `result` line; the transcript is complete once the process has exited.
     assert await wait_none_working_in(unattended.workspace(first)) == []
-    stored = list((unattended.root / "home" / ".claude" / "projects").glob(f"*/{session}.jsonl"))
+    stored = list((unattended.home / ".claude" / "projects").glob(f"*/{session}.jsonl"))
     assert len(stored) == 1, "Claude stored the session"
     stored[0].unlink()
     second = await wait_until_stopped(c, await send_message(c, "again", contextId=first["contextId"]))

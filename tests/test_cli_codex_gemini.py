@@ -5,9 +5,9 @@ the CLI runs for real in the task's workspace and calls a fake of its model API 
 (tests/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:hang`, ...).
 Per CLI, one server runs unattended (AGENT_FORCE=true: `codex exec`, `gemini -p --approval-mode yolo`),
 one with approvals on (`codex app-server`, `gemini --acp`) and one unattended with short idle and hard
-limits, each with a fresh HOME / CODEX_HOME. Tests sharing a server are isolated by their context:
-each task gets its own workspace and CLI session, as in production, where every task shares the
-server's HOME.
+limits, each in the default jail with egress to its fake only and a HOME seeded with the CLI's
+configuration. Tests sharing a server are isolated by their context: each task gets its own workspace and
+CLI session, as in production, where every task of a principal shares the principal's HOME.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from app.agents.jail import principal_key
+from app.api.auth import ANONYMOUS
 from tests.clis import (
     CLI_BIN,
     alive,
@@ -65,16 +67,23 @@ class Cli:
     fake: FakeServer
 
     def env(self, tmp: Path) -> dict[str, str]:
-        """The server's environment: the CLI's binary, a fresh home, and the fake's URL and key."""
+        """The server's settings: the CLI's binary, a HOME seed with its configuration, the fake's URL and
+        key passed on to the CLI, and the fake as the one host the jail lets it reach."""
+        jail = {
+            "AGENT_HOME_SEED": str(tmp / "seed"),
+            "AGENT_EGRESS_ALLOW": self.fake.url.removeprefix("http://"),
+        }
         if self.name == "codex":
-            home = write_codex_home(tmp / "codex-home", self.fake.url)
-            return {
-                "CODEX_BIN": str(CLI_BIN / "codex"),
-                "CODEX_HOME": str(home),
-                "HOME": str(tmp),
-                API_KEY_ENV: "sk-test",
+            write_codex_home(tmp / "seed" / ".codex", self.fake.url)
+            cli = {"CODEX_BIN": str(CLI_BIN / "codex"), API_KEY_ENV: "sk-test"}
+        else:
+            cli = {
+                "GEMINI_BIN": str(CLI_BIN / "gemini"),
+                **gemini_env(self.fake.url, write_gemini_home(tmp / "seed")),
             }
-        return {"GEMINI_BIN": str(CLI_BIN / "gemini"), **gemini_env(self.fake.url, write_gemini_home(tmp))}
+            del cli["HOME"]
+        passed = [k for k in cli if not k.endswith("_BIN")]
+        return {**cli, **jail, "AGENT_ENV_PASSTHROUGH": ",".join(passed)}
 
 
 @dataclass
@@ -85,11 +94,13 @@ class Served:
     root: Path
 
     def workspace(self, task: dict) -> Path:
-        return self.root / "ws" / task["contextId"]
+        return self.root / "ws" / principal_key(ANONYMOUS) / task["contextId"]
 
     def stored_session(self, session_id: str) -> list[Path]:
-        """The files in which the CLI keeps the session (Codex's rollouts, Gemini's chats)."""
-        store = self.root / "codex-home" / "sessions" if self.cli.name == "codex" else self.root / ".gemini"
+        """The files in which the CLI keeps the session (Codex's rollouts, Gemini's chats) in the HOME of
+        the (anonymous) principal."""
+        home = self.root / "ws" / principal_key(ANONYMOUS) / ".home"
+        store = home / ".codex" / "sessions" if self.cli.name == "codex" else home / ".gemini"
         return [f for f in store.rglob("*.jsonl") if session_id in f.read_text(errors="replace")]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import sys
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.agents.jail import principal_key
 from app.agents.ndjson import NdjsonAgent
+from app.api.auth import ANONYMOUS
 from app.settings import Settings
 from tests.clis import (
     FAKES,
@@ -30,17 +32,27 @@ from tests.clis import (
 from tests.conftest import make_server
 from tests.rpc import result
 
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+"""The system's python: a jailed fake sees /usr, not the test's virtualenv."""
+NDJSON = shlex.join([PYTHON, str(FAKES / "ndjson_agent.py")])
+
 
 class Served:
     def __init__(self, client: httpx.AsyncClient, root: Path) -> None:
         self.client, self.root = client, root
 
     def workspace(self, task: dict) -> Path:
-        return self.root / "ws" / task["contextId"]
+        return self.root / "ws" / principal_key(ANONYMOUS) / task["contextId"]
 
 
 async def _serve(tmp: Path, **env: str) -> AsyncIterator[Served]:
-    server = await make_server("sqlite", tmp, AGENT_WORKSPACE_ROOT=str(tmp / "ws"), CANCEL_GRACE_S="2", **env)
+    env = {
+        "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
+        "CANCEL_GRACE_S": "2",
+        "AGENT_SANDBOX_READ": str(FAKES),
+        **env,
+    }
+    server = await make_server("sqlite", tmp, **env)
     try:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
             yield Served(client, tmp)
@@ -58,8 +70,7 @@ async def cursor(tmp_path_factory: Any) -> AsyncIterator[Served]:
 @pytest.fixture(scope="module")
 async def ndjson(tmp_path_factory: Any) -> AsyncIterator[Served]:
     tmp = tmp_path_factory.mktemp("ndjson")
-    command = shlex.join([sys.executable, str(FAKES / "ndjson_agent.py")])
-    async for served in _serve(tmp, AGENT_ADAPTER="ndjson", AGENT_COMMAND=command):
+    async for served in _serve(tmp, AGENT_ADAPTER="ndjson", AGENT_COMMAND=NDJSON):
         yield served
 
 
@@ -139,7 +150,7 @@ async def test_ndjson_exit_without_done_fails_with_the_reason(
 ) -> None:
     task = await _run(ndjson, prompt)
     assert task["status"]["state"] == "failed"
-    assert status_text(task) == f"{Path(sys.executable).name} {reason}"
+    assert status_text(task) == f"{Path(PYTHON).name} {reason}"
 
 
 async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) -> None:
@@ -152,14 +163,14 @@ async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) 
 
 
 async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path: Path) -> None:
-    """SIGKILL gives the server no chance to stop its CLIs; its next start (same replica) kills them,
-    and the task they worked for ends failed as lost."""
-    command = shlex.join([sys.executable, str(FAKES / "ndjson_agent.py")])
+    """Without the jail, SIGKILL gives the server no chance to stop its CLIs; its next start (same
+    replica) kills them, and the task they worked for ends failed as lost."""
     server = await make_server(
         "sqlite",
         tmp_path,
         AGENT_ADAPTER="ndjson",
-        AGENT_COMMAND=command,
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX="none",
         AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
         REPLICA_ID=f"reaper-{uuid.uuid4().hex[:8]}",
     )
@@ -176,6 +187,30 @@ async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path:
                     await asyncio.sleep(0.05)
             after = await result(client, "tasks/get", {"id": task["id"]})
             assert after["status"]["state"] == "failed"
+    finally:
+        server.stop()
+
+
+async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
+    """In the jail (the default) a SIGKILLed server's CLIs end at once: bwrap dies with its parent and
+    takes the jail's whole pid namespace with it."""
+    server = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX_READ=str(FAKES),
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+    )
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            sleeper = await wait_for_process(marker)
+            server.kill()
+            async with asyncio.timeout(30):
+                while alive(sleeper) or find_process(marker) is not None:
+                    await asyncio.sleep(0.05)
     finally:
         server.stop()
 

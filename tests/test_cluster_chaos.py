@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from tests.cluster import Cluster
+from tests.conftest import _fresh_pg_database
 from tests.rpc import text_message
 
 FAST_LEASES = {"LEASE_TTL_S": "3", "QUEUE_POLL_S": "0.5"}
@@ -176,14 +178,21 @@ async def test_queued_tasks_of_a_killed_replica_run_elsewhere(cluster_factory):
     assert "lease" in lost["status"]["message"]["parts"][0]["text"]
 
 
-async def test_redis_restart_mid_stream_loses_nothing(cluster_factory):
-    cl = await cluster_factory(2)
-    task = await start_task(cl.urls[0], "chunks:5;sleep:1;chunks:5;sleep:1;chunks:5")
-    reader = Reader(task["id"])
-    streaming = asyncio.create_task(reader.follow([cl.urls[1]]))
-    await asyncio.wait_for(reader.got_event.wait(), 30)
-    await asyncio.to_thread(cl.restart_redis)
-    await streaming
+async def test_redis_restart_mid_stream_loses_nothing(own_services, tmp_path):
+    # Its own Redis: the shared one serves the other tests and is never restarted.
+    db = await _fresh_pg_database(own_services.pg_url)
+    cl = Cluster(db, own_services.redis_url, tmp_path / "cluster", 2)
+    await asyncio.to_thread(cl.start)
+    try:
+        task = await start_task(cl.urls[0], "chunks:5;sleep:1;chunks:5;sleep:1;chunks:5")
+        reader = Reader(task["id"])
+        streaming = asyncio.create_task(reader.follow([cl.urls[1]]))
+        await asyncio.wait_for(reader.got_event.wait(), 30)
+        await asyncio.to_thread(own_services.restart_redis)
+        await asyncio.to_thread(cl.wait_all_ready)
+        await streaming
+    finally:
+        await asyncio.to_thread(cl.stop)
     reader.assert_complete()
     assert reader.events[-1][1]["status"]["state"] == "completed"
     assert chunk_texts(reader) == [f"chunk-{i} " for i in range(5)] * 3

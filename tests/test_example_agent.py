@@ -33,6 +33,23 @@ async def test_greeting_is_a_direct_reply(example):
     assert reply["kind"] == "message" and "commit subjects" in reply["parts"][0]["text"]
 
 
+async def test_direct_reply_under_an_idempotency_key_is_kept(example):
+    """The agent's direct reply is what a retry under the key gets back (its own messageId shows it is
+    the stored reply, not a second one); the key with another message is refused."""
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    msg = text_message("hello")
+
+    async def send(message: dict[str, Any]) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+        return (await example.post("/a2a/jsonrpc", json=body, headers=key)).json()
+
+    first = (await send(msg))["result"]
+    assert first["kind"] == "message"
+    assert (await send(msg))["result"] == first
+    assert (await result(example, "message/send", {"message": msg}))["messageId"] != first["messageId"]
+    assert (await send(text_message("hi")))["error"]["code"] == -32602
+
+
 async def test_notes_stream_then_ask_then_file_and_data(example):
     changes = "feat: dark mode\nfix: crash on empty input\nfeat: export to CSV"
     task = await result(example, "message/send", {"message": text_message(changes)})

@@ -41,12 +41,19 @@ COMPLETED, CANCELED = "TASK_STATE_COMPLETED", "TASK_STATE_CANCELED"
 
 # JSON-RPC method names per protocol version, by operation.
 RPC_OPS = {
-    "0.3": {"message/send": "send", "message/stream": "stream", "tasks/get": "get", "tasks/cancel": "cancel"},
+    "0.3": {
+        "message/send": "send",
+        "message/stream": "stream",
+        "tasks/get": "get",
+        "tasks/cancel": "cancel",
+        "tasks/resubscribe": "subscribe",
+    },
     "1.0": {
         "SendMessage": "send",
         "SendStreamingMessage": "stream",
         "GetTask": "get",
         "CancelTask": "cancel",
+        "SubscribeToTask": "subscribe",
     },
 }
 
@@ -193,6 +200,8 @@ def _rest_op(method: str, path: str) -> str:
         return "get"
     if method == "POST" and re.search(r"/tasks/[^/:]+:cancel$", path):
         return "cancel"
+    if method in ("GET", "POST") and re.search(r"/tasks/[^/:]+:subscribe$", path):
+        return "subscribe"
     return f"unexpected {method} {path}"
 
 
@@ -328,7 +337,13 @@ def test_unknown_task_is_task_not_found(run: Run) -> None:
     step = run.step("not_found")
     assert step["get"]["name"] == "TaskNotFoundError"
     assert step["cancel"]["name"] == "TaskNotFoundError"
-    assert run.ops(step) == ["get", "cancel"]
+    subscribe = step["subscribe"]
+    if run.client["transport"] == "JSONRPC" and run.client["protocolVersion"] == "0.3":
+        # v0.3 answers the error as the stream's one event (v0.3 §3.3.1); the SDK wraps it as the cause.
+        assert subscribe.get("cause") == "TaskNotFoundError", subscribe
+    else:
+        assert subscribe["name"] == "TaskNotFoundError", subscribe
+    assert run.ops(step) == ["get", "cancel", "subscribe"]
 
 
 def test_every_step_ran_and_the_script_exits_zero(run: Run) -> None:

@@ -398,6 +398,12 @@ async def test_unknown_task_is_task_not_found(sdk: Client) -> None:
         await sdk.cancel_task(CancelTaskRequest(id="no-such-task"))
 
 
+async def test_unknown_task_on_a_stream_is_task_not_found(sdk_stream: Client) -> None:
+    """v0.3 answers the error as the stream's one event, v1.0 as a plain response; the SDK reads both."""
+    with pytest.raises(TaskNotFoundError):
+        await collect(sdk_stream.subscribe(SubscribeToTaskRequest(id="no-such-task")))
+
+
 async def collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
     out = []
     async with asyncio.timeout(WAIT_S):

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.auth import db_state, key_of
-from tests.rpc import text_message
+from tests.rpc import sse_data, text_message
 from tests.test_rest import v03_message, v10_message
 
 V10 = {"A2A-Version": "1.0"}
@@ -106,9 +106,15 @@ PUSH_ATTEMPTS: dict[str, Attempt] = {
 
 
 def outcome(resp: httpx.Response, task_id: str) -> tuple[Any, ...]:
-    """What the caller learns: HTTP status, error code or reason, and the message with the id masked."""
-    assert "text/event-stream" not in resp.headers.get("content-type", ""), "a stream was opened"
-    body = resp.json()
+    """What the caller learns: HTTP status, error code or reason, and the message with the id masked.
+
+    A v0.3 streaming method answers its early error as an event stream of that one response, no more.
+    """
+    if "text/event-stream" in resp.headers.get("content-type", ""):
+        (body,) = sse_data(resp.text)
+        assert set(body) == {"jsonrpc", "id", "error"}, f"a stream was opened: {resp.text}"
+    else:
+        body = resp.json()
     err = body.get("error", body) if isinstance(body, dict) else body
     assert isinstance(err, dict) and "message" in err, body
     code = err.get("code")
@@ -234,15 +240,24 @@ async def test_two_principals_racing_on_one_new_context_both_succeed(alice_and_b
         assert listed["totalSize"] == 4
 
 
-async def test_a_message_id_is_per_principal(alice_and_bob):
-    """Idempotency is keyed by (owner, messageId): bob reusing alice's messageId gets a task of his own."""
+async def test_a_message_id_and_an_idempotency_key_are_per_principal(alice_and_bob):
+    """Retries are recognised per owner: bob sending alice's messageId under alice's Idempotency-Key gets a
+    task of his own (not hers, and not a "different body" refusal); alice's retry gets hers."""
     alice, bob = alice_and_bob
-    mid = uuid.uuid4().hex
-    a = await _send(alice, "say:a", messageId=mid)
-    b = await _send(bob, "say:b", messageId=mid)
+    mid, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+
+    async def send(c: httpx.AsyncClient, text: str) -> dict[str, Any]:
+        params = {"message": text_message(text, messageId=mid)}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
+        reply = (await c.post("/a2a/jsonrpc", json=body, headers=key)).json()
+        assert "result" in reply, reply
+        return reply["result"]
+
+    a = await send(alice, "say:a")
+    b = await send(bob, "say:b")
     assert a["id"] != b["id"]
     assert b["history"][0]["parts"][0]["text"] == "say:b"
-    assert (await _send(alice, "say:a", messageId=mid))["id"] == a["id"], "alice's repeat is still idempotent"
+    assert (await send(alice, "say:a"))["id"] == a["id"], "alice's retry under her key is her task"
 
 
 async def test_forwarded_cancel_carries_the_owner(cluster_factory):

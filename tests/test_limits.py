@@ -167,7 +167,7 @@ async def test_cors_for_configured_origins(limited):
             headers={
                 "Origin": ORIGIN,
                 "Access-Control-Request-Method": "POST",
-                "Access-Control-Request-Headers": "authorization, content-type, a2a-version",
+                "Access-Control-Request-Headers": "authorization, content-type, a2a-version, idempotency-key",
             },
         )
         assert pre.status_code == 200

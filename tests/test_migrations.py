@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, inspect
+from sqlalchemy import insert, inspect, text
 
+from app.protocol.model import utcnow
 from app.store.db import create_engine
 from app.store.models import ArtifactRow, Base, TaskRow
 from app.store.repo import Repository
@@ -99,5 +100,38 @@ async def test_scale_revision_backfills_counters_and_reads_old_chunks(backend, t
         stored = await repo.get_task("t1", owner="a")
         assert stored is not None
         assert [[p.text for p in a.parts] for a in stored.task.artifacts] == [["a", "b", "c"]]
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_downgrade_of_0006_keeps_history_and_one_row_per_reused_message_id(backend, tmp_path):
+    """0006 lets a messageId recur; going back keeps every task's history but the repeats (the older
+    schema's unique key), and never cascades a table copy into the history."""
+    url = await database_url(backend, tmp_path)
+    alembic(url, "upgrade", "0006_idem")
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO tasks (id, context_id, owner, state, status, transitions, last_seq,"
+                    " created_at, updated_at, status_at, retry_key) VALUES ('t', 'c', 'o', 'completed', '{}',"
+                    " '[]', 1, :now, :now, '2026-01-01T00:00:00.000Z', NULL)"
+                ),
+                {"now": utcnow()},
+            )
+            for mid in ("m", "m", "n"):
+                await conn.execute(
+                    text(
+                        "INSERT INTO messages (task_id, owner, message_id, role, body, created_at)"
+                        " VALUES ('t', 'o', :mid, 'user', '{}', :now)"
+                    ),
+                    {"mid": mid, "now": utcnow()},
+                )
+        alembic(url, "downgrade", "0005")
+        async with engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT message_id FROM messages ORDER BY id"))).scalars().all()
+        assert rows == ["m", "n"]
     finally:
         await engine.dispose()

@@ -39,10 +39,16 @@ def v03_message(text: str, **fields: Any) -> dict[str, Any]:
     return m
 
 
+def negotiated(request: httpx.Request) -> str:
+    """The media type a v1.0 REST answer must have: a2a+json when the request named it, else plain JSON."""
+    named = request.headers.get("content-type", "").startswith(A2A_JSON)
+    return A2A_JSON if named or A2A_JSON in request.headers.get("accept", "") else "application/json"
+
+
 def assert_status(resp: httpx.Response, http: int, status: str, reason: str) -> dict[str, Any]:
     """A v1.0 error: a google.rpc.Status with an ErrorInfo; returns the `error` object."""
     assert resp.status_code == http, resp.text
-    assert resp.headers["content-type"] == A2A_JSON
+    assert resp.headers["content-type"] == negotiated(resp.request)
     body = resp.json()
     assert set(body) == {"error"}
     err = body["error"]
@@ -142,7 +148,7 @@ async def test_v10_send(client, ctype):
     body = json.dumps({"message": v10_message("say:hi")})
     resp = await client.post(f"{REST}/message:send", content=body, headers={"Content-Type": ctype})
     assert resp.status_code == 200, resp.text
-    assert resp.headers["content-type"] == A2A_JSON
+    assert resp.headers["content-type"] == (A2A_JSON if ctype == A2A_JSON else "application/json")
     task = resp.json()["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["status"]["timestamp"].endswith("Z")
@@ -151,14 +157,35 @@ async def test_v10_send(client, ctype):
     assert '"kind"' not in resp.text
 
 
-async def test_v10_answers_plain_json_to_a_client_that_accepts_only_that(client):
-    resp = await client.post(
-        f"{REST}/message:send", json={"message": v10_message("say:x")}, headers={"Accept": "application/json"}
-    )
-    assert resp.status_code == 200
-    assert resp.headers["content-type"] == "application/json"
-    resp = await client.get(f"{REST}/tasks/missing", headers={"Accept": "application/json"})
-    assert resp.status_code == 404 and resp.headers["content-type"] == "application/json"
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (None, "application/json"),
+        ("*/*", "application/json"),
+        ("application/json", "application/json"),
+        (A2A_JSON, A2A_JSON),
+        (f"application/json;q=0.5, {A2A_JSON}", A2A_JSON),
+        (f"{A2A_JSON};q=0, application/json", "application/json"),
+    ],
+)
+async def test_v10_media_type_follows_accept(client, accept, expected):
+    """a2a+json only for a client that names it (spec 1.0 §11.1: SHOULD); answers and errors alike."""
+    headers = {"Accept": accept} if accept else {}
+    resp = await client.post(f"{REST}/message:send", json={"message": v10_message("say:x")}, headers=headers)
+    assert resp.status_code == 200 and resp.headers["content-type"] == expected
+    resp = await client.get(f"{REST}/tasks/missing", headers=headers)
+    assert resp.status_code == 404 and resp.headers["content-type"] == expected
+    assert resp.json()["error"]["status"] == "NOT_FOUND"
+
+
+async def test_v10_a_body_sent_as_a2a_json_gets_a2a_json_back(client):
+    body = json.dumps({"message": v10_message("say:x")}).encode()
+    headers = {"Content-Type": A2A_JSON, "Accept": "application/json, */*"}
+    resp = await client.post(f"{REST}/message:send", content=body, headers=headers)
+    assert resp.status_code == 200 and resp.headers["content-type"] == A2A_JSON
+    bad = json.dumps({"message": {"role": "ROLE_USER"}}).encode()
+    resp = await client.post(f"{REST}/message:send", content=bad, headers=headers)
+    assert resp.status_code == 400 and resp.headers["content-type"] == A2A_JSON
 
 
 async def test_v10_send_configuration(client):
@@ -220,7 +247,7 @@ async def test_v10_get(client):
     )
     assert answered.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     resp = await client.get(f"{REST}/tasks/{task['id']}")
-    assert resp.status_code == 200 and resp.headers["content-type"] == A2A_JSON
+    assert resp.status_code == 200 and resp.headers["content-type"] == "application/json"
     got = resp.json()
     assert got["id"] == task["id"] and len(got["history"]) == 3
     assert [t["state"] for t in got["metadata"]["stateTransitions"]][-1] == "TASK_STATE_COMPLETED"
@@ -246,7 +273,7 @@ async def test_v10_list(client):
     ).json()["task"]
 
     resp = await client.get(f"{REST}/tasks", params={"contextId": ctx, "pageSize": 2})
-    assert resp.status_code == 200 and resp.headers["content-type"] == A2A_JSON
+    assert resp.status_code == 200 and resp.headers["content-type"] == "application/json"
     page = resp.json()
     assert set(page) == {"tasks", "nextPageToken", "pageSize", "totalSize"}
     assert [t["id"] for t in page["tasks"]] == [waiting["id"], second["id"]], "newest status first"
@@ -296,7 +323,7 @@ async def test_v10_cancel(client):
     # The task of the path wins over an id in the body.
     resp = await client.post(f"{REST}/tasks/{task['id']}:cancel", json={"id": "other"})
     assert resp.status_code == 200, resp.text
-    assert resp.headers["content-type"] == A2A_JSON
+    assert resp.headers["content-type"] == "application/json"
     assert resp.json()["id"] == task["id"]
     assert resp.json()["status"]["state"] == "TASK_STATE_CANCELED"
     resp = await client.post(f"{REST}/tasks/{task['id']}:cancel")

@@ -46,6 +46,11 @@ def test_plain_postgres_url_gets_the_async_driver():
         ),
         ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
         ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+        ({"AGENT_SANDBOX": "docker"}, "AGENT_SANDBOX"),
+        ({"AGENT_SANDBOX": "none", "AGENT_NETWORK": "egress"}, "AGENT_NETWORK"),
+        ({"AGENT_EGRESS_ALLOW": "api.example.com,a*b.example.com"}, "AGENT_EGRESS_ALLOW"),
+        ({"AGENT_EGRESS_ALLOW": "api.example.com:99999"}, "AGENT_EGRESS_ALLOW"),
+        ({"AGENT_ENV": '["not", "an object"]'}, "AGENT_ENV"),
     ],
 )
 def test_bad_setting_is_one_clear_line(env, name, tmp_path):

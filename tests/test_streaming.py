@@ -6,9 +6,10 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from httpx_sse import aconnect_sse
 
-from tests.rpc import call, result, send, text_message
+from tests.rpc import result, send, sse_data, text_message
 
 
 async def collect(client, method: str, params: Any, rid: int = 1, headers: dict | None = None, until=None):
@@ -110,11 +111,32 @@ async def test_keepalive_comments_while_idle(client):
     assert comments >= 1
 
 
-async def test_stream_errors_before_first_event_are_plain_responses(client):
-    body = await call(client, "message/stream", {"message": {"messageId": "x"}})
-    assert body["error"]["code"] == -32602
-    body = await call(client, "tasks/resubscribe", {"id": "missing"})
-    assert body["error"]["code"] == -32001
+@pytest.mark.parametrize(
+    ("method", "params", "code"),
+    [
+        ("message/stream", {"message": {"messageId": "x"}}, -32602),
+        ("message/stream", "not an object", -32600),
+        ("tasks/resubscribe", {"id": "missing"}, -32001),
+        ("tasks/resubscribe", {}, -32602),
+    ],
+)
+async def test_v03_stream_errors_before_the_first_event_are_one_event(client, method, params, code):
+    """v0.3 §3.3.1: a streaming method answers text/event-stream; an early error is its one event, then
+    the stream ends."""
+    body = {"jsonrpc": "2.0", "id": "s1", "method": method, "params": params}
+    resp = await client.post("/a2a/jsonrpc", json=body, headers={"Accept": "text/event-stream"})
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    (event,) = sse_data(resp.text)
+    assert event["id"] == "s1" and event["error"]["code"] == code and "result" not in event
+
+
+async def test_v10_stream_errors_before_the_first_event_are_plain_responses(client):
+    """v1.0 answers them as a2a-python 1.x does: an ordinary JSON-RPC response."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "missing"}}
+    resp = await client.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.json()["error"]["code"] == -32001
 
 
 async def test_resubscribe_to_running_task_gets_the_rest(client):

@@ -1,4 +1,5 @@
-"""The group-commit writer on a real database: batches share a transaction, a duplicate fails alone."""
+"""The group-commit writer on a real database: batches share a transaction, a duplicate fails alone, and a
+task's retry key lasts while it runs."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def new_task_write(task_id: str, message_id: str) -> Write:
             "status_at": "2026-01-01T00:00:00.000Z",
             "lease_owner": None,
             "lease_expires_at": None,
+            "retry_key": f"retry-{message_id}",
         },
         messages=[
             {
@@ -68,26 +70,31 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
         outcomes = await asyncio.gather(*(writer.commit(w) for w in writes), return_exceptions=True)
         assert outcomes[:50] == [None] * 50
         assert isinstance(outcomes[50], ConflictError)
-        update = Write(
-            task_update={
-                "_id": "t3",
-                "state": "working",
-                "status": {"state": "working"},
-                "transitions": [],
-                "last_seq": 2,
-                "updated_at": utcnow(),
-                "status_at": "2026-01-01T00:00:01.000Z",
-                "lease_owner": "replica-a",
-                "lease_expires_at": utcnow(),
-            }
-        )
-        await writer.commit(update)
+        assert outcomes[50].duplicate_request, "a second running task of one message is a repeated request"
+        for task_id, state in (("t3", "working"), ("t4", "completed")):
+            update = Write(
+                task_update={
+                    "_id": task_id,
+                    "state": state,
+                    "status": {"state": state},
+                    "transitions": [],
+                    "last_seq": 2,
+                    "updated_at": utcnow(),
+                    "status_at": "2026-01-01T00:00:01.000Z",
+                    "lease_owner": "replica-a",
+                    "lease_expires_at": utcnow(),
+                }
+            )
+            await writer.commit(update)
         async with engine.connect() as conn:
             assert await conn.scalar(select(func.count()).select_from(TaskRow)) == 50
             assert await conn.scalar(select(func.count()).select_from(MessageRow)) == 50
             assert await conn.scalar(select(func.count()).select_from(EventRow)) == 50
             assert await conn.scalar(select(TaskRow.state).where(TaskRow.id == "t3")) == "working"
             assert await conn.scalar(select(TaskRow.id).where(TaskRow.id == "t-dup")) is None
+            assert await conn.scalar(select(TaskRow.retry_key).where(TaskRow.id == "t3")) == "retry-m3"
+            assert await conn.scalar(select(TaskRow.retry_key).where(TaskRow.id == "t4")) is None
+        await writer.commit(new_task_write("t-again", "m4"))  # the stopped task's message may start another
     finally:
         await writer.stop()
         await engine.dispose()

@@ -93,6 +93,8 @@ class AgentRequest:
     context_id: str
     message: Message
     history: list[Message] = field(default_factory=list)
+    principal: str = ""
+    """Who asked: CLI adapters keep each principal's workspaces, HOME and sessions apart."""
 
 
 class AgentRun(ABC):
@@ -136,7 +138,11 @@ class EventAgent(Agent):
     async def run(self, task: TaskContext) -> None:
         run = self.start(
             AgentRequest(
-                task_id=task.id, context_id=task.context_id, message=task.message, history=task.history
+                task_id=task.id,
+                context_id=task.context_id,
+                message=task.message,
+                history=task.history,
+                principal=task.principal,
             )
         )
         task.on_cancel(run.cancel)

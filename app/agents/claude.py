@@ -56,7 +56,7 @@ class ClaudeRun(CliRun):
     interruptible = True
 
     def __init__(self, request: AgentRequest, agent: ClaudeAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self._streamed: set[str] = set()
         self._tools: dict[str, str] = {}
         self._pending: dict[str, dict[str, Any]] = {}
@@ -76,6 +76,10 @@ class ClaudeRun(CliRun):
         if session := self.session_id():
             argv += ["--resume", session]
         return argv
+
+    def environment(self) -> dict[str, str]:
+        """In the jail, Claude Code may skip its permission prompts even as root (it refuses otherwise)."""
+        return {"IS_SANDBOX": "1"} if self.settings.agent_sandbox == "bwrap" else {}
 
     async def begin(self) -> None:
         assert self.proc is not None

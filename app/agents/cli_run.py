@@ -18,13 +18,14 @@ stops the process group on the way out. `cancel()` returns once the CLI and its 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
 import re
 import signal
 from abc import abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ from app.protocol.model import Message
 from app.settings import Settings, get_settings
 
 from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
+from .egress import EgressProxy, Policy, parse_allow
+from .jail import Jail, agent_env, principal_home, principal_root
+from .jail import check as jail_check
 from .process import CliProcess, IdleTimeout, reap_orphans
 
 log = logging.getLogger(__name__)
@@ -48,31 +52,32 @@ def _dir_name(context_id: str) -> str:
     return hashlib.sha256(context_id.encode()).hexdigest()[:32]
 
 
-def workspace(settings: Settings, context_id: str) -> Path:
-    """The folder a CLI works in: AGENT_REPO_PATH, or `<AGENT_WORKSPACE_ROOT>/<contextId>`."""
+def workspace(settings: Settings, principal: str, context_id: str) -> Path:
+    """The folder a CLI works in: AGENT_REPO_PATH (single-user), or
+    `<AGENT_WORKSPACE_ROOT>/<principal hash>/<contextId>`."""
     if settings.agent_repo_path:
         return Path(settings.agent_repo_path).resolve()
-    return (Path(settings.agent_workspace_root) / _dir_name(context_id)).resolve()
+    return principal_root(settings, principal) / _dir_name(context_id)
 
 
-def _session_file(settings: Settings, adapter: str, context_id: str) -> Path:
-    """Outside the workspace, so a user's repository never gets our bookkeeping files."""
-    root = Path(settings.agent_workspace_root).resolve() / ".sessions" / adapter
+def _session_file(settings: Settings, adapter: str, principal: str, context_id: str) -> Path:
+    """Outside the workspace (a user's repository never gets our bookkeeping files) and out of the jail."""
+    root = principal_root(settings, principal) / ".sessions" / adapter
     return root / f"{_dir_name(context_id)}.json"
 
 
-def load_session(settings: Settings, adapter: str, context_id: str) -> str | None:
-    """The CLI session id an earlier turn of this context left, to resume it."""
+def load_session(settings: Settings, adapter: str, principal: str, context_id: str) -> str | None:
+    """The CLI session id an earlier turn of this principal's context left, to resume it."""
     try:
-        data = json.loads(_session_file(settings, adapter, context_id).read_text())
+        data = json.loads(_session_file(settings, adapter, principal, context_id).read_text())
     except (OSError, ValueError):
         return None
     sid = data.get("sessionId") if isinstance(data, dict) else None
     return sid if isinstance(sid, str) and sid else None
 
 
-def save_session(settings: Settings, adapter: str, context_id: str, session_id: str) -> None:
-    path = _session_file(settings, adapter, context_id)
+def save_session(settings: Settings, adapter: str, principal: str, context_id: str, session_id: str) -> None:
+    path = _session_file(settings, adapter, principal, context_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"sessionId": session_id}))
@@ -126,11 +131,12 @@ class CliRun(AgentRun):
     interruptible = False
     """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
 
-    def __init__(self, request: AgentRequest, settings: Settings, adapter: str) -> None:
+    def __init__(self, request: AgentRequest, agent: CliAgent) -> None:
         super().__init__(request)
-        self.settings = settings
-        self.adapter = adapter
-        self.workspace = workspace(settings, request.context_id)
+        self.agent = agent
+        self.settings = agent.settings
+        self.adapter = agent.adapter
+        self.workspace = workspace(self.settings, request.principal, request.context_id)
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0
@@ -166,11 +172,12 @@ class CliRun(AgentRun):
     # ---- the run ---------------------------------------------------------------------------------
 
     def session_id(self) -> str | None:
-        return load_session(self.settings, self.adapter, self.request.context_id)
+        return load_session(self.settings, self.adapter, self.request.principal, self.request.context_id)
 
     def remember_session(self, session_id: str | None) -> None:
         if session_id:
-            save_session(self.settings, self.adapter, self.request.context_id, session_id)
+            r = self.request
+            save_session(self.settings, self.adapter, r.principal, r.context_id, session_id)
 
     async def answer(self, message: Message) -> None:
         self.waiting = False
@@ -184,7 +191,11 @@ class CliRun(AgentRun):
         if self.cancelled:
             return
         argv = self.command()
-        proc = CliProcess(argv, self.workspace, self.environment(), owner=self.settings.replica_id)
+        home = principal_home(self.settings, self.request.principal)
+        env = agent_env(self.settings, home, self.environment())
+        jail = await self.agent.ready_jail()
+        launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
+        proc = CliProcess(argv, self.workspace, env, owner=self.settings.replica_id, launcher=launcher)
         try:
             await proc.start()
         except OSError as exc:
@@ -272,20 +283,50 @@ class CliRun(AgentRun):
         await self.proc.stop(grace, hook)
 
 
+def _jailed(jail: Jail, workspace: Path, home: Path, argv: list[str], env: Mapping[str, str]) -> list[str]:
+    workspace.mkdir(parents=True, exist_ok=True)
+    return jail.wrap(argv, workspace, home, env)
+
+
 class CliAgent(EventAgent):
-    """An agent backed by a CLI; reads the settings once (the loader builds it with none)."""
+    """An agent backed by a CLI; reads the settings once (the loader builds it with none).
+
+    Construction fails (SettingError) when AGENT_SANDBOX=bwrap and bubblewrap cannot run here.
+    """
 
     adapter = "cli"
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.name = f"coding-agent-a2a ({self.adapter})"
+        jail_check(self.settings)
+        self.egress: EgressProxy | None = None
+        self.jail: Jail | None = None
+        self._jail_lock = asyncio.Lock()
 
     async def setup(self) -> None:
-        """Kill the CLIs a killed previous life of this replica left running: their tasks are ended as
-        lost by the runner, so nothing may go on working in their workspaces."""
+        """Start the jail's egress proxy, and kill the CLIs a killed previous life of this replica left
+        running: their tasks are ended as lost by the runner, so nothing may go on working in their
+        workspaces."""
+        await self.ready_jail()
         left = await asyncio.to_thread(reap_orphans, self.settings.replica_id)
         if left:
             log.warning(
                 "killed %d process(es) a previous run of replica %s left", left, self.settings.replica_id
             )
+
+    async def ready_jail(self) -> Jail | None:
+        """The jail runs are started in (None with AGENT_SANDBOX=none); its proxy is started on first use,
+        so a run never goes unjailed because `setup()` was not called."""
+        s = self.settings
+        async with self._jail_lock:
+            if s.agent_sandbox == "bwrap" and self.jail is None:
+                if s.agent_network_mode == "egress":
+                    self.egress = EgressProxy(Policy(parse_allow(s.agent_egress_allow)))
+                    await self.egress.start()
+                self.jail = Jail(s, self.egress.path if self.egress else None)
+        return self.jail
+
+    async def aclose(self) -> None:
+        if self.egress is not None:
+            await self.egress.aclose()

@@ -37,7 +37,7 @@ class CodexExecRun(CliRun):
     bin_setting = "CODEX_BIN"
 
     def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self.parser = ExecParser(model=self.settings.agent_model)
 
     def command(self) -> list[str]:
@@ -74,7 +74,7 @@ class CodexAppServerRun(CliRun):
     interruptible = True
 
     def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self.parser = AppServerParser()
         self._ids = itertools.count(1)
         self._calls: dict[int, str] = {}

@@ -49,7 +49,7 @@ class CursorRun(CliRun):
     bin_setting = "CURSOR_BIN"
 
     def __init__(self, request: AgentRequest, agent: CursorAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self._started = False
 
     def command(self) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
+from collections.abc import Mapping
 from typing import Any
 
 from app.protocol.model import Message
@@ -33,11 +33,11 @@ ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
 
 
-def auth_method() -> str | None:
-    """The ACP auth method the environment's credentials call for; None: the CLI's own login."""
-    if os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true"):
+def auth_method(env: Mapping[str, str]) -> str | None:
+    """The ACP auth method the CLI's credentials (its environment) call for; None: the CLI's own login."""
+    if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true"):
         return "vertex-ai"
-    if os.environ.get("GEMINI_API_KEY"):
+    if env.get("GEMINI_API_KEY"):
         return "gemini-api-key"
     return None
 
@@ -58,7 +58,7 @@ class GeminiHeadlessRun(CliRun):
     bin_setting = "GEMINI_BIN"
 
     def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self.parser = StreamJsonParser()
 
     def command(self) -> list[str]:
@@ -95,7 +95,7 @@ class GeminiAcpRun(CliRun):
     interruptible = True
 
     def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
         self.parser = AcpParser()
         self._ids = itertools.count(1)
         self._calls: dict[int, str] = {}
@@ -142,7 +142,7 @@ class GeminiAcpRun(CliRun):
         result = obj.get("result") if isinstance(obj.get("result"), dict) else {}
         if method == "initialize":
             methods = {m.get("id") for m in result.get("authMethods") or () if isinstance(m, dict)}
-            if (auth := auth_method()) in methods:
+            if (auth := auth_method(self.proc.env if self.proc else {})) in methods:
                 await self._call("authenticate", {"methodId": auth})
             else:
                 await self._open_session()

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from app.settings import SettingError
+
 from .claude import ClaudeAgent
 from .codex import CodexAgent
 from .cursor import CursorAgent
@@ -75,6 +77,8 @@ def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
 def _create(spec: str, factory: Any, options: dict[str, Any]) -> Agent:
     try:
         agent = factory(**options)
+    except SettingError:
+        raise
     except Exception as exc:
         message = f"creating the agent {spec!r} failed: {type(exc).__name__}: {exc}"
         raise AdapterError(message, options=bool(options)) from None

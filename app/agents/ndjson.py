@@ -61,7 +61,7 @@ class NdjsonRun(CliRun):
     bin_setting = "AGENT_COMMAND"
 
     def __init__(self, request: AgentRequest, agent: NdjsonAgent) -> None:
-        super().__init__(request, agent.settings, agent.adapter)
+        super().__init__(request, agent)
 
     def command(self) -> list[str]:
         return shlex.split(self.settings.agent_command or "")

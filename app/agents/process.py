@@ -2,7 +2,7 @@
 
 `CliProcess` is the low-level part every CLI adapter shares:
 
-    proc = CliProcess(["claude", "-p", ...], cwd=workspace, env={"IS_SANDBOX": "1"})
+    proc = CliProcess(["claude", "-p", ...], cwd=workspace, env=env, launcher=jail)  # env: all it gets
     await proc.start()                  # own session and process group (start_new_session=True)
     await proc.send({"type": "user", ...})   # one JSON line on stdin; stdin stays open until close_stdin()
     async for obj in proc.messages(idle_timeout_s=900):   # each JSON object printed on stdout
@@ -111,12 +111,15 @@ class CliProcess:
         env: Mapping[str, str] | None = None,
         stderr_tail: int = STDERR_TAIL,
         owner: str | None = None,
+        launcher: Callable[[list[str], Mapping[str, str]], list[str]] | None = None,
     ) -> None:
-        """`env` is added to (and overrides) the server's own environment; `owner` names the replica."""
+        """`env` is the CLI's whole environment (nothing of the server's is added); `owner` names the
+        replica; `launcher` turns argv into the command actually started (the jail around it)."""
         self.argv = list(argv)
         self.cwd = cwd
         self.run_id = uuid.uuid4().hex
-        self.env = {**os.environ, **(env or {}), RUN_ENV: self.run_id}
+        self.launcher = launcher
+        self.env = {**(env or {}), RUN_ENV: self.run_id}
         if owner:
             self.env[OWNER_ENV] = owner
         self._proc: asyncio.subprocess.Process | None = None
@@ -138,8 +141,9 @@ class CliProcess:
     async def start(self) -> None:
         """Spawn the CLI. Raises FileNotFoundError/PermissionError when the binary cannot run."""
         self.cwd.mkdir(parents=True, exist_ok=True)
+        command = self.launcher(self.argv, self.env) if self.launcher else self.argv
         self._proc = await asyncio.create_subprocess_exec(
-            *self.argv,
+            *command,
             cwd=self.cwd,
             env=self.env,
             stdin=asyncio.subprocess.PIPE,

@@ -15,6 +15,9 @@ from app.tasks.service import Snapshot
 from .deps import Components, components, owner_of
 
 SUPPORTED_MAJORS = {"0": "0.3", "1": "1.0"}
+# Event sequence numbers are INTEGER columns: 32-bit signed on PostgreSQL.
+MAX_SEQ = 2**31 - 1
+MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 
 
 @dataclass(slots=True)
@@ -26,6 +29,8 @@ class Call:
     owner: str
     version: str
     extensions: list[str] = field(default_factory=list)
+    idempotency_key: str | None = None
+    """The `Idempotency-Key` header; sends use it (the task service checks and keeps it)."""
 
     @classmethod
     def of(cls, request: Request) -> Call:
@@ -35,6 +40,7 @@ class Call:
             owner=owner_of(request),
             version=requested_version(request),
             extensions=requested_extensions(request),
+            idempotency_key=request.headers.get("idempotency-key"),
         )
 
 
@@ -92,14 +98,26 @@ def check_parts(message: Message, accepted: tuple[str, ...]) -> None:
 
 
 def last_event_id(request: Request, params: Any) -> int | None:
-    """This server's resume cursor: `Last-Event-ID`, or `metadata.lastEventId` in the params."""
+    """This server's resume cursor: `Last-Event-ID`, or `metadata.lastEventId` in the params.
+
+    A sequence number is a non-negative integer within the database's INTEGER; anything else (a float,
+    a boolean, 400 digits, a negative number) is refused here, before the stream starts.
+    """
     raw = request.headers.get("last-event-id")
     if raw is None and isinstance(params, dict) and isinstance(params.get("metadata"), dict):
         raw = params["metadata"].get("lastEventId")
     if raw is None:
         return None
-    try:
+    value: int | None = None
+    if isinstance(raw, str) and raw.strip().isdecimal() and len(raw.strip()) <= MAX_SEQ_DIGITS:
         value = int(raw)
-    except (TypeError, ValueError):
-        raise InvalidParamsError("Last-Event-ID must be an event sequence number") from None
-    return max(value, 0)
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, float) and raw.is_integer() and 0 <= raw <= MAX_SEQ:
+        value = int(raw)
+    if value is None or not 0 <= value <= MAX_SEQ:
+        raise InvalidParamsError(
+            f"Last-Event-ID must be an event sequence number: an integer from 0 to {MAX_SEQ}",
+            {"lastEventId": str(raw)[:40]},
+        )
+    return value

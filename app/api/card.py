@@ -2,8 +2,12 @@
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
 works: streaming, push notifications and state-transition history yes, the authenticated extended card
-when one is configured (and authentication is on), and the security schemes in force. One document
-serves both versions: v1.0 clients read `supportedInterfaces`, v0.3 clients `url` and friends.
+when one is configured (and authentication is on), and the security schemes in force.
+
+It comes in two variants. The hybrid one serves both versions in one document: v1.0 clients read
+`supportedInterfaces`, v0.3 clients `url` and friends. The 1.0 one has only the v1.0 AgentCard's fields,
+for checkers that refuse unknown ones. A request with `A2A-Version: 1.x` gets the 1.0 card, `0.x` the
+hybrid, none the one `CARD_COMPAT` names (`Vary: A2A-Version`; each variant has its own ETag).
 """
 
 from __future__ import annotations
@@ -42,12 +46,85 @@ def _server_version() -> str:
         return "0.0.0"
 
 
+# The v1.0 AgentCard's fields ([P1.0]); the 1.0 variant keeps only these.
+V10_CARD_FIELDS = (
+    "name",
+    "description",
+    "supportedInterfaces",
+    "provider",
+    "version",
+    "documentationUrl",
+    "capabilities",
+    "securitySchemes",
+    "securityRequirements",
+    "defaultInputModes",
+    "defaultOutputModes",
+    "skills",
+    "signatures",
+    "iconUrl",
+)
+V10_CAPABILITY_FIELDS = ("streaming", "pushNotifications", "extensions", "extendedAgentCard")
+V10_SKILL_FIELDS = (
+    "id",
+    "name",
+    "description",
+    "tags",
+    "examples",
+    "inputModes",
+    "outputModes",
+    "securityRequirements",
+)
+V10_SCHEME_WRAPPERS = (
+    "apiKeySecurityScheme",
+    "httpAuthSecurityScheme",
+    "oauth2SecurityScheme",
+    "openIdConnectSecurityScheme",
+    "mtlsSecurityScheme",
+)
+
+
 @dataclass(slots=True, frozen=True)
-class Card:
+class Variant:
     body: bytes
     etag: str
+
+    @classmethod
+    def of(cls, card: dict[str, Any]) -> Variant:
+        body = orjson.dumps(card)
+        return cls(body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+
+
+@dataclass(slots=True, frozen=True)
+class Card:
+    hybrid: Variant
+    v10: Variant
+    default_v10: bool
+    """CARD_COMPAT=1.0: the 1.0 variant for requests that name no version."""
     last_modified: str
     max_age: int
+
+    def for_request(self, request: Request) -> Variant:
+        """The variant the request's `A2A-Version` (header or query parameter) asks for."""
+        raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+        major = raw.split(".")[0]
+        if major == "1":
+            return self.v10
+        if major == "0":
+            return self.hybrid
+        return self.v10 if self.default_v10 else self.hybrid
+
+
+def v10_only(card: dict[str, Any]) -> dict[str, Any]:
+    """The card without the v0.3 fields the hybrid carries: what a v1.0 schema check accepts."""
+    out = {k: card[k] for k in V10_CARD_FIELDS if k in card}
+    out["capabilities"] = {k: v for k, v in card["capabilities"].items() if k in V10_CAPABILITY_FIELDS}
+    out["skills"] = [{k: v for k, v in s.items() if k in V10_SKILL_FIELDS} for s in card["skills"]]
+    if "securitySchemes" in out:
+        out["securitySchemes"] = {
+            name: {k: v for k, v in scheme.items() if k in V10_SCHEME_WRAPPERS}
+            for name, scheme in card["securitySchemes"].items()
+        }
+    return out
 
 
 def extended_skills(settings: Settings) -> list[dict[str, Any]] | None:
@@ -135,10 +212,10 @@ def build_card(
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(settings),
     }
-    body = orjson.dumps(card)
     return Card(
-        body=body,
-        etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
+        hybrid=Variant.of(card),
+        v10=Variant.of(v10_only(card)),
+        default_v10=settings.card_compat == "1.0",
         last_modified=format_datetime(built_at, usegmt=True),
         max_age=settings.card_max_age_s,
     )
@@ -149,18 +226,27 @@ def _matches(if_none_match: str, etag: str) -> bool:
     return "*" in tags or any(t.removeprefix("W/") == etag for t in tags)
 
 
-async def get_card(request: Request) -> Response:
-    card: Card = components(request).card
+def card_response(
+    request: Request, card: Card, media_type: str = "application/json", public: bool = True
+) -> Response:
+    """The variant the request asks for, conditional on `If-None-Match`; caches key it on A2A-Version."""
+    variant = card.for_request(request)
     headers = {
-        **CORS,
-        "ETag": card.etag,
+        "ETag": variant.etag,
+        "Vary": "A2A-Version",
         "Last-Modified": card.last_modified,
-        "Cache-Control": f"public, max-age={card.max_age}",
+        "Cache-Control": f"{'public' if public else 'private'}, max-age={card.max_age}",
     }
     inm = request.headers.get("if-none-match")
-    if inm is not None and _matches(inm, card.etag):
+    if inm is not None and _matches(inm, variant.etag):
         return Response(status_code=304, headers=headers)
-    return Response(card.body, media_type="application/json", headers=headers)
+    return Response(variant.body, media_type=media_type, headers=headers)
+
+
+async def get_card(request: Request) -> Response:
+    response = card_response(request, components(request).card)
+    response.headers.update(CORS)
+    return response
 
 
 async def card_preflight(request: Request) -> Response:

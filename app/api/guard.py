@@ -9,6 +9,7 @@ aliases, a `google.rpc.Status` everywhere else.
 from __future__ import annotations
 
 import logging
+from urllib.parse import unquote_to_bytes
 
 import orjson
 from fastapi import Request, Response
@@ -24,6 +25,7 @@ from .jsonrpc import _error as jsonrpc_error
 from .limits import http_headers
 from .rest import rest_error
 from .rest_v10 import status_error
+from .sanity import NUL, nul_error
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ CORS_HEADERS = [
     "A2A-Extensions",
     "X-A2A-Extensions",
     "Last-Event-ID",
+    "Idempotency-Key",
 ]
 
 
@@ -62,7 +65,8 @@ def error_response(scope: Scope, err: A2AError) -> Response:
 
 
 class Guard:
-    """Body size, then the caller's credential; the principal goes into the scope for `owner_of`."""
+    """A NUL in the path or query, body size, then the caller's credential; the principal goes into the
+    scope for `owner_of`."""
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator, max_body_bytes: int) -> None:
         self.app = app
@@ -72,6 +76,9 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
+            return
+        if NUL in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+            await self._refuse(scope, receive, send, nul_error())
             return
         headers = Headers(scope=scope)
         length = headers.get("content-length")

@@ -1,7 +1,12 @@
-"""Liveness (`/healthz`) and readiness (`/readyz`: database at the newest migration, bus reachable)."""
+"""Liveness (`/healthz`) and readiness (`/readyz`: database at the newest migration, bus reachable).
+
+`/healthz` never touches the database, so a replica stays alive (not restarted) through a database
+outage, while `/readyz` answers 503 within `READY_TIMEOUT_S` so a load balancer stops sending it calls.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from functools import lru_cache
 from pathlib import Path
 
@@ -10,6 +15,8 @@ from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+
+from .faults import requests_outage
 
 router = APIRouter()
 
@@ -40,18 +47,24 @@ async def healthz(request: Request) -> JSONResponse:
     )
 
 
+READY_TIMEOUT_S = 3.0
+"""Longest a readiness check waits for the database or Redis."""
+
+
 @router.get("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> JSONResponse:
     try:
-        async with request.app.state.engine.connect() as conn:
+        async with asyncio.timeout(READY_TIMEOUT_S), request.app.state.engine.connect() as conn:
             current = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
     except Exception as exc:
         return _unready(f"database not reachable or not migrated: {type(exc).__name__}")
+    requests_outage.ok()
     head = head_revision()
     if current != head:
         return _unready(f"database at migration {current}, this code needs {head}: run the migrations")
     try:
-        await request.app.state.bus.ping()
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await request.app.state.bus.ping()
     except Exception as exc:
         return _unready(f"redis not reachable: {type(exc).__name__}")
     return JSONResponse({"status": "ok"})

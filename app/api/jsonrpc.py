@@ -3,7 +3,8 @@
 Method names pick the version: `message/send`-style names are v0.3, PascalCase names are v1.0 and need
 `A2A-Version: 1.x`. Errors ride in HTTP 200 with the spec's codes (v1.0 errors carry a google.rpc.ErrorInfo
 in `data`); the response id always equals the request's. Streaming methods validate and store before the
-first byte, so their errors come back as ordinary responses.
+first byte; an error found then is an ordinary response for v1.0 (as a2a-python answers it) and, as
+v0.3 §3.3.1 wants, an event stream of that one response for v0.3.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol.errors import (
     A2AError,
-    InternalError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
@@ -26,8 +26,10 @@ from app.protocol.errors import (
 
 from . import ops_v03, ops_v10
 from .calls import Call
+from .faults import unexpected
 from .limits import http_headers, open_stream
-from .sse import sse_response
+from .sanity import check_json
+from .sse import sse_once, sse_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -74,7 +76,10 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
     elif rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
         return _error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
     method = item.get("method")
-    v10 = method in ops_v10.METHODS or method in ops_v10.STREAMING or header_v10
+    # Only a string can name a method: anything else (a list, an object) is never looked up.
+    v10 = header_v10 or (
+        isinstance(method, str) and (method in ops_v10.METHODS or method in ops_v10.STREAMING)
+    )
     if item.get("jsonrpc") != "2.0":
         return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
     if not isinstance(method, str) or not method:
@@ -113,9 +118,11 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             # A limit is an HTTP matter too: 429 (with Retry-After) tells any client or proxy to back off.
             request.scope[LIMITED_KEY] = err
         return None if notification else _error(rid, err, v10)
-    except Exception:
-        log.exception("internal error in %s", method)
-        return None if notification else _error(rid, InternalError(), v10)
+    except Exception as exc:
+        err = unexpected(exc, str(method))
+        if err.http_status == 503 and not batched:
+            request.scope[LIMITED_KEY] = err
+        return None if notification else _error(rid, err, v10)
     return None if notification else {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
@@ -131,6 +138,10 @@ async def handle(request: Request) -> Response:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
         return _json(_error(None, JSONParseError(), header_v10))
+    try:
+        check_json(payload)
+    except InvalidRequestError as err:
+        return _json(_error(None, err, header_v10))
     if isinstance(payload, list):
         if not payload:
             return _json(_error(None, InvalidRequestError("A batch must not be empty"), header_v10))
@@ -143,10 +154,14 @@ async def handle(request: Request) -> Response:
     if isinstance(result, Response):
         return result
     limited = request.scope.get(LIMITED_KEY)
+    method = payload.get("method") if isinstance(payload, dict) else None
+    if limited is None and isinstance(method, str) and method in ops_v03.STREAMING:
+        # v0.3 §3.3.1: a streaming method answers an event stream, even when all it has is an error.
+        return sse_once(result)
     if limited is not None:
         return Response(
             orjson.dumps(result),
-            status_code=429,
+            status_code=limited.http_status,
             media_type="application/json",
             headers=http_headers(limited),
         )

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from app.limits import MemoryStreamSlots, MemoryTaskRate, Slot, StreamSlots, TaskRate
 from app.limits.redis import RedisStreamSlots, RedisTaskRate
-from app.protocol.errors import A2AError, InvalidParamsError, RateLimitedError
+from app.protocol.errors import A2AError, DatabaseUnavailableError, InvalidParamsError, RateLimitedError
 from app.protocol.model import Message
 from app.settings import Settings
 
@@ -21,8 +21,10 @@ from .calls import Call, Item, Stream, accept_message
 
 
 def http_headers(err: A2AError) -> dict[str, str]:
-    """Headers an error adds to its HTTP response: `Retry-After` for a rate limit."""
-    if isinstance(err, RateLimitedError) and isinstance(err.data, dict) and "retryAfter" in err.data:
+    """Headers an error adds to its HTTP response: `Retry-After` for a rate limit or an unavailable
+    database."""
+    retryable = isinstance(err, RateLimitedError | DatabaseUnavailableError)
+    if retryable and isinstance(err.data, dict) and "retryAfter" in err.data:
         return {"Retry-After": str(err.data["retryAfter"])}
     return {}
 

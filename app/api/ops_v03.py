@@ -31,7 +31,9 @@ def _task_encoder(history_length: int | None = None):
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
-    result = await call.c.service.send(call.owner, await admit(message, call), config, webhook)
+    result = await call.c.service.send(
+        call.owner, await admit(message, call), config, webhook, call.idempotency_key
+    )
     if isinstance(result, Message):
         return v03.encode_message(result)
     return v03.encode_task(result, config.history_length)
@@ -40,7 +42,9 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
-    items = await call.c.service.stream(call.owner, await admit(message, call), webhook)
+    items = await call.c.service.stream(
+        call.owner, await admit(message, call), webhook, config, call.idempotency_key
+    )
     return items, _task_encoder(config.history_length)
 
 
@@ -88,10 +92,11 @@ async def delete_push(params: Any, call: Call) -> Any:
 
 
 async def extended_card(params: Any, call: Call) -> Any:
-    """The authenticated extended card; the guard has already authenticated the caller."""
+    """The authenticated extended card, hybrid (a v0.3 client reads its v0.3 fields); the guard has
+    already authenticated the caller."""
     if call.c.extended_card is None:
         raise ExtendedAgentCardNotConfiguredError()
-    return orjson.loads(call.c.extended_card.body)
+    return orjson.loads(call.c.extended_card.hybrid.body)
 
 
 METHODS: dict[str, Handler] = {

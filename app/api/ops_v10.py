@@ -16,6 +16,7 @@ from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .card import Card
 from .limits import admit
 
 INLINE = "configuration.taskPushNotificationConfig"
@@ -35,7 +36,9 @@ def _stream_encoder(history_length: int | None = None):
 async def send(params: Any, call: Call) -> Any:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    result = await call.c.service.send(call.owner, await admit(message, call), config, webhook)
+    result = await call.c.service.send(
+        call.owner, await admit(message, call), config, webhook, call.idempotency_key
+    )
     if isinstance(result, Message):
         return {"message": v10.encode_message(result)}
     return {"task": v10.encode_task(result, config.history_length)}
@@ -44,7 +47,9 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    items = await call.c.service.stream(call.owner, await admit(message, call), webhook)
+    items = await call.c.service.stream(
+        call.owner, await admit(message, call), webhook, config, call.idempotency_key
+    )
     return items, _stream_encoder(config.history_length)
 
 
@@ -81,13 +86,14 @@ async def cancel(params: Any, call: Call) -> Any:
 async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
     task_id = v10.decode_id(params)
+    after = last_event_id(call.request, params)
     state = (await call.c.service.head(call.owner, task_id)).state
     if state.terminal:
         raise UnsupportedOperationError(
             f"Task {task_id} is {v10.STATE_NAMES[state]}; there is nothing left to subscribe to",
             {"taskId": task_id},
         )
-    items = await call.c.service.resubscribe(call.owner, task_id, last_event_id(call.request, params))
+    items = await call.c.service.resubscribe(call.owner, task_id, after)
     return items, _stream_encoder()
 
 
@@ -117,13 +123,19 @@ async def delete_push(params: Any, call: Call) -> Any:
     return None
 
 
-async def extended_card(params: Any, call: Call) -> Any:
+def extended(call: Call) -> Card:
     """The authenticated extended card; the guard has already authenticated the caller."""
     if call.c.extended_card is None:
         raise UnsupportedOperationError(
             "This agent declares no extended agent card (capabilities.extendedAgentCard)"
         )
-    return orjson.loads(call.c.extended_card.body)
+    return call.c.extended_card
+
+
+async def extended_card(params: Any, call: Call) -> Any:
+    """`GetExtendedAgentCard`: the variant the call's A2A-Version asks for (1.0 on JSON-RPC, which needs
+    `A2A-Version: 1.x`)."""
+    return orjson.loads(extended(call).for_request(call.request).body)
 
 
 METHODS: dict[str, Handler] = {

@@ -26,15 +26,17 @@ from fastapi import APIRouter, Request, Response
 from app.protocol import errors, pushconfig, v03, v10
 from app.protocol.errors import (
     A2AError,
-    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
 )
 from app.protocol.model import TaskState
+from app.protocol.validation import snake
 
 from .deps import components, owner_of
+from .faults import unexpected
 from .limits import http_headers
+from .sanity import check_json
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -94,6 +96,7 @@ async def read_json_body(request: Request) -> dict[str, Any] | None:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise JSONParseError("The request body is not valid JSON") from None
+    check_json(body)
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object")
     return body
@@ -119,6 +122,8 @@ async def get_task(task_id: str, request: Request) -> Response:
         task = await components(request).service.get(owner_of(request), task_id, history_length)
     except A2AError as err:
         return rest_error(err)
+    except Exception as exc:
+        return rest_error(unexpected(exc, f"GET {request.url.path}"))
     return _json(v03.encode_task(task, history_length))
 
 
@@ -133,9 +138,16 @@ LIST_QUERY = (
 )
 
 
+def query_fields(request: Request, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named request fields from the query string, under their JSON (camelCase) or proto (snake_case)
+    names; the decoder reconciles the two and refuses both spellings with different values."""
+    q = request.query_params
+    return {k: q[k] for name in names for k in (name, snake(name)) if k in q}
+
+
 def list_query(request: Request) -> dict[str, Any]:
-    """ListTasks parameters from the query string (camelCase names; an enum by name or number)."""
-    params: dict[str, Any] = {k: request.query_params[k] for k in LIST_QUERY if k in request.query_params}
+    """ListTasks parameters from the query string (either field spelling; an enum by name or number)."""
+    params = query_fields(request, LIST_QUERY)
     status = params.get("status")
     if isinstance(status, str) and status.isdigit():
         params["status"] = int(status)
@@ -162,9 +174,8 @@ async def list_tasks(request: Request) -> Response:
         )
     except A2AError as err:
         return rest_error(err)
-    except Exception:
-        log.exception("internal error in GET /a2a/tasks")
-        return rest_error(InternalError())
+    except Exception as exc:
+        return rest_error(unexpected(exc, "GET /a2a/tasks"))
     tasks = []
     for task in page.tasks:
         encoded = v03.encode_task(task, q.history_length)
@@ -189,9 +200,8 @@ async def push_config(request: Request) -> Response:
         configs, _ = await service.list_push_configs(owner, task_id)
     except A2AError as err:
         return rest_error(err)
-    except Exception:
-        log.exception("internal error in %s %s", request.method, request.url.path)
-        return rest_error(InternalError())
+    except Exception as exc:
+        return rest_error(unexpected(exc, f"{request.method} {request.url.path}"))
     return _json([pushconfig.encode_v03(c) for c in configs])
 
 

@@ -55,6 +55,7 @@ from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
 from .calls import Call, Item, Stream, last_event_id
+from .faults import unexpected
 from .limits import admit, open_stream
 from .rest import read_json_body, rest_error
 from .sse import sse_response
@@ -126,7 +127,9 @@ def _inline(push: dict[str, Any] | None) -> Any:
 async def send(request: Request, call: Call) -> Any:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    result = await call.c.service.send(call.owner, await admit(message, call), config, webhook)
+    result = await call.c.service.send(
+        call.owner, await admit(message, call), config, webhook, call.idempotency_key
+    )
     if isinstance(result, Message):
         return {"message": v03rest.encode_message(result)}
     return {"task": v03rest.encode_task(result, config.history_length)}
@@ -135,7 +138,9 @@ async def send(request: Request, call: Call) -> Any:
 async def stream(request: Request, call: Call) -> Stream:
     message, config, push = v03rest.decode_send(await read_json_body(request))
     webhook = _inline(push)
-    items = await call.c.service.stream(call.owner, await admit(message, call), webhook)
+    items = await call.c.service.stream(
+        call.owner, await admit(message, call), webhook, config, call.idempotency_key
+    )
     return items, _task_encoder(config.history_length)
 
 
@@ -209,7 +214,7 @@ async def list_tasks(request: Request, call: Call) -> Any:
 
 async def card(request: Request, call: Call) -> Any:
     """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
-    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).body))
+    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
 
 
 # ---- endpoints ------------------------------------------------------------------------------------
@@ -224,9 +229,8 @@ def unary(op: Op) -> Callable[[Request], Awaitable[Response]]:
             result = await op(request, v03_call(request))
         except A2AError as err:
             return v03_error(err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return v03_error(InternalError())
+        except Exception as exc:
+            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
         return Response(orjson.dumps(result), media_type="application/json")
 
     return endpoint
@@ -239,9 +243,8 @@ def streaming(op: StreamOp) -> Callable[[Request], Awaitable[Response]]:
             items, encode = await open_stream(call, lambda: op(request, call))
         except A2AError as err:
             return v03_error(err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return v03_error(InternalError())
+        except Exception as exc:
+            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
         return sse_response(items, encode, call.c.settings.sse_keepalive_s)
 
     return endpoint

@@ -16,11 +16,12 @@
 (1) Query: `contextId`, `status` (`TASK_STATE_*` or its number), `pageSize`, `pageToken`, `historyLength`,
 `statusTimestampAfter` (ISO 8601), `includeArtifacts` (`true`/`false`).
 
-The request message is built from the path, the query string (camelCase names) and the JSON body, then the
-v1.0 operation handlers (`ops_v10`) run it, exactly as for JSON-RPC. These routes speak v1.0 whatever the
-request says, so `A2A-Version` may be left out; an explicit version other than 1.x is refused (-32009).
-Bodies are read as `application/a2a+json` or `application/json`; answers are `application/a2a+json` (or
-`application/json` for a client that accepts only that). Streams carry the bare `StreamResponse` in each
+The request message is built from the path, the query string and the JSON body (each field under its JSON
+or its proto name, as ProtoJSON parsers read them), then the v1.0 operation handlers (`ops_v10`) run it,
+exactly as for JSON-RPC. These routes speak v1.0 whatever the request says, so `A2A-Version` may be left
+out; an explicit version other than 1.x is refused (-32009). Bodies are read as `application/a2a+json` or
+`application/json`; answers (errors too) are `application/a2a+json` when the request names it in `Accept`
+or was sent as it, `application/json` otherwise. Streams carry the bare `StreamResponse` in each
 `data:`. Errors are `google.rpc.Status` bodies with the v1.0.1 HTTP status and a `google.rpc.ErrorInfo`
 in `details`. The tenant `v1` is taken by the v0.3 binding (`rest_v03`), which is registered first.
 """
@@ -37,6 +38,7 @@ from fastapi import APIRouter, Request, Response
 from app.protocol.errors import (
     A2AError,
     ContentTypeNotSupportedError,
+    DatabaseUnavailableError,
     InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
@@ -54,9 +56,11 @@ from app.protocol.errors import (
 
 from . import ops_v10
 from .calls import Call, Handler, StreamHandler
+from .card import card_response
+from .faults import unexpected
 from .jsonrpc import error_info
 from .limits import http_headers, open_stream
-from .rest import list_query, read_json_body
+from .rest import list_query, media_type, query_fields, read_json_body
 from .sse import sse_response
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,7 @@ _GRPC_STATUS: dict[type[A2AError], str] = {
     RateLimitedError: "RESOURCE_EXHAUSTED",
     TooManyStreamsError: "RESOURCE_EXHAUSTED",
     PayloadTooLargeError: "INVALID_ARGUMENT",
+    DatabaseUnavailableError: "UNAVAILABLE",
 }
 
 
@@ -94,11 +99,24 @@ def grpc_status(err: A2AError) -> str:
 
 
 def _media(request: Request) -> str:
-    """`application/a2a+json`, unless the client accepts only plain `application/json`."""
-    accept = request.headers.get("accept", "").lower()
-    if "application/json" in accept and "a2a+json" not in accept and "*/*" not in accept:
-        return "application/json"
-    return A2A_JSON
+    """`application/a2a+json` for a client that names it in `Accept` or sent its body as it; plain
+    `application/json` for every other, which is what generic clients and tools expect (§11.1: SHOULD)."""
+    if media_type(request.headers.get("content-type")) == A2A_JSON:
+        return A2A_JSON
+    for item in request.headers.get("accept", "").split(","):
+        kind, *params = item.split(";")
+        if kind.strip().lower() == A2A_JSON and not any(_q_zero(p) for p in params):
+            return A2A_JSON
+    return "application/json"
+
+
+def _q_zero(param: str) -> bool:
+    """Whether an Accept parameter is `q=0`, which refuses the type it follows."""
+    key, _, value = param.partition("=")
+    try:
+        return key.strip().lower() == "q" and float(value) == 0
+    except ValueError:
+        return False
 
 
 def status_error(request: Request, err: A2AError) -> Response:
@@ -152,9 +170,8 @@ async def _body_with_id(request: Request) -> dict[str, Any]:
 
 
 async def _get_params(request: Request) -> dict[str, Any]:
-    params: dict[str, Any] = {"id": request.path_params["id"]}
-    if "historyLength" in request.query_params:
-        params["historyLength"] = request.query_params["historyLength"]
+    params = query_fields(request, ("historyLength",))
+    params["id"] = request.path_params["id"]
     return _with_tenant(request, params)
 
 
@@ -165,17 +182,16 @@ async def _list_params(request: Request) -> dict[str, Any]:
 async def _push_create_params(request: Request) -> dict[str, Any]:
     """The flat config from the body, for the task of the path."""
     params = await _body(request)
+    params.pop("task_id", None)
     params["taskId"] = request.path_params["id"]
     return params
 
 
 async def _push_ref_params(request: Request) -> dict[str, Any]:
-    params: dict[str, Any] = {"taskId": request.path_params["id"]}
+    params = query_fields(request, ("pageSize", "pageToken"))
+    params["taskId"] = request.path_params["id"]
     if "config_id" in request.path_params:
         params["id"] = request.path_params["config_id"]
-    for key in ("pageSize", "pageToken"):
-        if key in request.query_params:
-            params[key] = request.query_params[key]
     return _with_tenant(request, params)
 
 
@@ -184,8 +200,13 @@ async def _delete_push(params: Any, call: Call) -> Any:
     return {}
 
 
-async def _no_params(request: Request) -> dict[str, Any]:
-    return _with_tenant(request, {})
+async def _extended_card(request: Request) -> Response:
+    """GetExtendedAgentCard: the card variant for the request's A2A-Version, with its ETag (private)."""
+    try:
+        card = ops_v10.extended(v10_call(request))
+    except A2AError as err:
+        return status_error(request, err)
+    return card_response(request, card, _media(request), public=False)
 
 
 def unary(handler: Handler, params: Params) -> Callable[[Request], Awaitable[Response]]:
@@ -195,9 +216,8 @@ def unary(handler: Handler, params: Params) -> Callable[[Request], Awaitable[Res
             result = await handler(await params(request), call)
         except A2AError as err:
             return status_error(request, err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return status_error(request, InternalError())
+        except Exception as exc:
+            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
         return Response(orjson.dumps(result), media_type=_media(request))
 
     return endpoint
@@ -213,9 +233,8 @@ def streaming(handler: StreamHandler, params: Params) -> Callable[[Request], Awa
             items, encode = await open_stream(call, lambda: handler(args, call))
         except A2AError as err:
             return status_error(request, err)
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            return status_error(request, InternalError())
+        except Exception as exc:
+            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
         return sse_response(items, encode, call.c.settings.sse_keepalive_s)
 
     return endpoint
@@ -233,7 +252,7 @@ ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = 
     ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(ops_v10.list_push, _push_ref_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(ops_v10.get_push, _push_ref_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(_delete_push, _push_ref_params)),
-    ("/extendedAgentCard", ["GET"], unary(ops_v10.extended_card, _no_params)),
+    ("/extendedAgentCard", ["GET"], _extended_card),
 ]
 
 # Plain Starlette routes, as for JSON-RPC: each endpoint reads the request itself. The tenant forms come

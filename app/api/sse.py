@@ -7,20 +7,44 @@ with `Last-Event-ID` (another replica serves it from the log), instead of being 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import orjson
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
 
 from app.protocol.model import EventRecord
 from app.tasks.service import Snapshot
 
+log = logging.getLogger(__name__)
+
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 FAREWELL = "server shutting down: resubscribe with Last-Event-ID to continue"
 SHUTDOWN_GRACE_S = 1.0
+
+
+def sse_once(payload: Any) -> Response:
+    """An event stream of one event, then its end: an error a streaming method found before its first."""
+    body = b"data: " + orjson.dumps(payload) + b"\n\n"
+    return Response(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _abandon(read: asyncio.Future[Any] | None) -> None:
+    """End a read nobody will take any more and collect its outcome, so no exception is left unretrieved.
+
+    The read may have finished (the stream's end, `StopAsyncIteration`) just as the client left.
+    """
+    if read is None:
+        return
+    read.cancel()
+    await asyncio.wait({read})
+    if not read.cancelled():
+        exc = read.exception()
+        if exc is not None and not isinstance(exc, StopAsyncIteration):
+            log.warning("a stream whose client had left failed: %r", exc)
 
 
 def sse_response(
@@ -41,8 +65,9 @@ def sse_response(
                 if not nxt.done():
                     yield ServerSentEvent(comment=FAREWELL, retry=500)
                     return
+                read, nxt = nxt, None
                 try:
-                    item = nxt.result()
+                    item = read.result()
                 except StopAsyncIteration:
                     return
                 seq = getattr(item, "seq", None)
@@ -51,11 +76,11 @@ def sse_response(
                 )
         finally:
             stop.cancel()
-            if nxt is not None and not nxt.done():
-                nxt.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await nxt
-            await items.aclose()  # type: ignore[attr-defined]
+            # Shielded: a client that leaves cancels this generator, and the read in flight must still be
+            # ended and the items closed (they hold a stream slot and a bus subscription).
+            with anyio.CancelScope(shield=True):
+                await _abandon(nxt)
+                await items.aclose()  # type: ignore[attr-defined]
 
     return EventSourceResponse(
         frames(),

@@ -46,6 +46,7 @@ class RedisBus(Bus):
         self._publish_wake = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._publish_failing = False
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read_forever(), name="redis-bus")
@@ -124,8 +125,11 @@ class RedisBus(Bus):
                     for channel, payload, _ in batch:
                         pipe.publish(channel, payload)
                     await pipe.execute()
+                self._publish_failing = False
             except (RedisError, OSError) as exc:
-                log.warning("redis publish of %d message(s) failed: %s", len(batch), exc)
+                if not self._publish_failing:  # one line per outage; the reader logs the reconnect
+                    log.warning("redis publishes failing (%s); kept to re-send once it is back", exc)
+                self._publish_failing = True
                 for channel, payload, keep in batch:
                     if keep and len(self._outbox) < _OUTBOX_LIMIT:
                         self._outbox.append((channel, payload))

@@ -160,3 +160,17 @@ class TooManyStreamsError(A2AError):
     http_status = 429
     reason = "TOO_MANY_STREAMS"
     default_message = "Too many open streams"
+
+
+class DatabaseUnavailableError(A2AError):
+    """The task store cannot be reached (a restart, an outage): HTTP 503 with `Retry-After`; the
+    JSON-RPC code stays the spec's internal error, the message names the cause."""
+
+    code = -32603
+    http_status = 503
+    reason = "UNAVAILABLE"
+    default_message = "The task database is unreachable right now; retry in a few seconds"
+    retry_after_s = 5
+
+    def __init__(self, message: str | None = None, data: object = None) -> None:
+        super().__init__(message, data if data is not None else {"retryAfter": self.retry_after_s})

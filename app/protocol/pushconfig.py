@@ -11,20 +11,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import InvalidParamsError
 from .model import PushConfig
-from .validation import validate
+from .validation import ProtoIn, validate
 
 REDACTED = "********"
 _SCHEME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class _AuthIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class _AuthIn(ProtoIn):
     schemes: list[str] = Field(default_factory=list)
     scheme: str | None = None
     credentials: str | None = Field(default=None, max_length=4096)
@@ -51,14 +49,12 @@ class _AuthIn(BaseModel):
         return v or None
 
 
-class PushConfigIn(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
+class PushConfigIn(ProtoIn):
     id: str | None = Field(default=None, max_length=256)
     url: str = Field(min_length=1, max_length=2048)
     token: str | None = Field(default=None, max_length=1024)
     authentication: _AuthIn | None = None
-    taskId: str | None = Field(default=None, validation_alias=AliasChoices("taskId", "task_id"))
+    taskId: str | None = None
 
     @field_validator("token")
     @classmethod
@@ -156,9 +152,7 @@ class _V03SetIn(BaseModel):
     pushNotificationConfig: dict[str, Any]
 
 
-class _V10RefIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class _V10RefIn(ProtoIn):
     tenant: str = ""
     taskId: str = Field(min_length=1)
     id: str | None = None

@@ -1,7 +1,8 @@
 """The v1.0 wire codec: ProtoJSON of `lf.a2a.v1` (camelCase, enum names, flat parts, oneof wrappers).
 
 Input is validated with pydantic models mirroring the proto's REQUIRED fields; unknown fields are ignored
-(spec §5.7) and enums are accepted by name or number, as ProtoJSON parsers do. Output omits unset fields,
+(spec §5.7), and fields (by JSON or proto name) and enums (by name or number) are accepted as ProtoJSON
+parsers accept them. Output omits unset fields,
 uses `TASK_STATE_*` / `ROLE_*` names and `Z` timestamps, and never carries v0.3's `kind` or `final`.
 """
 
@@ -12,7 +13,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .model import (
     Artifact,
@@ -27,7 +28,7 @@ from .model import (
     TaskState,
     TaskStatus,
 )
-from .validation import validate
+from .validation import ProtoIn, validate
 
 PROTOCOL_VERSION = "1.0"
 
@@ -68,11 +69,7 @@ def parse_state(value: Any) -> TaskState:
     raise ValueError(f"unknown task state {value!r}")
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-class _PartIn(_In):
+class _PartIn(ProtoIn):
     text: str | None = None
     raw: str | None = None
     url: str | None = None
@@ -85,8 +82,8 @@ class _PartIn(_In):
     @model_validator(mode="before")
     @classmethod
     def _mark_data(cls, v: Any) -> Any:
-        if isinstance(v, dict) and "data" in v:
-            v = {**v, "has_data": True}
+        if isinstance(v, dict):
+            v = {**v, "has_data": "data" in v}
         return v
 
     @model_validator(mode="after")
@@ -111,7 +108,7 @@ class _PartIn(_In):
         return self
 
 
-class _MessageIn(_In):
+class _MessageIn(ProtoIn):
     messageId: str = Field(min_length=1, max_length=256)
     role: Any
     parts: list[_PartIn] = Field(min_length=1)
@@ -129,33 +126,33 @@ class _MessageIn(_In):
         raise ValueError("must be ROLE_USER or ROLE_AGENT")
 
 
-class _SendConfigIn(_In):
+class _SendConfigIn(ProtoIn):
     acceptedOutputModes: list[str] = Field(default_factory=list)
     historyLength: int | None = Field(default=None, ge=0)
     returnImmediately: bool = False
     taskPushNotificationConfig: dict[str, Any] | None = None
 
 
-class _SendIn(_In):
+class _SendIn(ProtoIn):
     tenant: str = ""
     message: _MessageIn
     configuration: _SendConfigIn | None = None
     metadata: dict[str, Any] | None = None
 
 
-class _GetIn(_In):
+class _GetIn(ProtoIn):
     tenant: str = ""
     id: str = Field(min_length=1)
     historyLength: int | None = Field(default=None, ge=0)
 
 
-class _IdIn(_In):
+class _IdIn(ProtoIn):
     tenant: str = ""
     id: str = Field(min_length=1)
     metadata: dict[str, Any] | None = None
 
 
-class _ListIn(_In):
+class _ListIn(ProtoIn):
     tenant: str = ""
     contextId: str | None = None
     status: Any = None

@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
+from app.store.outage import OutageLog, is_unavailable
 
 from . import guard, payloads
 from .outbox import Hook, Outbox, Pending, Run, Tally
@@ -44,6 +45,8 @@ BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
 SETTLERS = 2
 """Group settle transactions in flight at once: while one commits, the next one gathers."""
+OUTAGE_POLL_S = 5.0
+"""Longest wait between claims while the database is away (the first after it is back picks up the work)."""
 RESPONSE_READ = 65536
 """Bytes of a webhook's answer read (and dropped) so its connection can be reused; the rest is not read."""
 
@@ -114,6 +117,7 @@ class Deliverer:
         self._loops: list[asyncio.Task[None]] = []
         self._settles: list[tuple[Run, asyncio.Future[list[Pending]]]] = []
         self._settle_wake = asyncio.Event()
+        self._outage = OutageLog("push deliverer")
 
     def ring(self) -> None:
         """New notifications were committed here: look for work now."""
@@ -162,10 +166,16 @@ class Deliverer:
             try:
                 hooks = await self.outbox.claim(free, BATCH)
                 delay = self.options.poll_s
-            except (OSError, SQLAlchemyError) as exc:
-                log.warning("claiming webhook deliveries failed (%s); retrying", exc)
+                self._outage.ok()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_unavailable(exc):
+                    self._outage.failed(exc)
+                else:
+                    log.exception("claiming webhook deliveries failed; retrying")
                 hooks = []
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, OUTAGE_POLL_S)
             for hook, rows in hooks:
                 task = asyncio.create_task(self._deliver(hook, rows), name=f"push-{hook.pk}")
                 self._active[hook.pk] = task
@@ -189,8 +199,13 @@ class Deliverer:
             await asyncio.sleep(self.options.claim_ttl_s / 3)
             try:
                 await self.outbox.renew(list(self._active))
-            except (OSError, SQLAlchemyError) as exc:
-                log.warning("renewing webhook claims failed (%s)", exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_unavailable(exc):
+                    self._outage.failed(exc)
+                else:
+                    log.exception("renewing webhook claims failed")
 
     # ---- one webhook --------------------------------------------------------------------------
 
@@ -203,10 +218,11 @@ class Deliverer:
                 rows = await self._settle(await self._post_run(hook, rows))
         except asyncio.CancelledError:
             raise
-        except (OSError, SQLAlchemyError) as exc:
-            log.warning("webhook %s: outbox unreachable (%s); its claim will expire", hook.config_id, exc)
-        except Exception:
-            log.exception("webhook %s: delivery failed unexpectedly", hook.config_id)
+        except Exception as exc:
+            if is_unavailable(exc):
+                self._outage.failed(exc)  # the claim, no longer renewed, expires; the queue is taken up again
+            else:
+                log.exception("webhook %s: delivery failed unexpectedly", hook.config_id)
 
     async def _post_run(self, hook: Hook, rows: list[Pending]) -> Run:
         """Post `rows` in order, each only once the one before left the queue (delivered or given up);
@@ -276,7 +292,7 @@ class Deliverer:
             self._settles = []
             try:
                 following = await self.outbox.settle_many([run for run, _ in batch], BATCH)
-            except (OSError, SQLAlchemyError) as exc:
+            except Exception as exc:  # each run's task logs it (once per outage when the database is away)
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)

@@ -3,6 +3,11 @@
 Tasks beyond the limit wait `submitted`. A run that raises or times out ends its task `failed`
 with a reason a client can read; a run that returns completes it. A cancel runs the agent's cancel hooks
 (a CLI adapter stops its process group there) and then cancels the run's coroutine.
+
+While the database is away a run keeps what its agent emits (up to `RUN_BUFFER` items; then the agent is
+paused, its emit waiting) and commits it in order once the database is back, for up to the outage grace;
+past it the agent is stopped and the task ends `failed` as soon as the database answers. Only runs alive
+here have their leases renewed, so a task whose run is gone is ended by a reaper, never left `working`.
 """
 
 from __future__ import annotations
@@ -25,12 +30,18 @@ from app.protocol.model import (
     TaskState,
     status_update,
 )
-from app.tasks.service import TaskService
+from app.store.outage import OutageLog, is_unavailable
+from app.tasks.service import TaskService, UnrecordedError
 
 log = logging.getLogger(__name__)
 
 STRAGGLER_S = 0.2
 """How long an agent whose task has ended gets to return before its cancel hooks stop it."""
+RUN_BUFFER = 1024
+"""Emitted items a run holds while its last batch commits (or waits for the database); a full buffer
+pauses the agent (its emit waits), which in turn stops reading its CLI's output."""
+RETRY_S = 1.0
+"""Longest wait before a background loop tries again after the database failed it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -63,6 +74,9 @@ class Runner:
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
+        self._db_failed_at = -float("inf")
+        """When a loop here last found the database away: claims and reaping hold off a lease TTL after it,
+        so replicas that were cut off too renew their leases before anyone counts them dead."""
         service.executor = self
         service.bus.on_queued(self._wake.set)
 
@@ -123,9 +137,13 @@ class Runner:
         """Recover what this replica's previous life left, then claim, heartbeat and watch leases."""
         await self._recover()
         self._loops = [
-            asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
-            asyncio.create_task(self._every(self._leases.renew, self._ttl_s / 3), name="heartbeat"),
-            asyncio.create_task(self._every(self._reap, min(self._poll_s, self._ttl_s / 5)), name="reaper"),
+            asyncio.create_task(
+                self._every(self._claim, self._poll_s, wakeable=True, holds_off=True), name="claims"
+            ),
+            asyncio.create_task(self._every(self._heartbeat, self._ttl_s / 3), name="heartbeat"),
+            asyncio.create_task(
+                self._every(self._reap, min(self._poll_s, self._ttl_s / 5), holds_off=True), name="reaper"
+            ),
         ]
 
     async def aclose(self) -> None:
@@ -142,28 +160,55 @@ class Runner:
             if live is None:
                 continue
             if live.task.status.state is TaskState.WORKING:
-                await self._service.fail(task_id, "The server shut down while this task was running.")
+                try:
+                    await self._service.fail(task_id, "The server shut down while this task was running.")
+                except Exception:
+                    # The database is away: the lease, no longer renewed, lets a reaper end it.
+                    log.warning("could not record the end of task %s at shutdown", task_id)
             else:
                 waiting.append(task_id)
         with contextlib.suppress(Exception):
             await self._service.release(waiting)
 
     async def _every(
-        self, step: Callable[[], Awaitable[object]], interval: float, wakeable: bool = False
+        self,
+        step: Callable[[], Awaitable[object]],
+        interval: float,
+        wakeable: bool = False,
+        holds_off: bool = False,
     ) -> None:
+        """Run `step` every `interval` for good; with `holds_off`, not within a lease TTL of an outage
+        (claims and reaping: a lease that expired meanwhile may be a live run's, about to be renewed)."""
+        name = getattr(step, "__name__", "step").lstrip("_")
+        outage = OutageLog(f"runner {name}")
         while True:
+            wait = interval
             try:
-                await step()
+                if not (holds_off and self._just_recovered()):
+                    await step()
+                    outage.ok()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("%s failed; retrying", getattr(step, "__name__", "step"))
+            except Exception as exc:
+                if is_unavailable(exc):
+                    outage.failed(exc)
+                    self._db_failed_at = asyncio.get_running_loop().time()
+                    wait = min(interval, RETRY_S)
+                else:
+                    log.exception("%s failed; retrying", name)
             if wakeable:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval)
+                    await asyncio.wait_for(self._wake.wait(), wait)
                 self._wake.clear()
             else:
-                await asyncio.sleep(interval)
+                await asyncio.sleep(wait)
+
+    def _just_recovered(self) -> bool:
+        """Within a lease TTL of a loop here having found the database away."""
+        return asyncio.get_running_loop().time() - self._db_failed_at < self._ttl_s
+
+    async def _heartbeat(self) -> None:
+        await self._leases.renew(list(self._runs))
 
     async def _recover(self) -> None:
         for held in await self._leases.mine():
@@ -186,7 +231,12 @@ class Runner:
 
     async def _start_claimed(self, task_id: str) -> None:
         if self.reserve():
-            if await self._service.adopt(task_id):
+            try:
+                adopted = await self._service.adopt(task_id)
+            except BaseException:
+                self.release_slot()  # the claim, never renewed, expires and the task is claimed again
+                raise
+            if adopted:
                 self.start(task_id, reserved=True)
                 return
             self.release_slot()
@@ -208,12 +258,34 @@ class Runner:
             await self._run_agent(task_id)
         except asyncio.CancelledError:
             pass
+        except UnrecordedError:
+            await self._fail_when_back(
+                task_id,
+                f"The database was unreachable for more than {self._service.outage_grace_s:g} s; the agent "
+                "was stopped and its output since then could not be recorded.",
+            )
         except Exception:
-            # Even ending the task failed (the database is unreachable); its lease will expire.
+            # Ending the task failed too: its lease, no longer renewed, lets a reaper end it.
             log.exception("could not record the end of task %s", task_id)
         finally:
+            if not self._closing:
+                self._service.forget(task_id)
             self._runs.pop(task_id, None)
             self.release_slot()
+
+    async def _fail_when_back(self, task_id: str, reason: str) -> None:
+        """End the task `failed` as soon as the database takes it (the lease stays renewed meanwhile)."""
+        delay = 0.2
+        while not self._closing:
+            try:
+                await self._service.fail(task_id, reason)
+                return
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    log.exception("could not record the end of task %s", task_id)
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_S * 2)
 
     def _request(
         self, owner: str, message: Message, context_id: str, history: list[Message], task_id: str | None
@@ -254,7 +326,7 @@ class Runner:
         request = self._request(live.owner, message, task.context_id, task.history[:last_user], task_id)
         rid = response_artifact_id(task_id)
         started = any(a.artifact_id == rid for a in task.artifacts)
-        queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=1024)
+        queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=RUN_BUFFER)
         ctx = TaskContext(request, task_id, queue.put, response_started=started)
         self._runs[task_id].ctx = ctx
         try:
@@ -263,7 +335,7 @@ class Runner:
         except TimeoutError:
             await _stop(ctx)
             await self._service.fail(
-                task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped."
+                task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped.", wait=True
             )
 
     async def _consume(
@@ -297,17 +369,22 @@ class Runner:
                 events = _merge_closing_chunks([e for i in items if isinstance(i, list) for e in i])
                 if events:
                     if live is not None and live.task.status.state is TaskState.SUBMITTED:
-                        events.insert(0, _working(task_id, live.task.context_id, events))
+                        if not _is_working(events[0]):
+                            events.insert(0, _working(task_id, live.task.context_id, events))
                     if await self._service.apply(task_id, events):
                         return
                 end = items[-1]
                 if isinstance(end, BaseException):
                     log.error("agent run for task %s failed", task_id, exc_info=end)
                     await _stop(ctx)
-                    await self._service.fail(task_id, f"The agent failed: {type(end).__name__}: {end}")
+                    await self._service.fail(
+                        task_id, f"The agent failed: {type(end).__name__}: {end}", wait=True
+                    )
                     return
                 if end is None:
-                    await self._service.fail(task_id, "The agent stopped without reporting a result.")
+                    await self._service.fail(
+                        task_id, "The agent stopped without reporting a result.", wait=True
+                    )
                     return
         finally:
             if not producer.done():
@@ -337,6 +414,11 @@ def _working(task_id: str, context_id: str, events: list[Event]) -> StatusUpdate
     if first is not None and first < working.status.timestamp:
         working.status.timestamp = first
     return working
+
+
+def _is_working(event: Event) -> bool:
+    """The agent's own `working` status: a run that starts with one needs no second from the runner."""
+    return isinstance(event, StatusUpdate) and event.status.state is TaskState.WORKING
 
 
 def _merge_closing_chunks(events: list[Event]) -> list[Event]:

@@ -15,13 +15,25 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine with orjson for JSON columns; SQLite gets WAL and foreign keys."""
+def create_engine(url: str, timeout_s: float = 10.0, statement_timeout_s: float = 30.0) -> AsyncEngine:
+    """An async engine with orjson for JSON columns; SQLite gets WAL and foreign keys.
+
+    Every wait on the database is bounded, so a call made while it is away fails within a known time
+    instead of hanging: waiting for a pooled connection and connecting take at most `timeout_s`, a
+    statement at most `statement_timeout_s` (asyncpg's client-side timeout, which also holds when the
+    server stops answering).
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, json_serializer=_dumps, json_deserializer=orjson.loads, pool_size=8)
+        engine = create_async_engine(
+            url,
+            json_serializer=_dumps,
+            json_deserializer=orjson.loads,
+            pool_size=8,
+            pool_timeout=timeout_s,
+        )
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -40,4 +52,6 @@ def create_engine(url: str) -> AsyncEngine:
         pool_size=10,
         max_overflow=10,
         pool_pre_ping=False,
+        pool_timeout=timeout_s,
+        connect_args={"timeout": timeout_s, "command_timeout": statement_timeout_s},
     )

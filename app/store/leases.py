@@ -6,6 +6,7 @@ The queue is the `tasks` table itself: a `submitted` task nobody holds is waitin
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -92,15 +93,33 @@ class Leases:
         async with self._engine.connect() as conn:
             return (await conn.execute(stmt)).scalar()
 
-    async def renew(self) -> int:
-        """Heartbeat: extend every lease this replica holds on an unfinished task."""
+    async def renew(self, task_ids: Collection[str]) -> int:
+        """Heartbeat: extend this replica's leases on the given unfinished tasks, the runs alive here.
+
+        Only those: a task whose run died in this process (or never started) must see its lease expire,
+        so the reaper (here or on another replica) ends it instead of it staying `working` for good.
+        """
+        if not task_ids:
+            return 0
         stmt = (
             update(_tasks)
-            .where(_tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(_ENDED))
+            .where(
+                _tasks.c.id.in_(list(task_ids)),
+                _tasks.c.lease_owner == self.replica_id,
+                _tasks.c.state.not_in(_ENDED),
+            )
             .values(lease_expires_at=self.expiry())
         )
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt)).rowcount
+
+    async def recorded(self, task_id: str) -> tuple[int, str | None] | None:
+        """The task's last event number and lease holder as stored: whether a commit whose answer was
+        lost with the connection did land."""
+        stmt = select(_tasks.c.last_seq, _tasks.c.lease_owner).where(_tasks.c.id == task_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        return None if row is None else (row[0], row[1])
 
     async def release(self, task_ids: list[str]) -> None:
         """Give up leases: the tasks become claimable (queued) or answerable by any replica."""

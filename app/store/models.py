@@ -1,5 +1,5 @@
-"""Tables: tasks, messages (history), artifacts (append-only chunks), the event log, and push webhooks
-with their delivery outbox."""
+"""Tables: tasks, messages (history), artifacts (append-only chunks), the event log, push webhooks
+with their delivery outbox, and the callers' Idempotency-Keys."""
 
 from __future__ import annotations
 
@@ -50,6 +50,10 @@ class TaskRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(256))
     """The replica that may write this task (runs its agent); NULL: nobody, queued or idle."""
     lease_expires_at: Mapped[datetime | None]
+    retry_key: Mapped[str | None] = mapped_column(String(64))
+    """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
+    parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;
+    cleared when the task first stops. Unique per owner: of two concurrent copies, only one is stored."""
 
     __table_args__ = (
         Index("ix_tasks_owner_updated", "owner", "updated_at"),
@@ -58,6 +62,7 @@ class TaskRow(Base):
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
+        Index("uq_tasks_owner_retry_key", "owner", "retry_key", unique=True),
     )
 
 
@@ -75,7 +80,7 @@ class TaskCountRow(Base):
 
 
 class MessageRow(Base):
-    """One message of a task's history; (owner, message_id) is the idempotency key."""
+    """One message of a task's history (a messageId may recur: a reused id is a new message)."""
 
     __tablename__ = "messages"
 
@@ -87,10 +92,7 @@ class MessageRow(Base):
     body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
 
-    __table_args__ = (
-        UniqueConstraint("owner", "message_id", name="uq_messages_owner_message"),
-        Index("ix_messages_task_id_id", "task_id", "id"),
-    )
+    __table_args__ = (Index("ix_messages_task_id_id", "task_id", "id"),)
     """(task_id, id) serves a task's last N messages (historyLength) without reading the rest."""
 
 
@@ -178,3 +180,21 @@ class PushOutboxRow(Base):
     created_at: Mapped[datetime]
 
     __table_args__ = (Index("ix_push_outbox_config_seq", "config_pk", "seq"),)
+
+
+class IdempotencyKeyRow(Base):
+    """A caller's `Idempotency-Key` and what its first request made: a task, or the agent's direct reply.
+
+    `fingerprint` hashes the request, so the key sent again with another request is refused. Written in the
+    same transaction as the task it names: of two concurrent first uses, the primary key lets one win.
+    """
+
+    __tablename__ = "idempotency_keys"
+
+    owner: Mapped[str] = mapped_column(String(256), primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    reply: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)

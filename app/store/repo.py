@@ -1,6 +1,7 @@
-"""Reads: tasks with their history and artifacts, pages of tasks, the idempotency lookup, events after a
-cursor. A task's artifacts are folded from its append-only chunks up to the task's own `last_seq`, so a
-read never shows an artifact ahead of the status it was read with (a finished task's are stored folded).
+"""Reads: tasks with their history and artifacts, pages of tasks, the running task a retried message
+started, events after a cursor. A task's artifacts are folded from its append-only chunks up to the
+task's own `last_seq`, so a read never shows an artifact ahead of the status it was read with (a finished
+task's are stored folded).
 
 Every read costs what it returns, not what is stored: history limits are applied in SQL, a page's
 totalSize comes from the counters the writer keeps (or, under a state or time filter, is counted once, up to
@@ -210,15 +211,11 @@ class Repository:
             for r in rows
         ]
 
-    async def find_message_task(self, owner: str, message_id: str) -> str | None:
+    async def find_retry(self, owner: str, retry_key: str) -> str | None:
+        """The owner's task still running the first message with this retry key (`TaskRow.retry_key`)."""
+        query = select(_tasks.c.id).where(_tasks.c.owner == owner, _tasks.c.retry_key == retry_key)
         async with self._engine.connect() as conn:
-            return (
-                await conn.execute(
-                    select(MessageRow.task_id).where(
-                        MessageRow.owner == owner, MessageRow.message_id == message_id
-                    )
-                )
-            ).scalar()
+            return (await conn.execute(query)).scalar()
 
     async def events_after(
         self, task_id: str, context_id: str, after: int, *, owner: str

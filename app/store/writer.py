@@ -5,7 +5,9 @@ flushers each drain whatever has queued into one transaction, so under load a co
 fsync are shared by many requests, while one flusher's commit is in flight the next batch is already
 being written, and an idle server still commits each write at once. Writes of one task never overlap (the
 task service awaits each before the next), so concurrent flushers cannot reorder a task's rows. A batch
-that breaks a constraint is retried write by write, so only the offending write fails.
+that breaks a constraint is retried write by write, so only the offending write fails. A batch that fails
+because the database is away fails every write in it; retrying is the caller's choice (a run waits for
+the database, a request answers at once).
 """
 
 from __future__ import annotations
@@ -17,12 +19,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, literal, select, update
+from sqlalchemy import Boolean, bindparam, case, delete, insert, literal, null, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskCountRow, TaskRow
+from .models import (
+    ArtifactRow,
+    EventRow,
+    IdempotencyKeyRow,
+    MessageRow,
+    PushConfigRow,
+    PushOutboxRow,
+    TaskCountRow,
+    TaskRow,
+)
+from .outage import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +51,12 @@ _update_task = (
         status_at=bindparam("status_at"),
         lease_owner=bindparam("lease_owner"),
         lease_expires_at=bindparam("lease_expires_at"),
+        # A retry of the first message attaches only while the task runs: the key goes when it stops.
+        retry_key=case((bindparam("running", type_=Boolean()), _tasks.c.retry_key), else_=null()),
     )
 )
+
+_RUNNING = frozenset({"submitted", "working"})
 
 _configs = PushConfigRow.__table__
 # One notification per webhook the task has when the event commits: the webhooks are read inside the
@@ -74,12 +90,14 @@ def _count_upsert(dialect: str) -> Any:
 
 
 class ConflictError(Exception):
-    """A row with the same key is already stored: a repeated (owner, messageId), or an event number
-    another writer already used (this replica lost the task's lease)."""
+    """A row with the same key is already stored: a repeated request (a retry of a running task's first
+    message, an Idempotency-Key in use), or an event number another writer already used (this replica lost
+    the task's lease)."""
 
     def __init__(self, detail: str = "") -> None:
         super().__init__(detail)
-        self.duplicate_message = "message" in detail.lower()
+        lowered = detail.lower()
+        self.duplicate_request = "retry_key" in lowered or "idempotency_keys" in lowered
 
 
 @dataclass(slots=True)
@@ -97,6 +115,8 @@ class Write:
     """Per event: `task_id`, `seq`, `history_len`, `created_at` (see `app.push.payloads`)."""
     folded_artifacts: list[dict[str, Any]] | None = None
     """Set when the task ends: its artifact rows are replaced by these, one folded row per artifact."""
+    idempotency_key: dict[str, Any] | None = None
+    """The caller's Idempotency-Key row, stored with what its request made (after the task it names)."""
 
 
 class Writer:
@@ -159,7 +179,10 @@ class Writer:
                 await self._flush_batch([item], shard)
             return
         except Exception as exc:
-            log.exception("store write failed")
+            # A database that is away is the callers' to wait out (a run retries, a request answers 503);
+            # anything else is a bug worth a traceback.
+            if not is_unavailable(exc):
+                log.exception("store write failed")
             for _, fut in batch:
                 _settle(fut, exc)
             return
@@ -176,7 +199,8 @@ class Writer:
         updates: dict[str, dict[str, Any]] = {}
         for w in writes:
             if w.task_update is not None:
-                updates[w.task_update["_id"]] = w.task_update
+                u = w.task_update
+                updates[u["_id"]] = {**u, "running": u["state"] in _RUNNING}
         async with self._engine.begin() as conn:
             if new_tasks:
                 await conn.execute(insert(TaskRow), new_tasks)
@@ -192,6 +216,9 @@ class Writer:
                 await conn.execute(insert(PushConfigRow), push_configs)
             if notifications:
                 await conn.execute(_notify, notifications)
+            keys = [w.idempotency_key for w in writes if w.idempotency_key is not None]
+            if keys:
+                await conn.execute(insert(IdempotencyKeyRow), keys)
             for w in writes:
                 if w.folded_artifacts is not None and w.task_update is not None:
                     await _fold(conn, w.task_update["_id"], w.folded_artifacts)

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
+import orjson
 
 from app.bus.base import RESYNC, Bus, Subscription
 from app.protocol import errors
 from app.protocol.errors import (
     A2AError,
+    DatabaseUnavailableError,
     InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
@@ -37,6 +40,7 @@ from app.protocol.model import (
     EventRecord,
     Message,
     PushConfig,
+    Role,
     SendConfig,
     StateTransition,
     StatusUpdate,
@@ -52,7 +56,9 @@ from app.protocol.model import (
 )
 from app.push import guard, payloads
 from app.push.configs import PushConfigs, new_row
+from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Held, Leases
+from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import InvalidPageToken, Repository, TaskHead, TaskPage
 from app.store.writer import ConflictError, Write, Writer
 
@@ -61,6 +67,21 @@ from .state import check_transition
 log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+_T = TypeVar("_T")
+RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
+"""While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
+MAX_KEY_CHARS = 256
+MAX_ROUNDS = 16
+
+
+class IdempotencyKeyReusedError(InvalidParamsError):
+    """The Idempotency-Key was used before with another request: `-32602`, and 422 over REST."""
+
+    http_status = 422
+
+
+class _AlreadyApplied(Exception):
+    """The follow-up is a retry of one the running task has taken: it is not applied again."""
 
 
 class Executor(Protocol):
@@ -100,6 +121,8 @@ class LiveTask:
     """The task has webhooks: its events also go to the push outbox (built only then)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
+    stalled: bool = False
+    """Its run is waiting for the database to take its events: other writers fail at once, not queue."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
@@ -117,6 +140,10 @@ class HeldElsewhereError(Exception):
         self.replica_id = replica_id
 
 
+class UnrecordedError(Exception):
+    """A run's events could not be committed within the outage grace: the database stayed away."""
+
+
 CONTROL_TIMEOUT_S = 5.0
 
 
@@ -131,8 +158,12 @@ class TaskService:
         push_configs: PushConfigs | None = None,
         push_policy: guard.Policy | None = None,
         max_history: int | None = None,
+        keys: IdempotencyKeys | None = None,
+        outage_grace_s: float = 120.0,
     ):
         self.repo = repo
+        self.keys = keys
+        """Where Idempotency-Keys are kept; None: the header is ignored."""
         self.push_configs = push_configs
         self.push_policy = push_policy or guard.Policy()
         self.push_ring: Callable[[], None] | None = None
@@ -144,8 +175,12 @@ class TaskService:
         self.blocking_timeout_s = blocking_timeout_s
         self.max_history = max_history
         """Most history messages any read returns (None: all)."""
+        self.outage_grace_s = outage_grace_s
+        """How long a run's commit waits for a database that is away before the run gives up."""
         self.executor: Executor | None = None
         self._live: dict[str, LiveTask] = {}
+        self._runs_outage = OutageLog("task runs")
+        self._readers_outage = OutageLog("stream readers")
         bus.on_control(self.handle_control)
 
     # ---- reads -------------------------------------------------------------------------------
@@ -248,14 +283,27 @@ class TaskService:
     # ---- writes ------------------------------------------------------------------------------
 
     async def _apply(
-        self, live: LiveTask, events: list[Event], messages: Iterable[Message] = ()
+        self,
+        live: LiveTask,
+        events: list[Event],
+        messages: Iterable[Message] = (),
+        admit: Callable[[Task], None] | None = None,
+        key_row: dict[str, Any] | None = None,
+        wait: bool = False,
     ) -> list[EventRecord]:
-        """Commit `events` (and user `messages`) to the task, then publish them.
+        """Commit `events` (and user `messages`, and an Idempotency-Key naming the task) to the task, then
+        publish them. `admit` sees the task under its lock first and may refuse by raising.
 
-        Events for a task that has already ended are dropped: nothing leaves a terminal state.
+        Events for a task that has already ended are dropped: nothing leaves a terminal state. With
+        `wait` (the task's own run) a database that is away is waited for (`_commit`); a request instead
+        fails at once, also when the run is waiting out an outage on this task.
         """
+        if live.stalled and not wait:
+            raise DatabaseUnavailableError()
         async with live.lock:
             task = live.task
+            if admit is not None:
+                admit(task)
             state = task.status.state
             if state.terminal:
                 return []
@@ -301,6 +349,7 @@ class TaskService:
                 write.messages.append(_message_row(task.id, live.owner, m, now))
             if live.push:
                 write.notifications = payloads.notifications(task, records, user_messages, now)
+            write.idempotency_key = key_row
             ended = state.terminal
             if ended:
                 write.folded_artifacts = _folded_rows(task, events)
@@ -316,9 +365,9 @@ class TaskService:
                 "lease_expires_at": None if ended else self.leases.expiry(now),
             }
             try:
-                await self.writer.commit(write)
+                await self._commit(live, write, wait)
             except ConflictError as exc:
-                if not exc.duplicate_message:
+                if not exc.duplicate_request:
                     # Our next event number is taken: another replica took this task over.
                     self._live.pop(task.id, None)
                     log.warning("task %s was taken over by another replica; dropping it here", task.id)
@@ -338,6 +387,51 @@ class TaskService:
         await self.bus.publish(task.id, task.context_id, records)
         return records
 
+    async def _commit(self, live: LiveTask, write: Write, wait: bool) -> None:
+        """Commit one step of the task. With `wait`, retry while the database is away, with backoff, for
+        up to the outage grace (then UnrecordedError); the caller holds the task's lock, so its steps still
+        commit in order. A retry that hits its own event numbers checks whether the first try did land
+        (its answer lost with the connection) before calling it a conflict."""
+        if not wait:
+            await self.writer.commit(write)
+            return
+        deadline: float | None = None
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    await self.writer.commit(write)
+                    break
+                except ConflictError:
+                    if deadline is not None and await self._landed(write):
+                        break
+                    raise
+                except Exception as exc:
+                    if not is_unavailable(exc):
+                        raise
+                    self._runs_outage.failed(exc)
+                    live.stalled = True
+                    now = time.monotonic()
+                    deadline = deadline or now + self.outage_grace_s
+                    if now >= deadline:
+                        raise UnrecordedError(live.task.id) from exc
+                    await asyncio.sleep(min(delay, deadline - now))
+                    delay = backoff(delay)
+            self._runs_outage.ok()
+        finally:
+            live.stalled = False
+
+    async def _landed(self, write: Write) -> bool:
+        """Whether `write` is what the database holds as the task's latest step."""
+        assert write.task_update is not None
+        try:
+            stored = await self.leases.recorded(write.task_update["_id"])
+        except Exception as exc:
+            if is_unavailable(exc):
+                return False
+            raise
+        return stored == (write.task_update["last_seq"], write.task_update["lease_owner"])
+
     def _wake_waiters(self, live: LiveTask) -> None:
         if live.waiters and live.task.status.state in STOP_STATES:
             snap = live.snapshot()
@@ -347,33 +441,149 @@ class TaskService:
             live.waiters.clear()
 
     async def apply(self, task_id: str, events: list[Event]) -> bool:
-        """Apply events produced by the task's run; True once the task has ended (or left us)."""
+        """Apply events produced by the task's run; True once the task has ended (or left us).
+
+        Waits out a database outage up to the grace; raises UnrecordedError past it."""
         live = self._live.get(task_id)
         if live is None:
             return True
         try:
-            await self._apply(live, events)
+            await self._apply(live, events, wait=True)
         except ConflictError:
             return True
         return live.task.status.state.terminal
 
-    async def fail(self, task_id: str, reason: str) -> None:
+    async def fail(self, task_id: str, reason: str, wait: bool = False) -> None:
+        """End the task `failed` with `reason` (with `wait`, as its run: waiting out an outage)."""
         live = self._live.get(task_id)
         if live is not None:
-            await self._apply(live, [status_update(task_id, live.task.context_id, TaskState.FAILED, reason)])
+            event = status_update(task_id, live.task.context_id, TaskState.FAILED, reason)
+            await self._apply(live, [event], wait=wait)
+
+    def forget(self, task_id: str) -> None:
+        """The task's run ended here without ending the task: stop holding it in memory, so reads come
+        from the database and its lease, no longer renewed, expires for the reaper to act on."""
+        live = self._live.get(task_id)
+        if live is not None and not live.task.status.state.terminal:
+            self._live.pop(task_id, None)
 
     # ---- send --------------------------------------------------------------------------------
 
-    async def _accept(self, owner: str, message: Message, push: PushConfig | None = None) -> tuple[str, bool]:
-        """Store the message as a new task or as the answer to a waiting one; start the agent.
+    async def _submit(
+        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None, key: str | None
+    ) -> str | Message:
+        """Store a send (a new task, a follow-up), or find what an earlier copy of it made: the task's id,
+        or the agent's direct reply.
 
-        A webhook given with the message (already checked by the caller) is stored with the task, or
-        added to the task the message continues. Returns the task id and whether it was a repeat.
+        An earlier copy is the same Idempotency-Key with the same request, or the same first message (id,
+        parts, taskId/contextId as sent) while the task it started still runs; any other reuse of a
+        messageId is a new message. Of concurrent copies the database stores one; the others find it.
         """
+        idem = self._idem(key, message, config, push)
+        retry_key = None if message.task_id else _retry_key(message)
+        sent = (message.task_id, message.context_id)
+        # A running copy of a new message is found by the conflict of its retry key, so the common send
+        # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
+        # copies keep finishing between our conflict and our look-up (each then a new message).
+        running_copy: str | None = None
+        for _ in range(MAX_ROUNDS):
+            message.task_id, message.context_id = sent
+            try:
+                earlier = await self._earlier(owner, idem, running_copy)
+                if earlier is not None:
+                    return earlier
+                return await self._store(owner, message, push, idem, retry_key)
+            except ConflictError as exc:
+                if not exc.duplicate_request:
+                    raise
+                running_copy = retry_key
+        raise InternalError("Concurrent copies of this request kept conflicting; send it again")
+
+    def _idem(
+        self, key: str | None, message: Message, config: SendConfig, push: PushConfig | None
+    ) -> IdemKey | None:
+        """The request's Idempotency-Key (the draft's quoted sf-string or bare) with its fingerprint."""
+        if key is None or self.keys is None:
+            return None
+        key = key.strip()
+        if len(key) >= 2 and key[0] == key[-1] == '"':
+            key = key[1:-1]
+        if not key:
+            return None
+        if len(key) > MAX_KEY_CHARS:
+            raise InvalidParamsError(f"Idempotency-Key may have at most {MAX_KEY_CHARS} characters")
+        return IdemKey(key, _fingerprint(message, config, push))
+
+    async def _earlier(self, owner: str, idem: IdemKey | None, retry_key: str | None) -> str | Message | None:
+        """What an earlier copy of this send made, if there is one (see `_submit`): the Idempotency-Key's,
+        else, given `retry_key`, the running task the same first message started."""
+        if idem is not None and self.keys is not None:
+            stored = await self.keys.find(owner, idem.key)
+            if stored is not None:
+                if stored.fingerprint != idem.fingerprint:
+                    raise IdempotencyKeyReusedError(
+                        f"Idempotency-Key {idem.key} was already used with a different request body",
+                        {"idempotencyKey": idem.key},
+                    )
+                if stored.reply is not None:
+                    return stored.reply
+                if stored.task_id is not None:
+                    return stored.task_id
+        if retry_key is not None:
+            task_id = await self.repo.find_retry(owner, retry_key)
+            if task_id is not None:
+                await self._remember(owner, idem, task_id=task_id)
+                return task_id
+        return None
+
+    async def _remember(
+        self, owner: str, idem: IdemKey | None, *, task_id: str | None = None, reply: Message | None = None
+    ) -> None:
+        """Store the Idempotency-Key on its own, for what was made without a task write of this request."""
+        if idem is not None and self.keys is not None:
+            await self.writer.commit(
+                Write(idempotency_key=self.keys.row(owner, idem, task_id=task_id, reply=reply))
+            )
+
+    async def _store(
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry_key: str | None,
+    ) -> str | Message:
+        """The checks every send makes before anything is stored (the webhook even when the agent then
+        answers directly and it has nothing to be told), then the follow-up, the agent's direct reply to
+        a new message, or the new task. A contextId needs no check: contexts are per principal, so an id
+        another principal also uses names this caller's own context (their tasks are never in it)."""
+        if push is not None:
+            await self._check_url(push.url)
         if message.task_id:
             if push is not None:
                 await self.set_push_config(owner, message.task_id, push)
-            return await self._continue(owner, message)
+            return await self._continue(owner, message, idem=idem)
+        if self.executor is not None:
+            message.context_id = message.context_id or new_id()
+            direct = await self.executor.reply(owner, message)
+            if direct is not None:
+                await self._remember(owner, idem, reply=direct)
+                return direct
+        return await self._accept(owner, message, push, idem, retry_key)
+
+    async def _accept(
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry_key: str | None,
+    ) -> str:
+        """Store the message as a new task and start the agent; returns the task's id.
+
+        A webhook given with the message (already checked) is stored with the task, and so are the
+        message's retry key and the Idempotency-Key: ConflictError when a concurrent copy stored them first.
+        """
         task_id = new_id()
         context_id = message.context_id or new_id()
         message.task_id = task_id
@@ -404,6 +614,7 @@ class TaskService:
                 "status_at": status.timestamp,
                 "lease_owner": self.replica_id if here else None,
                 "lease_expires_at": self.leases.expiry(now) if here else None,
+                "retry_key": retry_key,
             },
             messages=[_message_row(task_id, owner, message, now)],
             events=[
@@ -419,12 +630,9 @@ class TaskService:
         if push is not None:
             write.push_configs.append(new_row(owner, task_id, push, now))
             write.notifications = payloads.notifications(task, [EventRecord(1, submitted)], [], now)
+        write.idempotency_key = self._key_row(owner, idem, task_id)
         try:
             await self.writer.commit(write)
-        except ConflictError:
-            if here:
-                self.executor.release_slot()  # type: ignore[union-attr]
-            return await self._existing(owner, message.message_id), True
         except BaseException:
             if here:
                 self.executor.release_slot()  # type: ignore[union-attr]
@@ -437,20 +645,17 @@ class TaskService:
             self.executor.start(task_id, reserved=True)  # type: ignore[union-attr]
         else:
             await self.bus.ring_queue()
-        return task_id, False
-
-    async def _existing(self, owner: str, message_id: str) -> str:
-        task_id = await self.repo.find_message_task(owner, message_id)
-        if task_id is None:
-            raise InvalidParamsError(f"messageId {message_id} is already in use")
         return task_id
 
-    async def _continue(self, owner: str, message: Message, hops: int = 0) -> tuple[str, bool]:
-        """A follow-up to an existing task: only a task waiting for input takes one."""
+    def _key_row(self, owner: str, idem: IdemKey | None, task_id: str) -> dict[str, Any] | None:
+        return self.keys.row(owner, idem, task_id=task_id) if idem is not None and self.keys else None
+
+    async def _continue(
+        self, owner: str, message: Message, hops: int = 0, idem: IdemKey | None = None
+    ) -> str:
+        """A follow-up to an existing task: only a task waiting for input takes one. A copy of one it has
+        taken (same messageId and parts) while it runs is a retry: it attaches, nothing is applied again."""
         assert message.task_id is not None
-        repeated = await self.repo.find_message_task(owner, message.message_id)
-        if repeated is not None:
-            return repeated, True
         try:
             live = await self._writable(owner, message.task_id)
         except HeldElsewhereError as held:
@@ -459,7 +664,8 @@ class TaskService:
             await self._forward(
                 held.replica_id, {"op": "answer", "owner": owner, "message": message.to_store()}
             )
-            return message.task_id, False
+            await self._remember(owner, idem, task_id=message.task_id)
+            return message.task_id
         task = live.task
         if message.context_id and message.context_id != task.context_id:
             raise InvalidParamsError(
@@ -467,55 +673,56 @@ class TaskService:
                 {"taskId": task.id},
             )
         message.context_id = task.context_id
-        state = task.status.state
-        if state.terminal:
-            raise UnsupportedOperationError(
-                f"Task {task.id} is {state.value}; a finished task takes no more messages",
-                {"taskId": task.id},
-            )
-        if state not in INTERRUPTED_STATES:
-            raise UnsupportedOperationError(
-                f"Task {task.id} is {state.value}; only a task waiting for input takes a follow-up",
-                {"taskId": task.id},
-            )
+
+        def admit(task: Task) -> None:
+            state = task.status.state
+            if state in RUNNING_STATES and _in_history(task, message):
+                raise _AlreadyApplied
+
+            if state.terminal:
+                raise UnsupportedOperationError(
+                    f"Task {task.id} is {state.value}; a finished task takes no more messages",
+                    {"taskId": task.id},
+                )
+            if state not in INTERRUPTED_STATES:
+                raise UnsupportedOperationError(
+                    f"Task {task.id} is {state.value}; only a task waiting for input takes a follow-up",
+                    {"taskId": task.id},
+                )
+
         working = status_update(task.id, task.context_id, TaskState.WORKING)
         try:
-            records = await self._apply(live, [working], [message])
-        except ConflictError:
-            return await self._existing(owner, message.message_id), True
+            records = await self._apply(
+                live, [working], [message], admit, self._key_row(owner, idem, task.id)
+            )
+        except _AlreadyApplied:
+            await self._remember(owner, idem, task_id=task.id)
+            return task.id
         if not records:
             raise UnsupportedOperationError(
                 f"Task {task.id} has finished; it takes no more messages", {"taskId": task.id}
             )
         if self.executor is not None:
             await self.executor.answer(task.id, message)
-        return task.id, False
-
-    async def _prepare(self, owner: str, message: Message, push: PushConfig | None) -> Message | None:
-        """The checks every send makes before anything is stored (the webhook even when the agent then
-        answers directly and it has nothing to be told), then the agent's quick reply to a new message:
-        a Message back means no task is made.
-
-        A contextId needs no check: contexts are per principal, so an id another principal also uses
-        names this caller's own context (their tasks are never in it)."""
-        if push is not None:
-            await self._check_url(push.url)
-        if message.task_id or self.executor is None:
-            return None
-        message.context_id = message.context_id or new_id()
-        return await self.executor.reply(owner, message)
+        return task.id
 
     async def send(
-        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None = None
+        self,
+        owner: str,
+        message: Message,
+        config: SendConfig,
+        push: PushConfig | None = None,
+        key: str | None = None,
     ) -> Task | Message:
         """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
-        (at once if non-blocking)."""
-        if (direct := await self._prepare(owner, message, push)) is not None:
-            return direct
-        task_id, _ = await self._accept(owner, message, push)
+        (at once if non-blocking). A retry (see `_submit`) gets what its first copy made, as it stands;
+        `key` is the request's Idempotency-Key."""
+        made = await self._submit(owner, message, config, push, key)
+        if isinstance(made, Message):
+            return made
         if not config.blocking:
-            return (await self._load(owner, task_id)).task
-        return self._clip(await self.wait_stopped(owner, task_id))
+            return (await self._load(owner, made)).task
+        return self._clip(await self.wait_stopped(owner, made))
 
     async def wait_stopped(self, owner: str, task_id: str) -> Task:
         """The task once it is terminal or waiting for input (or as it stands at the timeout)."""
@@ -541,14 +748,19 @@ class TaskService:
         return (await self._load(owner, task_id)).task
 
     async def stream(
-        self, owner: str, message: Message, push: PushConfig | None = None
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None = None,
+        config: SendConfig | None = None,
+        key: str | None = None,
     ) -> AsyncIterator[Snapshot | EventRecord | Message]:
         """`message/stream`: validates and stores first (errors raise here), then yields events; a
-        direct reply from the agent is the only item."""
-        if (direct := await self._prepare(owner, message, push)) is not None:
-            return _single(direct)
-        task_id, _ = await self._accept(owner, message, push)
-        return self.follow(owner, task_id)
+        direct reply from the agent is the only item. A retry follows the task its first copy made."""
+        made = await self._submit(owner, message, config or SendConfig(), push, key)
+        if isinstance(made, Message):
+            return _single(made)
+        return self.follow(owner, made)
 
     async def resubscribe(
         self, owner: str, task_id: str, after: int | None = None
@@ -574,17 +786,17 @@ class TaskService:
         sub = await self.bus.subscribe(task_id)
         try:
             if after is None:
-                snap = await self._load(owner, task_id)
+                snap = await self._reading(lambda: self._load(owner, task_id))
                 context_id = snap.task.context_id
                 yield snap
                 expected = snap.seq + 1
                 if snap.task.status.state in stop_at:
                     return
             else:
-                head = await self.head(owner, task_id)
+                head = await self._reading(lambda: self.head(owner, task_id))
                 context_id = head.context_id
                 expected = after + 1
-                for rec in await self.repo.events_after(task_id, context_id, after, owner=owner):
+                for rec in await self._log_after(owner, task_id, context_id, after):
                     yield rec
                     expected = rec.seq + 1
                     if _stops(rec, stop_at):
@@ -620,16 +832,26 @@ class TaskService:
             expected = rec.seq + 1
 
     async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
-        """The log after `after`, retried while the database is briefly out of reach (a burst of
-        readers resyncing at once after a Redis reconnect can exhaust the pool for a moment)."""
+        """The log after `after`, waiting while the database is out of reach."""
+        return await self._reading(lambda: self.repo.events_after(task_id, context_id, after, owner=owner))
+
+    async def _reading(self, read: Callable[[], Awaitable[_T]]) -> _T:
+        """A stream's read, retried with backoff while the database is away (a restart, an outage, or a
+        burst of readers resyncing at once after a Redis reconnect exhausting the pool for a moment):
+        the stream stays open on keep-alives meanwhile and goes on, from where it was, once it is back."""
         delay = 0.05
         while True:
             try:
-                return await self.repo.events_after(task_id, context_id, after, owner=owner)
-            except (OSError, SQLAlchemyError) as exc:
-                log.warning("reading the event log of %s failed (%s); retrying", task_id, exc)
+                result = await read()
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                self._readers_outage.failed(exc)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = backoff(delay, cap=2.0)
+                continue
+            self._readers_outage.ok()
+            return result
 
     # ---- cancel ------------------------------------------------------------------------------
 
@@ -753,6 +975,11 @@ class TaskService:
                 raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
         except A2AError as err:
             return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err = DatabaseUnavailableError()
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
         return {"ok": True}
 
     # ---- leases: start-up, dead replicas -------------------------------------------------------
@@ -808,6 +1035,35 @@ def _folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:
         {"task_id": task.id, "seq": i, "artifact_id": a.artifact_id, "append": False, "body": a.to_store()}
         for i, a in enumerate(folded, start=1)
     ]
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+
+
+def _retry_key(message: Message) -> str:
+    """A new message as its retry is recognised: messageId, parts, and taskId/contextId as sent."""
+    parts = [p.to_store() for p in message.parts]
+    return _digest([message.message_id, parts, message.task_id, message.context_id])
+
+
+def _fingerprint(message: Message, config: SendConfig, push: PushConfig | None) -> str:
+    """What an Idempotency-Key's request asked, whatever the wire version or binding: the message, the
+    webhook and the result's shape (`blocking` only changes how long the answer waits)."""
+    body = message.to_store()
+    body.pop("requestedExtensions", None)
+    return _digest([body, config.history_length, config.accepted_output_modes, push])
+
+
+def _in_history(task: Task, message: Message) -> bool:
+    """Whether the task has taken this user message (same messageId and parts)."""
+    parts = [p.to_store() for p in message.parts]
+    return any(
+        m.role is Role.USER
+        and m.message_id == message.message_id
+        and [p.to_store() for p in m.parts] == parts
+        for m in task.history
+    )
 
 
 def _message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 contexts keyed by owner, and a task's last messages by index.
 
 Revision ID: 0006_scale_counts
-Revises: 0005
+Revises: 0006_idem
 Create Date: 2026-11-26
 
 Finished tasks' artifacts stored before this revision stay as chunks: reads fold them as before; tasks
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_scale_counts"
-down_revision = "0005"
+down_revision = "0006_idem"
 branch_labels = None
 depends_on = None
 

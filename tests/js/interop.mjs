@@ -462,11 +462,24 @@ const steps = {
     eq(got.state, S(TaskState.TASK_STATE_CANCELED), "getTask after cancel");
   },
 
-  /** Unknown task ids are the SDK's TaskNotFoundError for get and cancel. */
+  /** Unknown task ids are the SDK's TaskNotFoundError for get and cancel, and for a resubscribe (whose
+   * v0.3 JSON-RPC error comes as the stream's one event: the SDK throws it as the `cause` of its error). */
   async not_found(client, out) {
     const id = `no-such-task-${randomUUID()}`;
     out.get = await expectError(client.getTask({ id }, call()), TaskNotFoundError, "getTask(unknown)");
     out.cancel = await expectError(client.cancelTask({ id }, call()), TaskNotFoundError, "cancelTask(unknown)");
+    try {
+      for await (const _ of client.resubscribeTask({ id }, call())) {
+        throw new CheckFailed("resubscribeTask(unknown) yielded an event");
+      }
+    } catch (err) {
+      if (err instanceof CheckFailed) throw err;
+      const found = err instanceof TaskNotFoundError || err?.cause instanceof TaskNotFoundError;
+      check(found, `resubscribeTask(unknown): expected TaskNotFoundError, got ${err?.name}: ${err?.message}`);
+      out.subscribe = { ...errorView(err), ...(err?.cause ? { cause: err.cause.name } : {}) };
+      return;
+    }
+    throw new CheckFailed("resubscribeTask(unknown): expected TaskNotFoundError, but the stream just ended");
   },
 };
 
