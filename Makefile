@@ -6,7 +6,7 @@ PG_URL = $(shell scripts/pg.sh url)
 TEST_REDIS = $(shell scripts/redis.sh url)
 
 .PHONY: run run-example serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-push \
-	bench-quick clean services-stop \
+	bench-quick bench-scale clean services-stop \
 	cluster cluster-stop
 
 $(BIN)/python:
@@ -74,6 +74,12 @@ bench-push: $(VENV)/.test-installed
 bench-send: $(VENV)/.test-installed
 	scripts/pg.sh start
 	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.send $(BENCH_ARGS)
+
+## Cost that does not grow with the data: the same requests on an empty and a grown database (1 M tasks,
+## 6 M events, 50 long sessions; generated with SQL); BENCH_SCALE_ARGS="--quick" for about 100,000 tasks.
+bench-scale: $(VENV)/.test-installed
+	scripts/pg.sh start
+	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
 
 ## Scale-out: cross-replica propagation, throughput by replicas, streamed events/s, 10,000 open streams.
 ## Its own Redis on $(BENCH_REDIS_PORT) (pub/sub channels are server-wide, so a test cluster on the test

@@ -1,13 +1,15 @@
 """Per-owner isolation on a real server: bob can reach none of alice's tasks through any method or route.
 
 Every attempt gets the answer an unknown id gets (TaskNotFound, same message but for the id, so existence
-does not leak), and the database is exactly as before. A contextId of alice's cannot be joined, a messageId
-alice used is bob's to use too, and ListTasks shows each their own. Push-config routes are checked the same
+does not leak), and the database is exactly as before. Contexts are per principal: bob naming alice's
+contextId has a context of his own under it; a messageId alice used is bob's to use too; ListTasks shows each
+their own. Push-config routes are checked the same
 way: TaskNotFound once push is supported, PushNotificationNotSupported until then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -202,27 +204,40 @@ async def test_list_shows_only_ones_own(alice_and_bob, alices_tasks):
     assert rpc_list.json()["result"]["tasks"] == [] and rpc_list.json()["result"]["totalSize"] == 0
 
 
-async def test_another_principals_context_cannot_be_joined(auth_server, alice_and_bob, alices_tasks):
+async def test_a_context_id_is_per_principal(alice_and_bob, alices_tasks):
+    """Bob naming alice's contextId gets a context of his own under that id: the send succeeds exactly as
+    with an unused id (no existence oracle), and neither sees anything of the other's context."""
     alice, bob = alice_and_bob
     context = alices_tasks["done"]["contextId"]
-    before = await db_state(auth_server.database_url)
-    params = {"message": text_message("say:hi", contextId=context)}
-    body = (
-        await bob.post(
-            "/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
-        )
-    ).json()
-    assert body["error"]["code"] == -32602
-    resp = await bob.post(
-        "/a2a/rest/message:send", json={"message": v10_message("say:hi", contextId=context)}
+    hers = {t["id"] for t in alices_tasks.values() if t["contextId"] == context}
+    fresh = await _send(bob, "say:fresh", contextId=f"bob-{uuid.uuid4().hex}")
+    joined = await _send(bob, "say:mine", contextId=context)
+    assert joined["contextId"] == context
+    assert joined["status"]["state"] == fresh["status"]["state"] == "completed"
+    assert [m["parts"][0]["text"] for m in joined["history"]][:1] == ["say:mine"]
+    rest = await bob.post(
+        "/a2a/rest/message:send", json={"message": v10_message("say:rest", contextId=context)}
     )
-    assert resp.status_code == 400
-    assert await db_state(auth_server.database_url) == before
-    # alice herself may start another task in her context, and bob may name a fresh context of his own.
+    assert rest.status_code == 200, rest.text
+    bobs = (await bob.get(f"/a2a/rest/tasks?contextId={context}")).json()
+    assert {t["id"] for t in bobs["tasks"]} == {joined["id"], rest.json()["task"]["id"]}
+    assert bobs["totalSize"] == 2
+    alices = (await alice.get(f"/a2a/rest/tasks?contextId={context}")).json()
+    assert {t["id"] for t in alices["tasks"]} == hers and alices["totalSize"] == len(hers)
     again = await _send(alice, "say:more", contextId=context)
-    assert again["contextId"] == context
-    own = await _send(bob, "say:mine", contextId=f"bob-{uuid.uuid4().hex}")
-    assert own["status"]["state"] == "completed"
+    assert again["contextId"] == context and again["id"] not in {t["id"] for t in bobs["tasks"]}
+
+
+async def test_two_principals_racing_on_one_new_context_both_succeed(alice_and_bob):
+    alice, bob = alice_and_bob
+    context = f"race-{uuid.uuid4().hex}"
+    sends = [_send(c, "say:go", contextId=context) for c in (alice, bob) for _ in range(4)]
+    results = await asyncio.gather(*sends)
+    assert all(r["contextId"] == context and r["status"]["state"] == "completed" for r in results)
+    for i, c in enumerate((alice, bob)):
+        listed = (await c.get(f"/a2a/rest/tasks?contextId={context}")).json()
+        assert {t["id"] for t in listed["tasks"]} == {r["id"] for r in results[4 * i : 4 * i + 4]}
+        assert listed["totalSize"] == 4
 
 
 async def test_a_message_id_and_an_idempotency_key_are_per_principal(alice_and_bob):

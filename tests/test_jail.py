@@ -157,6 +157,22 @@ async def test_a_hostile_agent_reaches_nothing_but_its_workspace_and_the_allowli
     assert not (ROOT / "escape.txt").exists() and not (bob_ws / "planted.txt").exists()
 
 
+async def test_two_principals_sending_one_context_id_share_no_folder(jailed: Jailed) -> None:
+    """Over the API (contexts are per principal): Alice and Bob both send with one contextId; each agent runs
+    in its own principal's workspace and HOME, and Bob's finds nothing of what Alice's wrote."""
+    ctx = f"shared-{uuid.uuid4().hex[:8]}"
+    alice = await jailed.run("alice", {"write": ["alice-notes.txt"]}, ctx)
+    bob = await jailed.run("bob", {"read": ["alice-notes.txt", "."], "write": ["bob-notes.txt"]}, ctx)
+    assert alice["write alice-notes.txt"] == "ok written"
+    assert bob["read alice-notes.txt"].startswith("refused: FileNotFoundError"), bob
+    assert bob["read ."] == "ok []"
+    assert (jailed.workspace("alice", ctx) / "alice-notes.txt").exists()
+    assert (jailed.workspace("bob", ctx) / "bob-notes.txt").exists()
+    assert not (jailed.workspace("alice", ctx) / "bob-notes.txt").exists()
+    assert alice["env"]["HOME"] != bob["env"]["HOME"]
+    assert bob["env"]["HOME"].startswith(str(jailed.tmp / "ws" / principal_key("bob")))
+
+
 async def test_two_principals_with_one_context_id_get_two_workspaces_and_sessions(tmp_path: Path) -> None:
     """Runs of the cursor adapter (its fake CLI writes its argv into its workspace), in the jail, driven
     in-process: contexts are one principal's today, but the CLI layer must keep them apart anyway."""

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import insert, inspect, text
 
 from app.protocol.model import utcnow
 from app.store.db import create_engine
-from app.store.models import Base
+from app.store.models import ArtifactRow, Base, TaskRow
+from app.store.repo import Repository
 from tests.conftest import BACKENDS, database_url
 from tests.server import BIN, ROOT
 
@@ -45,6 +47,59 @@ async def test_upgrade_matches_models_and_downgrade_removes_all(backend, tmp_pat
             tables = await conn.run_sync(lambda c: inspect(c).get_table_names())
         assert set(tables) <= {"alembic_version"}
         alembic(url, "upgrade", "head")
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_scale_revision_backfills_counters_and_reads_old_chunks(backend, tmp_path):
+    """Data from before the counters: totalSize counts it, and a finished task's artifacts stored as chunks
+    read as their fold."""
+    url = await database_url(backend, tmp_path)
+    alembic(url, "upgrade", "0005")
+    engine = create_engine(url)
+    now = datetime.now(UTC)
+    rows = [("t1", "a", "c1"), ("t2", "a", "c1"), ("t3", "a", "c2"), ("t4", "b", "c1")]
+    try:
+        async with engine.begin() as conn:
+            for i, (tid, owner, ctx) in enumerate(rows):
+                stamp = f"2026-01-01T00:00:0{i}.000Z"
+                await conn.execute(
+                    insert(TaskRow).values(
+                        id=tid,
+                        context_id=ctx,
+                        owner=owner,
+                        state="completed",
+                        status={"state": "completed", "timestamp": stamp},
+                        transitions=[],
+                        metadata=None,
+                        last_seq=4,
+                        created_at=now,
+                        updated_at=now,
+                        status_at=stamp,
+                    )
+                )
+            chunks = [(2, False, "a"), (3, True, "b"), (4, True, "c")]
+            for seq, append, text_ in chunks:
+                body = {"artifactId": "x", "parts": [{"text": text_}]}
+                await conn.execute(
+                    insert(ArtifactRow).values(
+                        task_id="t1", seq=seq, artifact_id="x", append=append, body=body
+                    )
+                )
+        alembic(url, "upgrade", "head")
+        repo = Repository(engine)
+        page = await repo.list_tasks(
+            "a", context_id=None, state=None, after=None, page_size=2, page_token=None, artifacts=False
+        )
+        assert page.total == 3 and page.next_token
+        by_ctx = await repo.list_tasks(
+            "a", context_id="c1", state=None, after=None, page_size=5, page_token=None, artifacts=False
+        )
+        assert by_ctx.total == 2 and [t.id for t in by_ctx.tasks] == ["t2", "t1"]
+        stored = await repo.get_task("t1", owner="a")
+        assert stored is not None
+        assert [[p.text for p in a.parts] for a in stored.task.artifacts] == [["a", "b", "c"]]
     finally:
         await engine.dispose()
 

@@ -50,7 +50,7 @@ async def stream(params: Any, call: Call) -> Stream:
 
 async def get(params: Any, call: Call) -> Any:
     task_id, history_length = v03.decode_task_query(params)
-    return v03.encode_task(await call.c.service.get(call.owner, task_id), history_length)
+    return v03.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
 
 
 async def cancel(params: Any, call: Call) -> Any:

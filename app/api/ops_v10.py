@@ -55,7 +55,7 @@ async def stream(params: Any, call: Call) -> Stream:
 
 async def get(params: Any, call: Call) -> Any:
     task_id, history_length = v10.decode_get(params)
-    return v10.encode_task(await call.c.service.get(call.owner, task_id), history_length)
+    return v10.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
 
 
 async def list_tasks(params: Any, call: Call) -> Any:
@@ -68,6 +68,7 @@ async def list_tasks(params: Any, call: Call) -> Any:
         page_size=q.page_size,
         page_token=q.page_token,
         include_artifacts=q.include_artifacts,
+        history_length=q.history_length,
     )
     return {
         "tasks": [v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],
@@ -86,10 +87,10 @@ async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
     task_id = v10.decode_id(params)
     after = last_event_id(call.request, params)
-    task = await call.c.service.get(call.owner, task_id)
-    if task.status.state.terminal:
+    state = (await call.c.service.head(call.owner, task_id)).state
+    if state.terminal:
         raise UnsupportedOperationError(
-            f"Task {task_id} is {v10.STATE_NAMES[task.status.state]}; there is nothing left to subscribe to",
+            f"Task {task_id} is {v10.STATE_NAMES[state]}; there is nothing left to subscribe to",
             {"taskId": task_id},
         )
     items = await call.c.service.resubscribe(call.owner, task_id, after)

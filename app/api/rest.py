@@ -119,7 +119,7 @@ def _json(payload: Any) -> Response:
 async def get_task(task_id: str, request: Request) -> Response:
     try:
         history_length = _history_length(request)
-        task = await components(request).service.get(owner_of(request), task_id)
+        task = await components(request).service.get(owner_of(request), task_id, history_length)
     except A2AError as err:
         return rest_error(err)
     except Exception as exc:
@@ -170,6 +170,7 @@ async def list_tasks(request: Request) -> Response:
             page_size=q.page_size,
             page_token=q.page_token,
             include_artifacts=q.include_artifacts,
+            history_length=q.history_length,
         )
     except A2AError as err:
         return rest_error(err)

@@ -148,8 +148,9 @@ async def get(request: Request, call: Call) -> Any:
     raw = request.query_params.get("historyLength")
     if raw is not None and not raw.isdigit():
         raise InvalidParamsError("historyLength must be a non-negative integer")
-    task = await call.c.service.get(call.owner, request.path_params["id"])
-    return v03rest.encode_task(task, int(raw) if raw is not None else None)
+    history_length = int(raw) if raw is not None else None
+    task = await call.c.service.get(call.owner, request.path_params["id"], history_length)
+    return v03rest.encode_task(task, history_length)
 
 
 async def cancel(request: Request, call: Call) -> Any:

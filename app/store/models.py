@@ -35,7 +35,8 @@ class TaskRow(Base):
     __tablename__ = "tasks"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    context_id: Mapped[str] = mapped_column(String(256), index=True)
+    context_id: Mapped[str] = mapped_column(String(256))
+    """Contexts are per principal: (owner, context_id) names one; another owner's same id is another."""
     owner: Mapped[str] = mapped_column(String(256))
     state: Mapped[str] = mapped_column(String(32))
     status: Mapped[dict[str, Any]]
@@ -60,8 +61,22 @@ class TaskRow(Base):
         Index("ix_tasks_state_created", "state", "created_at"),
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
+        Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
         Index("uq_tasks_owner_retry_key", "owner", "retry_key", unique=True),
     )
+
+
+class TaskCountRow(Base):
+    """How many tasks an owner has (`context_id` ''), and has in each context: ListTasks' totalSize
+    without counting rows. Kept in the writer's transaction that inserts the tasks; each flusher adds to
+    its own `shard` so concurrent commits of one owner do not queue on one row."""
+
+    __tablename__ = "task_counts"
+
+    owner: Mapped[str] = mapped_column(String(256), primary_key=True)
+    context_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(BigId)
 
 
 class MessageRow(Base):
@@ -70,18 +85,24 @@ class MessageRow(Base):
     __tablename__ = "messages"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
     owner: Mapped[str] = mapped_column(String(256))
     message_id: Mapped[str] = mapped_column(String(256))
     role: Mapped[str] = mapped_column(String(16))
     body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
 
+    __table_args__ = (Index("ix_messages_task_id_id", "task_id", "id"),)
+    """(task_id, id) serves a task's last N messages (historyLength) without reading the rest."""
+
 
 class ArtifactRow(Base):
     """One artifact-update as it arrived: folded in seq order, the rows give the task's artifacts.
 
-    Append-only so that a long stream of chunks costs one small insert each, never a rewrite.
+    Append-only while the task runs, so that a long stream of chunks costs one small insert each, never a
+    rewrite. When the task ends, its rows are replaced by one folded row per artifact (`append` false,
+    `seq` 1..n in artifact order), so reading a finished task never replays chunks; the event log keeps
+    every chunk for streams.
     """
 
     __tablename__ = "artifacts"

@@ -1,6 +1,12 @@
 """Reads: tasks with their history and artifacts, pages of tasks, the running task a retried message
 started, events after a cursor. A task's artifacts are folded from its append-only chunks up to the
-task's own `last_seq`, so a read never shows an artifact ahead of the status it was read with."""
+task's own `last_seq`, so a read never shows an artifact ahead of the status it was read with (a finished
+task's are stored folded).
+
+Every read costs what it returns, not what is stored: history limits are applied in SQL, a page's
+totalSize comes from the counters the writer keeps (or, under a state or time filter, is counted once, up to
+`COUNT_CAP`, and carried in the page token), and a resume reads the task's row and the events after the
+cursor only."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, select, tuple_
+from sqlalchemy import exists, func, select, true, tuple_
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -28,9 +35,12 @@ from app.protocol.model import (
     parse_iso,
 )
 
-from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskRow
+from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow, TaskRow
 
 _tasks = TaskRow.__table__
+
+COUNT_CAP = 10_000
+"""Most rows counted for the totalSize of a list filtered by state or time (no counter serves those)."""
 
 
 @dataclass(slots=True)
@@ -40,6 +50,15 @@ class StoredTask:
     last_seq: int
     push: bool = False
     """Whether the task has webhooks (its events then go to the push outbox too)."""
+
+
+@dataclass(slots=True)
+class TaskHead:
+    """A task's row without its history or artifacts: enough to follow its event log."""
+
+    context_id: str
+    state: TaskState
+    last_seq: int
 
 
 @dataclass(slots=True)
@@ -53,15 +72,21 @@ class InvalidPageToken(ValueError):
     """The page token was not issued by this server."""
 
 
-def _token(row: Row[Any]) -> str:
-    return base64.urlsafe_b64encode(f"{row.status_at}|{row.id}".encode()).decode()
+def _token(row: Row[Any], total: int | None) -> str:
+    """The keyset position, and the filtered list's total counted on its first page."""
+    text = f"{row.status_at}|{row.id}" + (f"|{total}" if total is not None else "")
+    return base64.urlsafe_b64encode(text.encode()).decode()
 
 
-def _untoken(token: str) -> tuple[str, str]:
+def _untoken(token: str) -> tuple[str, str, int | None]:
+    """(status_at, id, carried total); tokens from before the total was carried have none."""
     try:
-        ts, task_id = base64.urlsafe_b64decode(token.encode()).decode().split("|", 1)
+        ts, rest = base64.urlsafe_b64decode(token.encode()).decode().split("|", 1)
         parse_iso(ts)
-        return ts, task_id
+        head, sep, total = rest.rpartition("|")
+        if sep and total.isdigit():
+            return ts, head, int(total)
+        return ts, rest, None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidPageToken(token) from exc
 
@@ -70,8 +95,12 @@ class Repository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def get_task(self, task_id: str, *, owner: str | None) -> StoredTask | None:
-        """The task if `owner` owns it; `owner=None` only for the runner's own bookkeeping."""
+    async def get_task(
+        self, task_id: str, *, owner: str | None, history: int | None = None, to_write: bool = False
+    ) -> StoredTask | None:
+        """The task if `owner` owns it, with its last `history` messages (None: all); `owner=None` only
+        for the runner's own bookkeeping. `to_write`: a finished task comes without history or artifacts
+        (a writer only refuses it), so refusing a long one costs no more than a short one."""
         has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
         query = select(_tasks, has_push).where(_tasks.c.id == task_id)
         if owner is not None:
@@ -80,8 +109,18 @@ class Repository:
             row = (await conn.execute(query)).first()
             if row is None:
                 return None
-            tasks = await self._assemble(conn, [row], artifacts=True)
+            bare = to_write and TaskState(row.state).terminal
+            tasks = await self._assemble(conn, [row], artifacts=not bare, history=0 if bare else history)
         return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq, push=bool(row.has_push))
+
+    async def task_head(self, task_id: str, *, owner: str) -> TaskHead | None:
+        """The owner's task's row only: one keyed lookup, whatever the task holds."""
+        query = select(_tasks.c.context_id, _tasks.c.state, _tasks.c.last_seq).where(
+            _tasks.c.id == task_id, _tasks.c.owner == owner
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else TaskHead(row.context_id, TaskState(row.state), row.last_seq)
 
     async def list_tasks(
         self,
@@ -93,39 +132,60 @@ class Repository:
         page_size: int,
         page_token: str | None,
         artifacts: bool,
+        history: int | None = None,
     ) -> TaskPage:
-        """A page of the owner's tasks, newest status first, by keyset on (status_at, id)."""
+        """A page of the owner's tasks, newest status first, by keyset on (status_at, id).
+
+        totalSize: the writer's counters for the owner or the context (current, so tasks created
+        between pages count); under a state or time filter, counted on the first page, up to `COUNT_CAP`,
+        and carried in the page token.
+        """
         where = [_tasks.c.owner == owner]
         if context_id is not None:
             where.append(_tasks.c.context_id == context_id)
+        # '' is the counters' key for all the owner's tasks; no task has an empty contextId.
+        counted = state is None and after is None and context_id != ""
         if state is not None:
             where.append(_tasks.c.state == state.value)
         if after is not None:
             where.append(_tasks.c.status_at >= after)
         page = select(_tasks).where(*where)
+        carried = None
         if page_token:
-            ts, tid = _untoken(page_token)
+            ts, tid, carried = _untoken(page_token)
             page = page.where(tuple_(_tasks.c.status_at, _tasks.c.id) < tuple_(ts, tid))
         page = page.order_by(_tasks.c.status_at.desc(), _tasks.c.id.desc()).limit(page_size + 1)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(page)).all()
-            total = (await conn.execute(select(func.count()).select_from(_tasks).where(*where))).scalar_one()
+            if counted:
+                total = (
+                    await conn.execute(
+                        select(func.coalesce(func.sum(TaskCountRow.n), 0)).where(
+                            TaskCountRow.owner == owner, TaskCountRow.context_id == (context_id or "")
+                        )
+                    )
+                ).scalar_one()
+            elif carried is not None:
+                total = carried
+            else:
+                capped = select(_tasks.c.id).where(*where).limit(COUNT_CAP).subquery()
+                total = (await conn.execute(select(func.count()).select_from(capped))).scalar_one()
             more = len(rows) > page_size
             rows = rows[:page_size]
-            tasks = await self._assemble(conn, rows, artifacts=artifacts)
-        return TaskPage(tasks=tasks, next_token=_token(rows[-1]) if more else "", total=total)
+            tasks = await self._assemble(conn, rows, artifacts=artifacts, history=history)
+        token = _token(rows[-1], None if counted else total) if more else ""
+        return TaskPage(tasks=tasks, next_token=token, total=int(total))
 
-    async def _assemble(self, conn: AsyncConnection, rows: Sequence[Row[Any]], artifacts: bool) -> list[Task]:
-        """Tasks from their rows, with history and (optionally) artifacts, in two queries for all."""
+    async def _assemble(
+        self, conn: AsyncConnection, rows: Sequence[Row[Any]], artifacts: bool, history: int | None = None
+    ) -> list[Task]:
+        """Tasks from their rows, with their last `history` messages (None: all) and (optionally)
+        artifacts, in two queries for all."""
         ids = [r.id for r in rows]
-        history: dict[str, list[Message]] = defaultdict(list)
-        if ids:
-            for tid, body in await conn.execute(
-                select(MessageRow.task_id, MessageRow.body)
-                .where(MessageRow.task_id.in_(ids))
-                .order_by(MessageRow.id)
-            ):
-                history[tid].append(Message.from_store(body))
+        messages: dict[str, list[Message]] = defaultdict(list)
+        if ids and history != 0:
+            for tid, body in await conn.execute(_history(ids, history, conn.dialect.name)):
+                messages[tid].append(Message.from_store(body))
         folded: dict[str, list[Artifact]] = defaultdict(list)
         if ids and artifacts:
             limit = {r.id: r.last_seq for r in rows}
@@ -143,7 +203,7 @@ class Repository:
                 id=r.id,
                 context_id=r.context_id,
                 status=TaskStatus.from_store(r.status),
-                history=history[r.id],
+                history=messages[r.id],
                 artifacts=folded[r.id],
                 metadata=r._mapping["metadata"],
                 transitions=[StateTransition(TaskState(t["state"]), t["timestamp"]) for t in r.transitions],
@@ -156,12 +216,6 @@ class Repository:
         query = select(_tasks.c.id).where(_tasks.c.owner == owner, _tasks.c.retry_key == retry_key)
         async with self._engine.connect() as conn:
             return (await conn.execute(query)).scalar()
-
-    async def context_taken(self, context_id: str, owner: str) -> bool:
-        """Whether another principal already has tasks in this context."""
-        query = select(_tasks.c.id).where(_tasks.c.context_id == context_id, _tasks.c.owner != owner).limit(1)
-        async with self._engine.connect() as conn:
-            return (await conn.execute(query)).first() is not None
 
     async def events_after(
         self, task_id: str, context_id: str, after: int, *, owner: str
@@ -179,3 +233,57 @@ class Repository:
         return [
             EventRecord(seq, event_from_store(task_id, context_id, kind, body)) for seq, kind, body in rows
         ]
+
+
+def _history(ids: list[str], limit: int | None, dialect: str) -> Any:
+    """The tasks' messages in order; with `limit`, each task's last `limit` only, by the (task_id, id)
+    index newest first."""
+    if limit is None:
+        return (
+            select(MessageRow.task_id, MessageRow.body)
+            .where(MessageRow.task_id.in_(ids))
+            .order_by(MessageRow.task_id, MessageRow.id)
+        )
+    if len(ids) == 1:
+        last = (
+            select(MessageRow.id, MessageRow.task_id, MessageRow.body)
+            .where(MessageRow.task_id == ids[0])
+            .order_by(MessageRow.id.desc())
+            .limit(limit)
+            .subquery()
+        )
+        return select(last.c.task_id, last.c.body).order_by(last.c.id)
+    if dialect == "postgresql":
+        # One index range per task, newest first and cut at `limit`: the rest of a long history is never read.
+        tid = func.unnest(postgresql.array(ids)).table_valued("tid").render_derived(name="t")
+        last = (
+            select(MessageRow.id, MessageRow.task_id, MessageRow.body)
+            .where(MessageRow.task_id == tid.c.tid)
+            .order_by(MessageRow.id.desc())
+            .limit(limit)
+            .lateral("last")
+        )
+        return (
+            select(last.c.task_id, last.c.body)
+            .select_from(tid)
+            .join(last, true())
+            .order_by(last.c.task_id, last.c.id)
+        )
+    # SQLite (the embedded default) has no LATERAL: number each task's messages, newest first.
+    ranked = (
+        select(
+            MessageRow.id,
+            MessageRow.task_id,
+            MessageRow.body,
+            func.row_number()
+            .over(partition_by=MessageRow.task_id, order_by=MessageRow.id.desc())
+            .label("rn"),
+        )
+        .where(MessageRow.task_id.in_(ids))
+        .subquery()
+    )
+    return (
+        select(ranked.c.task_id, ranked.c.body)
+        .where(ranked.c.rn <= limit)
+        .order_by(ranked.c.task_id, ranked.c.id)
+    )

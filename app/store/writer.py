@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Boolean, bindparam, case, insert, literal, null, select, update
+from sqlalchemy import Boolean, bindparam, case, delete, insert, literal, null, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .models import (
     ArtifactRow,
@@ -28,6 +31,7 @@ from .models import (
     MessageRow,
     PushConfigRow,
     PushOutboxRow,
+    TaskCountRow,
     TaskRow,
 )
 from .outage import is_unavailable
@@ -70,6 +74,21 @@ _notify = insert(PushOutboxRow).from_select(
 )
 
 
+COUNT_SHARDS = 8
+"""Rows per counter: flushers (of all replicas) add to different ones, so they rarely wait on each other."""
+
+_counts = TaskCountRow.__table__
+
+
+def _count_upsert(dialect: str) -> Any:
+    """Add `n` to a counter row, creating it if needed (both dialects have ON CONFLICT DO UPDATE)."""
+    stmt = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_counts)
+    return stmt.on_conflict_do_update(
+        index_elements=[_counts.c.owner, _counts.c.context_id, _counts.c.shard],
+        set_={"n": _counts.c.n + stmt.excluded.n},
+    )
+
+
 class ConflictError(Exception):
     """A row with the same key is already stored: a repeated request (a retry of a running task's first
     message, an Idempotency-Key in use), or an event number another writer already used (this replica lost
@@ -94,6 +113,8 @@ class Write:
     """New webhooks (inline in a send), inserted before the notifications."""
     notifications: list[dict[str, Any]] = field(default_factory=list)
     """Per event: `task_id`, `seq`, `history_len`, `created_at` (see `app.push.payloads`)."""
+    folded_artifacts: list[dict[str, Any]] | None = None
+    """Set when the task ends: its artifact rows are replaced by these, one folded row per artifact."""
     idempotency_key: dict[str, Any] | None = None
     """The caller's Idempotency-Key row, stored with what its request made (after the task it names)."""
 
@@ -107,10 +128,13 @@ class Writer:
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = 0
+        self._shard_base = random.randrange(COUNT_SHARDS)
+        self._count_upsert = _count_upsert(engine.dialect.name)
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._run(), name=f"store-writer-{i}") for i in range(self._flushers)
+            asyncio.create_task(self._run((self._shard_base + i) % COUNT_SHARDS), name=f"store-writer-{i}")
+            for i in range(self._flushers)
         ]
 
     async def stop(self) -> None:
@@ -130,7 +154,7 @@ class Writer:
             self._wake.notify()
         await fut
 
-    async def _run(self) -> None:
+    async def _run(self, shard: int) -> None:
         while True:
             async with self._wake:
                 await self._wake.wait_for(lambda: bool(self._pending))
@@ -138,21 +162,21 @@ class Writer:
                 del self._pending[: self._max_batch]
                 self._busy += 1
             try:
-                await self._flush_batch(batch)
+                await self._flush_batch(batch, shard)
             finally:
                 async with self._wake:
                     self._busy -= 1
                     self._wake.notify_all()
 
-    async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]]) -> None:
+    async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]], shard: int) -> None:
         try:
-            await self._flush([w for w, _ in batch])
+            await self._flush([w for w, _ in batch], shard)
         except IntegrityError as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], ConflictError(str(exc.orig)))
                 return
             for item in batch:
-                await self._flush_batch([item])
+                await self._flush_batch([item], shard)
             return
         except Exception as exc:
             # A database that is away is the callers' to wait out (a run retries, a request answers 503);
@@ -165,7 +189,7 @@ class Writer:
         for _, fut in batch:
             _settle(fut, None)
 
-    async def _flush(self, writes: list[Write]) -> None:
+    async def _flush(self, writes: list[Write], shard: int) -> None:
         new_tasks = [w.new_task for w in writes if w.new_task is not None]
         messages = [m for w in writes for m in w.messages]
         events = [e for w in writes for e in w.events]
@@ -195,6 +219,25 @@ class Writer:
             keys = [w.idempotency_key for w in writes if w.idempotency_key is not None]
             if keys:
                 await conn.execute(insert(IdempotencyKeyRow), keys)
+            for w in writes:
+                if w.folded_artifacts is not None and w.task_update is not None:
+                    await _fold(conn, w.task_update["_id"], w.folded_artifacts)
+            if new_tasks:
+                # Last, and in key order: a row lock taken here is held only until the commit that follows,
+                # and two flushers take them in the same order, so they cannot deadlock.
+                counts = Counter((t["owner"], c) for t in new_tasks for c in ("", t["context_id"]))
+                rows = [
+                    {"owner": o, "context_id": c, "shard": shard, "n": n}
+                    for (o, c), n in sorted(counts.items())
+                ]
+                await conn.execute(self._count_upsert, rows)
+
+
+async def _fold(conn: AsyncConnection, task_id: str, rows: list[dict[str, Any]]) -> None:
+    """Replace a finished task's artifact chunks by its folded artifacts."""
+    await conn.execute(delete(ArtifactRow).where(ArtifactRow.task_id == task_id))
+    if rows:
+        await conn.execute(insert(ArtifactRow), rows)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

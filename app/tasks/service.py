@@ -34,6 +34,7 @@ from app.protocol.errors import (
 from app.protocol.model import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
+    Artifact,
     ArtifactUpdate,
     Event,
     EventRecord,
@@ -58,7 +59,7 @@ from app.push.configs import PushConfigs, new_row
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Held, Leases
 from app.store.outage import OutageLog, backoff, is_unavailable
-from app.store.repo import InvalidPageToken, Repository, TaskPage
+from app.store.repo import InvalidPageToken, Repository, TaskHead, TaskPage
 from app.store.writer import ConflictError, Write, Writer
 
 from .state import check_transition
@@ -187,21 +188,39 @@ class TaskService:
     def live(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
 
-    def _clip(self, task: Task) -> Task:
-        return task if self.max_history is None else task.with_history(self.max_history)
+    def _limit(self, history_length: int | None = None) -> int | None:
+        """How many history messages a read returns: the caller's historyLength within the server's cap."""
+        if history_length is None:
+            return self.max_history
+        history_length = max(history_length, 0)
+        return history_length if self.max_history is None else min(history_length, self.max_history)
 
-    async def _load(self, owner: str, task_id: str) -> Snapshot:
+    def _clip(self, task: Task, history_length: int | None = None) -> Task:
+        limit = self._limit(history_length)
+        return task if limit is None else task.with_history(limit)
+
+    async def _load(self, owner: str, task_id: str, history_length: int | None = None) -> Snapshot:
         """The task as its owner may see it; someone else's task does not exist for them."""
         live = self._live.get(task_id)
         if live is not None:
             if live.owner != owner:
                 raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
             snap = live.snapshot()
-            return Snapshot(self._clip(snap.task), snap.seq)
-        stored = await self.repo.get_task(task_id, owner=owner)
+            return Snapshot(self._clip(snap.task, history_length), snap.seq)
+        stored = await self.repo.get_task(task_id, owner=owner, history=self._limit(history_length))
         if stored is None or stored.owner != owner:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-        return Snapshot(self._clip(stored.task), stored.last_seq)
+        return Snapshot(stored.task, stored.last_seq)
+
+    async def head(self, owner: str, task_id: str) -> TaskHead:
+        """The task's context, state and last event number: its row only, never its history or artifacts."""
+        live = self._live.get(task_id)
+        if live is not None and live.owner == owner:
+            return TaskHead(live.task.context_id, live.task.status.state, live.seq)
+        head = await self.repo.task_head(task_id, owner=owner)
+        if head is None:
+            raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+        return head
 
     async def _writable(self, owner: str, task_id: str) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
@@ -217,7 +236,7 @@ class TaskService:
                 holder = await self.leases.holder(task_id, owner=owner)
                 if holder is not None and holder != self.replica_id:
                     raise HeldElsewhereError(holder)
-            stored = await self.repo.get_task(task_id, owner=owner)
+            stored = await self.repo.get_task(task_id, owner=owner, to_write=True)
             live = self._live.get(task_id)
             if live is None:
                 if stored is None:
@@ -229,8 +248,9 @@ class TaskService:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    async def get(self, owner: str, task_id: str) -> Task:
-        return (await self._load(owner, task_id)).task
+    async def get(self, owner: str, task_id: str, history_length: int | None = None) -> Task:
+        """The task with its last `history_length` messages (None: as many as the server returns)."""
+        return (await self._load(owner, task_id, history_length)).task
 
     async def list(
         self,
@@ -242,6 +262,7 @@ class TaskService:
         page_size: int = 50,
         page_token: str | None = None,
         include_artifacts: bool = False,
+        history_length: int | None = None,
     ) -> TaskPage:
         """The caller's own tasks, newest status first, a page at a time."""
         try:
@@ -253,10 +274,10 @@ class TaskService:
                 page_size=page_size,
                 page_token=page_token,
                 artifacts=include_artifacts,
+                history=self._limit(history_length),
             )
         except InvalidPageToken:
             raise InvalidParamsError("pageToken is not one this server issued") from None
-        page.tasks = [self._clip(t) for t in page.tasks]
         return page
 
     # ---- writes ------------------------------------------------------------------------------
@@ -330,6 +351,8 @@ class TaskService:
                 write.notifications = payloads.notifications(task, records, user_messages, now)
             write.idempotency_key = key_row
             ended = state.terminal
+            if ended:
+                write.folded_artifacts = _folded_rows(task, events)
             write.task_update = {
                 "_id": task.id,
                 "state": state.value,
@@ -532,14 +555,14 @@ class TaskService:
     ) -> str | Message:
         """The checks every send makes before anything is stored (the webhook even when the agent then
         answers directly and it has nothing to be told), then the follow-up, the agent's direct reply to
-        a new message, or the new task."""
+        a new message, or the new task. A contextId needs no check: contexts are per principal, so an id
+        another principal also uses names this caller's own context (their tasks are never in it)."""
         if push is not None:
             await self._check_url(push.url)
         if message.task_id:
             if push is not None:
                 await self.set_push_config(owner, message.task_id, push)
             return await self._continue(owner, message, idem=idem)
-        await self._check_context(owner, message)
         if self.executor is not None:
             message.context_id = message.context_id or new_id()
             direct = await self.executor.reply(owner, message)
@@ -683,20 +706,6 @@ class TaskService:
             await self.executor.answer(task.id, message)
         return task.id
 
-    async def _check_context(self, owner: str, message: Message) -> None:
-        """A new message may name a contextId only if no other principal uses it.
-
-        Joining would mix this caller's task into another principal's conversation (and any agent state
-        kept by context); the spec wants a refusal then, not a silently new contextId.
-        """
-        if message.task_id or not message.context_id:
-            return
-        if await self.repo.context_taken(message.context_id, owner):
-            raise InvalidParamsError(
-                f"contextId {message.context_id} cannot be used; omit it to start a new context",
-                {"contextId": message.context_id},
-            )
-
     async def send(
         self,
         owner: str,
@@ -756,7 +765,8 @@ class TaskService:
     async def resubscribe(
         self, owner: str, task_id: str, after: int | None = None
     ) -> AsyncIterator[Snapshot | EventRecord]:
-        await self._load(owner, task_id)
+        """Follow the task (an unknown task raises here, before the stream starts)."""
+        await self.head(owner, task_id)
         return self.follow(owner, task_id, after=after)
 
     async def follow(
@@ -770,25 +780,28 @@ class TaskService:
 
         Subscribe first, then read the snapshot, then drop what the snapshot already holds; a gap in
         the sequence (lag, a lost message) is filled from the event log. With `after`, the snapshot is
-        skipped and the events after that sequence number are replayed from the log instead.
+        skipped and the events after that sequence number are replayed from the log instead (only the
+        task's row and those events are read).
         """
         sub = await self.bus.subscribe(task_id)
         try:
-            snap = await self._reading(lambda: self._load(owner, task_id))
-            context_id = snap.task.context_id
             if after is None:
+                snap = await self._reading(lambda: self._load(owner, task_id))
+                context_id = snap.task.context_id
                 yield snap
                 expected = snap.seq + 1
                 if snap.task.status.state in stop_at:
                     return
             else:
+                head = await self._reading(lambda: self.head(owner, task_id))
+                context_id = head.context_id
                 expected = after + 1
                 for rec in await self._log_after(owner, task_id, context_id, after):
                     yield rec
                     expected = rec.seq + 1
                     if _stops(rec, stop_at):
                         return
-                if snap.task.status.state in stop_at and expected > snap.seq:
+                if head.state in stop_at and expected > head.last_seq:
                     return
             async for rec in self._tail(sub, owner, task_id, context_id, expected):
                 yield rec
@@ -975,7 +988,7 @@ class TaskService:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
         if task_id in self._live:
             return True
-        stored = await self.repo.get_task(task_id, owner=None)
+        stored = await self.repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
         self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
@@ -985,7 +998,7 @@ class TaskService:
         """Fail a task whose agent died with its replica, if this replica can take it."""
         if held.task_id in self._live or not await self.leases.take(held.task_id):
             return
-        stored = await self.repo.get_task(held.task_id, owner=None)
+        stored = await self.repo.get_task(held.task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
@@ -1009,6 +1022,19 @@ async def _single(message: Message) -> AsyncIterator[Message]:
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
     return isinstance(rec.event, StatusUpdate) and rec.event.status.state in stop_at
+
+
+def _folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:
+    """A finished task's artifacts as stored from now on: its artifacts with `events` folded in, one row
+    each (folded on copies: the live task is updated only once the write commits)."""
+    folded = [Artifact.from_store(a.to_store()) for a in task.artifacts]
+    for ev in events:
+        if isinstance(ev, ArtifactUpdate):
+            fold_artifact(folded, ev)
+    return [
+        {"task_id": task.id, "seq": i, "artifact_id": a.artifact_id, "append": False, "body": a.to_store()}
+        for i, a in enumerate(folded, start=1)
+    ]
 
 
 def _digest(value: Any) -> str:
