@@ -27,7 +27,7 @@ LOOPBACK_AUTH = AUTH_MODE=$${AUTH_MODE:-$$(case "$${HOST:-127.0.0.1}" in 127.*|l
 run: $(VENV)/.installed migrate
 	$(LOOPBACK_AUTH) $(BIN)/a2a-server serve
 
-## The example agent of "Write your own agent" in the README, served the same way.
+## The example agent of "Write your own agent" in docs/agents.md, served the same way.
 run-example: $(VENV)/.installed migrate
 	$(LOOPBACK_AUTH) AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
 

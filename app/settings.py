@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     """Parent of the workspaces (`<root>/<principal hash>/<contextId>`) and of each principal's CLI HOME
     (`<root>/<principal hash>/.home`); a later turn of a context reuses its folder."""
     agent_sandbox: Literal["bwrap", "none"] = "bwrap"
-    """`bwrap`: each CLI runs in a bubblewrap jail (README "Security of coding agents"); `none`: on the
+    """`bwrap`: each CLI runs in a bubblewrap jail (docs/agents.md "Security of coding agents"); `none`: on the
     host as the server's user (still with the allowlisted environment). Start-up fails if bwrap cannot run."""
     agent_network: Literal["host", "egress"] | None = None
     """`egress` (the default with the jail): the CLI reaches only AGENT_EGRESS_ALLOW through a proxy;
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     """Run the delivery worker here. Off: this replica only queues notifications and others deliver them
     (a write-only replica, or a benchmark building a backlog to time one replica's delivery alone)."""
 
-    # ---- who may call, and how much (README "Authentication and limits") ----
+    # ---- who may call, and how much (docs/operations.md "Authentication", "Limits") ----
     auth_mode: Literal["required", "off"] = "required"
     """`required`: every route but the card and health needs a credential; `off`: all callers are one
     anonymous principal (only when set explicitly; `make run` sets it on loopback)."""

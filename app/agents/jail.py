@@ -1,7 +1,7 @@
 """Where and how a coding-agent CLI runs: per-principal folders, an allowlisted environment, a bwrap jail.
 
 A CLI runs shell commands a model picks from a prompt any caller controls, so it gets nothing it does not
-need (README "Security of coding agents"):
+need (docs/agents.md "Security of coding agents"):
 
 - **Folders.** `<AGENT_WORKSPACE_ROOT>/<principal hash>/<contextId>` is the workspace and
   `<root>/<principal hash>/.home` the HOME (CLI sessions, credentials), so two principals never share either.
