@@ -47,8 +47,9 @@ class Settings(BaseSettings):
     """Parent of the workspaces (`<root>/<principal hash>/<contextId>`) and of each principal's CLI HOME
     (`<root>/<principal hash>/.home`); a later turn of a context reuses its folder."""
     agent_sandbox: Literal["bwrap", "none"] = "bwrap"
-    """`bwrap`: each CLI runs in a bubblewrap jail (docs/agents.md "Security of coding agents"); `none`: on the
-    host as the server's user (still with the allowlisted environment). Start-up fails if bwrap cannot run."""
+    """`bwrap`: each CLI runs in a bubblewrap jail (docs/agents.md "Security of coding agents"); `none`:
+    on the host as the server's user (still with the allowlisted environment). Start-up fails if bwrap
+    cannot run."""
     agent_network: Literal["host", "egress"] | None = None
     """`egress` (the default with the jail): the CLI reaches only AGENT_EGRESS_ALLOW through a proxy;
     `host`: the host's network as it is (the default without the jail)."""

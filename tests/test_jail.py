@@ -1,4 +1,4 @@
-"""The jail of coding agents (docs/agents.md "Security of coding agents"), tried by a hostile agent from inside.
+"""The jail of coding agents (docs/agents.md "Security of coding agents"), tried by a hostile agent.
 
 A real server (SQLite, API keys for alice and bob) runs the `ndjson` adapter with tests/fakes/hostile_agent.py
 in the default jail (bubblewrap, egress). Alice's agent tries to read its environment, Bob's workspace, the

@@ -116,7 +116,7 @@ class VersionNotSupportedError(A2AError):
     default_message = "This protocol version is not supported"
 
 
-# ---- access and limits: server-defined codes in the -32000..-32099 range (docs/operations.md "Authentication") ----
+# ---- access and limits: server-defined codes in -32000..-32099 (docs/operations.md "Authentication") ----
 
 
 class UnauthenticatedError(A2AError):
