@@ -123,6 +123,9 @@ class LiveTask:
     waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
     stalled: bool = False
     """Its run is waiting for the database to take its events: other writers fail at once, not queue."""
+    artifact_rows: int | None = None
+    """How many artifact rows the task has stored (None: unknown). When it ends with exactly one row per
+    artifact, its rows are already folded and the compaction is skipped."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
@@ -351,8 +354,11 @@ class TaskService:
                 write.notifications = payloads.notifications(task, records, user_messages, now)
             write.idempotency_key = key_row
             ended = state.terminal
+            rows = None if live.artifact_rows is None else live.artifact_rows + len(write.artifacts)
             if ended:
-                write.folded_artifacts = _folded_rows(task, events)
+                folded = _folded_rows(task, events)
+                if rows != len(folded):
+                    write.folded_artifacts = folded
             write.task_update = {
                 "_id": task.id,
                 "state": state.value,
@@ -381,6 +387,7 @@ class TaskService:
                 if isinstance(ev, ArtifactUpdate):
                     fold_artifact(task.artifacts, ev)
             live.seq = seq
+            live.artifact_rows = rows
             if state.terminal:
                 self._live.pop(task.id, None)
             self._wake_waiters(live)
@@ -641,7 +648,7 @@ class TaskService:
             self.push_ring()
         await self.bus.publish(task_id, context_id, [EventRecord(1, submitted)])
         if here:
-            self._live[task_id] = LiveTask(task, owner, 1, push is not None)
+            self._live[task_id] = LiveTask(task, owner, 1, push is not None, artifact_rows=0)
             self.executor.start(task_id, reserved=True)  # type: ignore[union-attr]
         else:
             await self.bus.ring_queue()
