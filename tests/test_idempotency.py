@@ -89,6 +89,18 @@ async def test_concurrent_copies_of_a_blocking_send_run_once(client):
     assert [m["role"] for m in a["history"]].count("user") == 1
 
 
+async def test_a_burst_of_copies_of_an_instant_message_never_errors(client):
+    """Copies of a message whose task ends at once keep conflicting with each other's retry key and then
+    finding it finished: every copy still gets a task (attached, or a new message), never an error."""
+    msg = text_message("hi")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": msg}}
+    answers = await asyncio.gather(*(client.post("/a2a/jsonrpc", json=body) for _ in range(48)))
+    assert all(a.status_code == 200 for a in answers)
+    errors = [a.json()["error"] for a in answers if "error" in a.json()]
+    assert errors == []
+    assert all(a.json()["result"]["status"]["state"] == "completed" for a in answers)
+
+
 async def test_a_retried_follow_up_attaches_while_the_task_runs(client):
     task = await send(client, "ask:Go?;sleep:60")
     answer = text_message("go", taskId=task["id"])

@@ -492,8 +492,12 @@ class TaskService:
         # A running copy of a new message is found by the conflict of its retry key, so the common send
         # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
         # copies keep finishing between our conflict and our look-up (each then a new message).
+        # After MAX_ROUNDS of those, every copy we met had finished by our look-up: this one is stored as a
+        # new message without a retry key, so it cannot conflict again (only its Idempotency-Key can, and
+        # then `_earlier` finds the copy that stored it).
         running_copy: str | None = None
-        for _ in range(MAX_ROUNDS):
+        rounds = 0
+        while rounds < 2 * MAX_ROUNDS:
             message.task_id, message.context_id = sent
             try:
                 earlier = await self._earlier(owner, idem, running_copy)
@@ -503,7 +507,10 @@ class TaskService:
             except ConflictError as exc:
                 if not exc.duplicate_request:
                     raise
+                rounds += 1
                 running_copy = retry_key
+                if rounds >= MAX_ROUNDS:
+                    retry_key = running_copy = None
         raise InternalError("Concurrent copies of this request kept conflicting; send it again")
 
     def _idem(
