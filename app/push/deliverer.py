@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
-from app.store.outage import OutageLog, is_unavailable
+from app.store.outage import OutageLog
 
 from . import guard, payloads
 from .outbox import Hook, Outbox, Pending, Run, Tally
@@ -170,10 +170,7 @@ class Deliverer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if is_unavailable(exc):
-                    self._outage.failed(exc)
-                else:
-                    log.exception("claiming webhook deliveries failed; retrying")
+                self._outage.failed_or_bug(exc, log, "claiming webhook deliveries failed; retrying")
                 hooks = []
                 delay = min(delay * 2, OUTAGE_POLL_S)
             for hook, rows in hooks:
@@ -202,10 +199,7 @@ class Deliverer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if is_unavailable(exc):
-                    self._outage.failed(exc)
-                else:
-                    log.exception("renewing webhook claims failed")
+                self._outage.failed_or_bug(exc, log, "renewing webhook claims failed")
 
     # ---- one webhook --------------------------------------------------------------------------
 
@@ -219,10 +213,8 @@ class Deliverer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if is_unavailable(exc):
-                self._outage.failed(exc)  # the claim, no longer renewed, expires; the queue is taken up again
-            else:
-                log.exception("webhook %s: delivery failed unexpectedly", hook.config_id)
+            # Either way the claim, no longer renewed, expires and the queue is taken up again.
+            self._outage.failed_or_bug(exc, log, "webhook %s: delivery failed unexpectedly", hook.config_id)
 
     async def _post_run(self, hook: Hook, rows: list[Pending]) -> Run:
         """Post `rows` in order, each only once the one before left the queue (delivered or given up);

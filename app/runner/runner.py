@@ -190,12 +190,9 @@ class Runner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if is_unavailable(exc):
-                    outage.failed(exc)
+                if outage.failed_or_bug(exc, log, "%s failed; retrying", name):
                     self._db_failed_at = asyncio.get_running_loop().time()
                     wait = min(interval, RETRY_S)
-                else:
-                    log.exception("%s failed; retrying", name)
             if wakeable:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)

@@ -85,6 +85,15 @@ class OutageLog:
                 str(exc).splitlines()[0][:200] if str(exc) else "",
             )
 
+    def failed_or_bug(self, exc: BaseException, logger: logging.Logger, bug: str, *args: object) -> bool:
+        """`failed(exc)` when the database is away (True); anything else is a bug, logged by `logger` as
+        `bug % args` with its traceback (False)."""
+        if is_unavailable(exc):
+            self.failed(exc)
+            return True
+        logger.error(bug, *args, exc_info=exc)
+        return False
+
     def ok(self) -> None:
         if self.since is not None:
             log.warning("%s: the database is reachable again after %.1f s", self.what, self.down_for())
