@@ -13,9 +13,9 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.cluster import Cluster
-from tests.own_services import OwnServices
-from tests.server import ServerProcess
+from tests.support.cluster import Cluster
+from tests.support.own_services import OwnServices
+from tests.support.server import ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -113,8 +113,9 @@ async def cluster(cluster_factory: ClusterFactory) -> Cluster:
 
 @pytest.fixture(scope="session", params=BACKENDS)
 async def auth_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
-    """A server that admits alice and bob by API key (tests/auth.py), with an extended card configured."""
-    from tests.auth import api_keys_env
+    """A server that admits alice and bob by API key (tests/support/auth.py), with an extended card
+    configured."""
+    from tests.support.auth import api_keys_env
 
     skills = '[{"id": "admin", "name": "Admin", "description": "Only for signed-in callers", "tags": ["x"]}]'
     srv = await make_server(

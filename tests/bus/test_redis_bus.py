@@ -12,7 +12,7 @@ import pytest
 from app.bus.base import RESYNC
 from app.bus.redis import RedisBus
 from app.protocol.model import EventRecord, StatusUpdate, TaskState, TaskStatus, now_iso
-from tests.server import ROOT
+from tests.support.server import ROOT
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("TEST_REDIS_URL"), reason="TEST_REDIS_URL is not set: `make test` starts Redis"

@@ -20,7 +20,8 @@ from httpx_sse import aconnect_sse
 
 from app.agents.jail import principal_key
 from app.api.auth import ANONYMOUS
-from tests.clis import (
+from tests.conftest import make_server
+from tests.support.clis import (
     CLI_BIN,
     alive,
     find_process,
@@ -36,10 +37,9 @@ from tests.clis import (
     wait_until_stopped,
     working_in,
 )
-from tests.conftest import make_server
-from tests.fakes.anthropic import FakeAnthropic
-from tests.rpc import result, text_message
-from tests.server import ServerProcess
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.rpc import result, text_message
+from tests.support.server import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 
 Everything goes through the A2A API of a real server process (SQLite) with AGENT_ADAPTER=codex or gemini:
 the CLI runs for real in the task's workspace and calls a fake of its model API on 127.0.0.1
-(tests/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:hang`, ...).
+(tests/support/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:hang`,
+...).
 Per CLI, one server runs unattended (AGENT_FORCE=true: `codex exec`, `gemini -p --approval-mode yolo`),
 one with approvals on (`codex app-server`, `gemini --acp`) and one unattended with short idle and hard
 limits, each in the default jail with egress to its fake only and a HOME seeded with the CLI's
@@ -25,7 +26,8 @@ from httpx_sse import aconnect_sse
 
 from app.agents.jail import principal_key
 from app.api.auth import ANONYMOUS
-from tests.clis import (
+from tests.conftest import make_server
+from tests.support.clis import (
     CLI_BIN,
     alive,
     find_process,
@@ -39,12 +41,11 @@ from tests.clis import (
     wait_until_stopped,
     working_in,
 )
-from tests.conftest import make_server
-from tests.fakes.base import ERROR_MESSAGE, TEXT, TEXT_CHUNKS, FakeServer
-from tests.fakes.gemini_fake import GeminiFake, gemini_env, write_gemini_home
-from tests.fakes.openai_fake import API_KEY_ENV, OpenAIFake, write_codex_home
-from tests.rpc import result, text_message
-from tests.server import ServerProcess
+from tests.support.fakes.base import ERROR_MESSAGE, TEXT, TEXT_CHUNKS, FakeServer
+from tests.support.fakes.gemini_fake import GeminiFake, gemini_env, write_gemini_home
+from tests.support.fakes.openai_fake import API_KEY_ENV, OpenAIFake, write_codex_home
+from tests.support.rpc import result, text_message
+from tests.support.server import ServerProcess
 
 REFUSAL = {"codex": "rejected by user", "gemini": "was canceled by the user"}
 """What each CLI tells the model when the user denies the tool (the fake echoes the tool output)."""

@@ -1,5 +1,5 @@
-"""The `cursor` and `ndjson` adapters behind the A2A API, each running a fake executable (tests/fakes/) that
-prints the documented lines, in a real server process (SQLite)."""
+"""The `cursor` and `ndjson` adapters behind the A2A API, each running a fake executable
+(tests/support/fakes/) that prints the documented lines, in a real server process (SQLite)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from app.agents.jail import principal_key
 from app.agents.ndjson import NdjsonAgent
 from app.api.auth import ANONYMOUS
 from app.settings import Settings
-from tests.clis import (
+from tests.conftest import make_server
+from tests.support.clis import (
     FAKES,
     alive,
     find_process,
@@ -29,8 +30,7 @@ from tests.clis import (
     wait_for_process,
     wait_until_stopped,
 )
-from tests.conftest import make_server
-from tests.rpc import result
+from tests.support.rpc import result
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 """The system's python: a jailed fake sees /usr, not the test's virtualenv."""

@@ -1,10 +1,10 @@
 """The jail of coding agents (docs/agents.md "Security of coding agents"), tried by a hostile agent.
 
-A real server (SQLite, API keys for alice and bob) runs the `ndjson` adapter with tests/fakes/hostile_agent.py
-in the default jail (bubblewrap, egress). Alice's agent tries to read its environment, Bob's workspace, the
-data folder and the project, to write outside its workspace, to connect to PostgreSQL, Redis, the server
-and the metadata address, directly and through its proxy, and to fetch from the one allowlisted local
-server. The report it prints is the task's answer.
+A real server (SQLite, API keys for alice and bob) runs the `ndjson` adapter with
+tests/support/fakes/hostile_agent.py in the default jail (bubblewrap, egress). Alice's agent tries to read its
+environment, Bob's workspace, the data folder and the project, to write outside its workspace, to connect to
+PostgreSQL, Redis, the server and the metadata address, directly and through its proxy, and to fetch from the
+one allowlisted local server. The report it prints is the task's answer.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from app.agents.jail import agent_env, principal_key
 from app.agents.ndjson import NdjsonAgent
 from app.protocol.model import Message, Part, Role
 from app.settings import SettingError, Settings
-from tests.auth import api_keys_env, key_of
-from tests.clis import FAKES, response_text, send_message, wait_until_stopped
 from tests.conftest import make_server
-from tests.server import BIN, ROOT, ServerProcess
+from tests.support.auth import api_keys_env, key_of
+from tests.support.clis import FAKES, response_text, send_message, wait_until_stopped
+from tests.support.server import BIN, ROOT, ServerProcess
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 SECRET = "server-secret-" + uuid.uuid4().hex
 CURSOR_SESSION = "0b6c1d9e-1111-4222-8333-444455556666"
-"""The session id tests/fakes/cursor_agent.py announces."""
+"""The session id tests/support/fakes/cursor_agent.py announces."""
 
 
 class _Hello(BaseHTTPRequestHandler):

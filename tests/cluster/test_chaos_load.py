@@ -1,8 +1,8 @@
 """Chaos under streaming load: a replica killed, Redis restarted, PostgreSQL restarted and down for 30 s.
 
 One cluster (3 replicas behind nginx, the scripted agent streaming for tens of seconds) on a PostgreSQL and a
-Redis of this test alone (tests/own_services.py: the shared ones are never stopped). Each fault hits a wave
-of tasks mid-stream, each task followed by an SSE client that resumes with `Last-Event-ID` whenever its
+Redis of this test alone (tests/support/own_services.py: the shared ones are never stopped). Each fault hits a
+wave of tasks mid-stream, each task followed by an SSE client that resumes with `Last-Event-ID` whenever its
 connection drops. After each wave every task must be terminal and each client must have seen exactly the
 task's event log after its snapshot: no gap, no duplicate. The figures are printed.
 
@@ -23,10 +23,10 @@ import asyncpg
 import httpx
 from httpx_sse import aconnect_sse
 
-from tests.cluster import Cluster
 from tests.conftest import _fresh_pg_database
-from tests.own_services import OwnServices
-from tests.rpc import text_message
+from tests.support.cluster import Cluster
+from tests.support.own_services import OwnServices
+from tests.support.rpc import text_message
 
 TASKS_PER_WAVE = 9
 PG_DOWN_S = 30.0

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from tests.cluster import Cluster
 from tests.conftest import _fresh_pg_database
-from tests.rpc import text_message
+from tests.support.cluster import Cluster
+from tests.support.rpc import text_message
 
 FAST_LEASES = {"LEASE_TTL_S": "3", "QUEUE_POLL_S": "0.5"}
 

@@ -15,8 +15,8 @@ import urllib.parse
 import httpx
 from httpx_sse import aconnect_sse
 
-from tests.cluster import Cluster
-from tests.rpc import send, text_message
+from tests.support.cluster import Cluster
+from tests.support.rpc import send, text_message
 
 
 async def stream(

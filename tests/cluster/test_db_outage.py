@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.cluster import Cluster
+from tests.cluster.test_chaos_load import Client, event_log, reason, rpc, streaming_script
 from tests.conftest import _fresh_pg_database
-from tests.own_services import OwnServices
-from tests.rpc import text_message
-from tests.test_chaos_load import Client, event_log, reason, rpc, streaming_script
+from tests.support.cluster import Cluster
+from tests.support.own_services import OwnServices
+from tests.support.rpc import text_message
 
 GRACE_S = 2.0
 

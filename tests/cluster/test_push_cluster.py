@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.receiver import Receiver
-from tests.rpc import text_message
-from tests.test_push import PUSH_ENV
+from tests.e2e.test_push import PUSH_ENV
+from tests.support.receiver import Receiver
+from tests.support.rpc import text_message
 
 CLUSTER_ENV = {**PUSH_ENV, "PUSH_CLAIM_TTL_S": "2", "LEASE_TTL_S": "3", "QUEUE_POLL_S": "0.5"}
 

@@ -12,7 +12,7 @@ import yaml
 
 from scripts.nginx_conf import COMPOSE_CONF, nginx_binary, render_compose, write_local
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SSE_DIRECTIVES = [
     "proxy_buffering off;",

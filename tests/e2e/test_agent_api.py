@@ -1,5 +1,5 @@
 """The agent API (`app.agents.sdk`) through the A2A API: every capability, in both protocol versions, on
-streaming and non-streaming calls, served by a real server running `tests.agents.capabilities`."""
+streaming and non-streaming calls, served by a real server running `tests.support.agents.capabilities`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import make_server
-from tests.rpc import sse_data
-from tests.server import ServerProcess
+from tests.support.rpc import sse_data
+from tests.support.server import ServerProcess
 
-AGENT = "tests.agents.capabilities:CapabilitiesAgent"
+AGENT = "tests.support.agents.capabilities:CapabilitiesAgent"
 VERSIONS = ("0.3", "1.0")
 MODES = ("send", "stream")
 KINDS_V10 = {

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from app.api.auth import hash_key
-from tests.auth import KEYS, bearer, key_of
-from tests.rpc import text_message
-from tests.server import BIN, ROOT
+from tests.support.auth import KEYS, bearer, key_of
+from tests.support.rpc import text_message
+from tests.support.server import BIN, ROOT
 
 V10 = {"A2A-Version": "1.0"}
 

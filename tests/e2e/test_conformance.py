@@ -24,10 +24,10 @@ from a2a.helpers import new_text_message
 from a2a.types import AgentCard, Role, SendMessageConfiguration, SendMessageRequest, TaskState
 from google.protobuf.json_format import ParseDict, ParseError
 
-from tests.auth import key_of
 from tests.conftest import BACKENDS, make_server
-from tests.test_interop_js import Variant as JsVariant
-from tests.test_interop_js import node, run_interop  # noqa: F401 - `node`: the fixture, by name
+from tests.interop.test_interop_js import Variant as JsVariant
+from tests.interop.test_interop_js import node, run_interop  # noqa: F401 - `node`: the fixture, by name
+from tests.support.auth import key_of
 
 V10 = {"A2A-Version": "1.0"}
 REST = "/a2a/rest"
@@ -452,7 +452,7 @@ async def capabilities_server(request: pytest.FixtureRequest, tmp_path_factory: 
     srv = await make_server(
         request.param,
         tmp_path_factory.mktemp(f"working-{request.param}"),
-        AGENT_ADAPTER="tests.agents.capabilities:CapabilitiesAgent",
+        AGENT_ADAPTER="tests.support.agents.capabilities:CapabilitiesAgent",
     )
     yield srv
     srv.stop()

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tests.conftest import make_server
-from tests.rpc import result, text_message
-from tests.server import ServerProcess
+from tests.support.rpc import result, text_message
+from tests.support.server import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 
 from app.api import ops_v03, ops_v10
 from app.api.openapi import document
-from tests.auth import api_keys_env, key_of
 from tests.conftest import BACKENDS, database_url
-from tests.counting import CountingClient, Tally
-from tests.server import ServerProcess
+from tests.support.auth import api_keys_env, key_of
+from tests.support.counting import CountingClient, Tally
+from tests.support.server import ServerProcess
 
 JSONRPC_EXAMPLES = 150
 REST_EXAMPLES = 8

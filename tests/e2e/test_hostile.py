@@ -24,7 +24,7 @@ from starlette.routing import Route, Router
 
 from app.api.fallback import Fallback
 from tests.conftest import BACKENDS, make_server
-from tests.rpc import text_message
+from tests.support.rpc import text_message
 
 V10 = {"A2A-Version": "1.0"}
 NOT_STRINGS = [[], {}, [1], {"a": 1}]

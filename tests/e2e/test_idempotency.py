@@ -25,10 +25,10 @@ from sqlalchemy import select
 from app.store.db import create_engine
 from app.store.models import IdempotencyKeyRow
 from tests.conftest import BACKENDS, make_server
-from tests.rpc import result, send, text_message
-from tests.server import ServerProcess
-from tests.test_interop_sdk import send_for_task, user_message
-from tests.test_rest import REST, V1, v03_message, v10_message
+from tests.e2e.test_rest import REST, V1, v03_message, v10_message
+from tests.interop.test_interop_sdk import send_for_task, user_message
+from tests.support.rpc import result, send, text_message
+from tests.support.server import ServerProcess
 
 WAIT_S = 30
 NOT_BLOCKING = {"blocking": False}

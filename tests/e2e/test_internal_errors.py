@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS, make_server
-from tests.rpc import call, send
+from tests.support.rpc import call, send
 
 
 async def _drop_events_table(database_url: str) -> None:

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.auth import db_state, key_of
-from tests.rpc import sse_data, text_message
-from tests.test_rest import v03_message, v10_message
+from tests.e2e.test_rest import v03_message, v10_message
+from tests.support.auth import db_state, key_of
+from tests.support.rpc import sse_data, text_message
 
 V10 = {"A2A-Version": "1.0"}
 Attempt = Callable[[httpx.AsyncClient, dict[str, str]], Awaitable[httpx.Response]]
@@ -263,7 +263,7 @@ async def test_a_message_id_and_an_idempotency_key_are_per_principal(alice_and_b
 async def test_forwarded_cancel_carries_the_owner(cluster_factory):
     """Across replicas: bob's cancel of alice's running task is TaskNotFound on every replica (nothing is
     forwarded to the holder), and alice's own cancel through a replica that does not hold it succeeds."""
-    from tests.auth import api_keys_env
+    from tests.support.auth import api_keys_env
 
     cluster = await cluster_factory(replicas=2, **api_keys_env())
     async with (

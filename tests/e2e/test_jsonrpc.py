@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.rpc import call, result, text_message
+from tests.support.rpc import call, result, text_message
 
 
 async def post_raw(client, content, content_type="application/json"):

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from app.api.jwks import InvalidTokenError, JwtVerifier
 from app.settings import Settings
-from tests.auth import AUDIENCE, ISSUER, JwksServer, SigningKey, bearer
 from tests.conftest import make_server
+from tests.support.auth import AUDIENCE, ISSUER, JwksServer, SigningKey, bearer
 
 SCOPE = "a2a:tasks"
 

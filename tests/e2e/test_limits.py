@@ -10,9 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from tests.auth import api_keys_env, db_state, key_of
 from tests.conftest import make_server
-from tests.rpc import text_message
+from tests.support.auth import api_keys_env, db_state, key_of
+from tests.support.rpc import text_message
 
 V10 = {"A2A-Version": "1.0"}
 ORIGIN = "https://app.example"

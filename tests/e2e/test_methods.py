@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.rpc import call, result, send, text_message
+from tests.support.rpc import call, result, send, text_message
 
 
 async def wait_state(client, task_id: str, states: set[str], timeout: float = 20) -> dict:

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS, make_server
-from tests.receiver import Receiver
-from tests.rpc import call, result, text_message
-from tests.server import ServerProcess
+from tests.support.receiver import Receiver
+from tests.support.rpc import call, result, text_message
+from tests.support.server import ServerProcess
 
 PUSH_ENV = {
     "PUSH_NOTIFICATION_ALLOW_HTTP": "true",

@@ -14,7 +14,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import BACKENDS, make_server
-from tests.rpc import result, send, text_message
+from tests.support.rpc import result, send, text_message
 
 
 async def events_from_start(client, task_id: str) -> list[tuple[str, dict]]:

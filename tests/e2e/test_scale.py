@@ -11,8 +11,8 @@ import orjson
 from sqlalchemy import text
 
 from app.store.db import create_engine
-from tests.rpc import call, result, send, text_message
-from tests.test_streaming import collect
+from tests.e2e.test_streaming import collect
+from tests.support.rpc import call, result, send, text_message
 
 V10 = {"A2A-Version": "1.0"}
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from app.settings import Settings
-from tests.server import BIN, ROOT
+from tests.support.server import BIN, ROOT
 
 
 def test_defaults(monkeypatch):
@@ -36,12 +36,15 @@ def test_plain_postgres_url_gets_the_async_driver():
         ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
         ({"AGENT_ADAPTER": "nosuchmodule:Agent"}, "AGENT_ADAPTER"),
         ({"AGENT_ADAPTER": "json:dumps"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "tests.agents:nothing"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "tests.rpc:call"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.support.agents:nothing"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.support.rpc:call"}, "AGENT_ADAPTER"),
         ({"AGENT_OPTIONS": "{not json"}, "AGENT_OPTIONS"),
         ({"AGENT_OPTIONS": '{"colour": "red"}'}, "AGENT_OPTIONS"),
         (
-            {"AGENT_ADAPTER": "tests.agents.capabilities:CapabilitiesAgent", "AGENT_OPTIONS": '{"x": 1}'},
+            {
+                "AGENT_ADAPTER": "tests.support.agents.capabilities:CapabilitiesAgent",
+                "AGENT_OPTIONS": '{"x": 1}',
+            },
             "AGENT_OPTIONS",
         ),
         ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
@@ -79,7 +82,7 @@ def test_plugin_agent_by_module_attr():
 
 def test_plugin_agent_gets_its_options():
     from app.agents.loader import load_agent
-    from tests.agents.capabilities import CapabilitiesAgent
+    from tests.support.agents.capabilities import CapabilitiesAgent
 
-    agent = load_agent("tests.agents.capabilities:CapabilitiesAgent", {"greeting": "hey"})
+    agent = load_agent("tests.support.agents.capabilities:CapabilitiesAgent", {"greeting": "hey"})
     assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from httpx_sse import aconnect_sse
 
-from tests.rpc import result, send, sse_data, text_message
+from tests.support.rpc import result, send, sse_data, text_message
 
 
 async def collect(client, method: str, params: Any, rid: int = 1, headers: dict | None = None, until=None):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from httpx_sse import aconnect_sse
 
-from tests.rpc import text_message
+from tests.support.rpc import text_message
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -77,9 +77,9 @@ async def test_v10_output_parses_as_the_proto(client):
 async def test_v03_output_validates_against_the_json_schema(client):
     import jsonschema
 
-    from tests.server import ROOT
+    from tests.support.server import ROOT
 
-    schema = json.loads((ROOT / "tests" / "data" / "a2a-v0.3.0.schema.json").read_text())
+    schema = json.loads((ROOT / "tests" / "support" / "data" / "a2a-v0.3.0.schema.json").read_text())
     task_schema = {**schema, "$ref": "#/definitions/Task"}
     data = await rpc(client, "message/send", {"message": text_message("tool:Read;stats")}, headers={})
     jsonschema.validate(data["result"], task_schema)

@@ -1,7 +1,7 @@
-"""Interop: the official JavaScript A2A client (`@a2a-js/sdk`, pinned in tests/js/package.json) drives the
-real server.
+"""Interop: the official JavaScript A2A client (`@a2a-js/sdk`, pinned in tests/support/js/package.json) drives
+the real server.
 
-`tests/js/interop.mjs` builds the client the way an SDK user does (the SDK's card resolver and
+`tests/support/js/interop.mjs` builds the client the way an SDK user does (the SDK's card resolver and
 `ClientFactory`, which picks a transport from the card's interfaces), runs the steps below through the
 SDK's own request building and response parsing, and prints one JSON object per step. Each variant pins
 a protocol binding and version; `stock` is `new ClientFactory().createFromUrl(url)` with the SDK's
@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from tests.server import ROOT, ServerProcess
+from tests.support.server import ROOT, ServerProcess
 
-JS_DIR = ROOT / "tests" / "js"
+JS_DIR = ROOT / "tests" / "support" / "js"
 SCRIPT = JS_DIR / "interop.mjs"
 RESPONSE = "assistant-response"
 STEP_TIMEOUT_MS = 30_000  # an upper bound for a condition that normally holds within milliseconds
@@ -121,7 +121,7 @@ def _install_lock() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def node() -> str:
-    """Path of `node` (>= 20) with tests/js's packages installed from the lockfile."""
+    """Path of `node` (>= 20) with tests/support/js's packages installed from the lockfile."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the @a2a-js/sdk interop tests need Node.js >= 20 and npm")
@@ -132,7 +132,7 @@ def node() -> str:
         if not _deps_installed():
             npm = shutil.which("npm")
             if npm is None:
-                pytest.fail("npm is not installed: it installs @a2a-js/sdk (`npm ci` in tests/js)")
+                pytest.fail("npm is not installed: it installs @a2a-js/sdk (`npm ci` in tests/support/js)")
             done = subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                 cwd=JS_DIR,

@@ -37,7 +37,7 @@ from a2a.types import (
     UnsupportedOperationError,
 )
 
-from tests.server import ServerProcess
+from tests.support.server import ServerProcess
 
 RESPONSE = "assistant-response"
 WAIT_S = 30  # an upper bound for a condition that normally holds within milliseconds

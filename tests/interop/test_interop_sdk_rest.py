@@ -39,8 +39,7 @@ from a2a.types import (
 )
 from a2a.utils.constants import TransportProtocol
 
-from tests.server import ServerProcess
-from tests.test_interop_sdk import (
+from tests.interop.test_interop_sdk import (
     ORDER,
     RESPONSE,
     WAIT_S,
@@ -53,6 +52,7 @@ from tests.test_interop_sdk import (
     text_of,
     user_message,
 )
+from tests.support.server import ServerProcess
 
 S = TaskState
 _TASK_PATH = re.compile(r"/tasks/[^/:]+")

@@ -25,9 +25,9 @@ from app.protocol.model import (
     TaskState,
     TaskStatus,
 )
-from tests.server import ROOT
+from tests.support.server import ROOT
 
-SCHEMA = json.loads((ROOT / "tests" / "data" / "a2a-v0.3.0.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "tests" / "support" / "data" / "a2a-v0.3.0.schema.json").read_text())
 
 
 def v03_valid(instance: dict, definition: str) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from app.push.guard import Policy, Refused, check, forbidden
 from tests.conftest import make_server
-from tests.receiver import Receiver
-from tests.rpc import result, text_message
+from tests.support.receiver import Receiver
+from tests.support.rpc import result, text_message
 
 FORBIDDEN = [
     ("127.0.0.1", "loopback"),

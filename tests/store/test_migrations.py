@@ -16,7 +16,7 @@ from app.store.db import create_engine
 from app.store.models import ArtifactRow, Base, TaskRow
 from app.store.repo import Repository
 from tests.conftest import BACKENDS, database_url
-from tests.server import BIN, ROOT
+from tests.support.server import BIN, ROOT
 
 
 def alembic(url: str, *args: str) -> None:

@@ -15,7 +15,7 @@ from app.store.db import create_engine
 from app.store.models import EventRow, MessageRow, TaskRow
 from app.store.writer import ConflictError, Write, Writer
 from tests.conftest import BACKENDS, database_url
-from tests.server import BIN, ROOT
+from tests.support.server import BIN, ROOT
 
 
 def new_task_write(task_id: str, message_id: str) -> Write:

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from tests.rpc import result, text_message
-from tests.server import ROOT
+from tests.support.rpc import result, text_message
+from tests.support.server import ROOT
 
 CLI_BIN = ROOT / ".cache" / "cli" / "node_modules" / ".bin"
 FAKES = Path(__file__).resolve().parent / "fakes"

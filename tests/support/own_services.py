@@ -14,7 +14,7 @@ from pathlib import Path
 
 from scripts.cluster import free_port
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 class OwnServices:

@@ -1,4 +1,4 @@
-"""ListTasks shows only the caller's own tasks, whatever the filters (a service-level check; tests/
+"""ListTasks shows only the caller's own tasks, whatever the filters (a service-level check; tests/e2e/
 test_isolation.py checks every route over HTTP with two principals)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.service import TaskService
 from tests.conftest import BACKENDS, database_url
-from tests.server import BIN, ROOT
+from tests.support.server import BIN, ROOT
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

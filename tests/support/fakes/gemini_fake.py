@@ -3,7 +3,7 @@
 The CLI needs three settings to use it (see `gemini_env` and `write_gemini_home`): the base URL and key,
 `security.auth.selectedType = gemini-api-key` in `$HOME/.gemini/settings.json` (else it picks the
 "gateway" auth and exits 41), and a trusted workspace (the adapter passes `--skip-trust`; by hand, set
-GEMINI_CLI_TRUST_WORKSPACE=true). Run alone: `python -m tests.fakes.gemini_fake`.
+GEMINI_CLI_TRUST_WORKSPACE=true). Run alone: `python -m tests.support.fakes.gemini_fake`.
 """
 
 from __future__ import annotations

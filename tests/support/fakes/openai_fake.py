@@ -1,7 +1,8 @@
 """A fake of the OpenAI Responses API (`POST /v1/responses`, streamed) for the real Codex CLI.
 
 Codex reaches it through a custom provider (see `codex_config`); the built-in provider ignores
-OPENAI_BASE_URL and tries a WebSocket on the real host. Run alone: `python -m tests.fakes.openai_fake`.
+OPENAI_BASE_URL and tries a WebSocket on the real host. Run alone:
+`python -m tests.support.fakes.openai_fake`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Interop: the official JavaScript A2A client (@a2a-js/sdk) drives a running server.
 //
-//   node tests/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] [--protocol 0.3|1.0|auto]
+//   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] [--protocol 0.3|1.0|auto]
 //                             [--stock] [--steps send,stream,...] [--timeout-ms 30000]
 //
 // The client is built the way an SDK user builds one: the SDK's DefaultAgentCardResolver fetches
