@@ -19,6 +19,22 @@ from tests.support.server import ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
 
+TESTS = Path(__file__).resolve().parent
+KINDS = ("e2e", "cluster", "interop", "cli")
+"""Process-level suites: each is a folder of tests/ and a marker (pyproject.toml) of the same name."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by its folder, so nobody has to remember to: tests/e2e/... is `e2e`, and so on for
+    each of KINDS; the room folders (tests/tasks/, tests/store/, ...) are `unit`, but for a test there that
+    carries a kind marker itself (one that starts a server process is `@pytest.mark.e2e`)."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder in KINDS:
+            item.add_marker(folder)
+        elif not any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker("unit")
+
 
 async def _fresh_pg_database(base_url: str) -> str:
     """A new, empty database on the test PostgreSQL; its URL."""

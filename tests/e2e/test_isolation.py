@@ -260,6 +260,7 @@ async def test_a_message_id_and_an_idempotency_key_are_per_principal(alice_and_b
     assert (await send(alice, "say:a"))["id"] == a["id"], "alice's retry under her key is her task"
 
 
+@pytest.mark.cluster
 async def test_forwarded_cancel_carries_the_owner(cluster_factory):
     """Across replicas: bob's cancel of alice's running task is TaskNotFound on every replica (nothing is
     forwarded to the holder), and alice's own cancel through a replica that does not hold it succeeds."""

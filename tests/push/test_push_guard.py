@@ -91,6 +91,7 @@ async def test_allowlists() -> None:
         await check("https://192.168.0.1/h", Policy(allowed_cidrs=nets))
 
 
+@pytest.mark.e2e
 async def test_delivery_connects_to_the_checked_address_with_the_name_in_host(tmp_path) -> None:
     """A name allowed by network (not by name) is resolved and pinned: the call goes to the address
     checked, and the receiver still sees the name the client registered."""

@@ -26,6 +26,7 @@ def test_plain_postgres_url_gets_the_async_driver():
     assert s.database_url == "postgresql+asyncpg://u@h/db"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("env", "name"),
     [
