@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 
 import pytest
 
 from app.bus.base import RESYNC
 from app.bus.redis import RedisBus
 from app.protocol.model import EventRecord, StatusUpdate, TaskState, TaskStatus, now_iso
-from tests.support.server import ROOT
+from tests.support.own_services import OwnServices
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("TEST_REDIS_URL"), reason="TEST_REDIS_URL is not set: `make test` starts Redis"
@@ -23,8 +22,8 @@ def record(seq: int, state: TaskState = TaskState.WORKING) -> EventRecord:
     return EventRecord(seq, StatusUpdate("t-1", "c-1", TaskStatus(state, now_iso()), final=state.terminal))
 
 
-async def pair() -> tuple[RedisBus, RedisBus]:
-    url = os.environ["TEST_REDIS_URL"]
+async def pair(url: str | None = None) -> tuple[RedisBus, RedisBus]:
+    url = url or os.environ["TEST_REDIS_URL"]
     a, b = RedisBus(url, "replica-a"), RedisBus(url, "replica-b")
     await a.start()
     await b.start()
@@ -83,25 +82,25 @@ async def test_queue_doorbell_rings_every_replica():
 
 
 async def test_redis_restart_makes_subscribers_resync_and_resends_what_failed():
-    a, b = await pair()
+    own = OwnServices()  # a Redis of this test alone: the shared one serves every other test
+    await asyncio.to_thread(own.start_redis)
     try:
-        sub = await b.subscribe("t-1")
-        await a.publish("t-1", "c-1", [record(1)])
-        assert (await asyncio.wait_for(sub.get(), 5)).seq == 1
-        port = os.environ["TEST_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]
-        subprocess.run(
-            [str(ROOT / "scripts" / "redis.sh"), "restart"],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "REDIS_PORT": port},
-        )
-        # While the bus reconnects, a publish may fail; it is re-sent once Redis is back.
-        await a.publish("t-1", "c-1", [record(2, TaskState.COMPLETED)])
-        seen = []
-        async with asyncio.timeout(15):
-            while not any(r is not RESYNC and r.seq == 2 for r in seen):
-                seen.append(await sub.get())
-        assert RESYNC in seen, "the reconnect told the reader to re-read the log"
+        a, b = await pair(own.redis_url)
+        try:
+            sub = await b.subscribe("t-1")
+            await a.publish("t-1", "c-1", [record(1)])
+            assert (await asyncio.wait_for(sub.get(), 5)).seq == 1
+            # Blocking the loop (as before): the buses find Redis restarted on their next call.
+            own.restart_redis()
+            # While the bus reconnects, a publish may fail; it is re-sent once Redis is back.
+            await a.publish("t-1", "c-1", [record(2, TaskState.COMPLETED)])
+            seen = []
+            async with asyncio.timeout(15):
+                while not any(r is not RESYNC and r.seq == 2 for r in seen):
+                    seen.append(await sub.get())
+            assert RESYNC in seen, "the reconnect told the reader to re-read the log"
+        finally:
+            await a.aclose()
+            await b.aclose()
     finally:
-        await a.aclose()
-        await b.aclose()
+        await asyncio.to_thread(own.stop_redis)

@@ -18,7 +18,8 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 class OwnServices:
-    """`start()`, `stop()`; `stop_pg()`/`start_pg()`, `restart_redis()`; `pg_url`, `redis_url`."""
+    """`start()`, `stop()`; `stop_pg()`/`start_pg()`, `start_redis()`/`restart_redis()`/`stop_redis()`;
+    `pg_url`, `redis_url`."""
 
     def __init__(self) -> None:
         self.pg_port = free_port()
@@ -56,6 +57,10 @@ class OwnServices:
 
     def start_redis(self) -> None:
         self._run("redis.sh", "start", self._redis_env)
+
+    def stop_redis(self) -> None:
+        self._run("redis.sh", "stop", self._redis_env)
+        shutil.rmtree(self.redis_dir, ignore_errors=True)
 
     def restart_redis(self) -> None:
         """Stop Redis and start a new, empty process."""
