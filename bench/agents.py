@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from app.agents.base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from app.agents.events import AgentEvent, AgentRequest, AgentRun, EventAgent
 from app.agents.scripted import ScriptedRun
 from app.agents.sdk import Skill
 

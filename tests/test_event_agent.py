@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.agents.base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from app.agents.events import AgentEvent, AgentRequest, AgentRun, EventAgent
 from app.agents.sdk import Request, TaskContext, response_artifact_id
 from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, StatusUpdate, TaskState
 

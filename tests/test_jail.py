@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agents.base import AgentEventKind, AgentRequest
 from app.agents.cli_run import CliRun
 from app.agents.cursor import CursorAgent
 from app.agents.egress import Policy, Refused, parse_allow
+from app.agents.events import AgentEventKind, AgentRequest
 from app.agents.jail import agent_env, principal_key
 from app.agents.ndjson import NdjsonAgent
 from app.protocol.model import Message, Part, Role

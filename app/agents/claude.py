@@ -32,8 +32,8 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .events import AgentEvent, AgentRequest, AgentRun
 from .sdk import Skill
 
 CODING_SKILL = Skill(

@@ -32,8 +32,8 @@ from typing import Any
 from app.protocol.model import Message
 from app.settings import Settings, get_settings
 
-from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
 from .egress import EgressProxy, Policy, parse_allow
+from .events import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
 from .jail import Jail, agent_env, principal_home, principal_root
 from .jail import check as jail_check
 from .process import CliProcess, IdleTimeout, reap_orphans

@@ -18,9 +18,9 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
 from .codex_events import AppServerParser, ExecParser
+from .events import AgentEvent, AgentRequest, AgentRun
 from .sdk import Skill
 
 log = logging.getLogger(__name__)

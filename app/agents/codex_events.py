@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import AgentEvent
+from .events import AgentEvent
 
 log = logging.getLogger(__name__)
 

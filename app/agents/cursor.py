@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import AgentEvent, AgentRequest, AgentRun
 from .claude import CODING_SKILL
 from .cli_run import CliAgent, CliRun
+from .events import AgentEvent, AgentRequest, AgentRun
 
 
 def _tool(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:

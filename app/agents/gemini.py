@@ -22,8 +22,8 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .events import AgentEvent, AgentRequest, AgentRun
 from .gemini_events import AcpParser, StreamJsonParser
 from .sdk import Skill
 

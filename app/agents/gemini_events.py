@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import AgentEvent
+from .events import AgentEvent
 
 
 def _text(value: Any) -> str:

@@ -28,8 +28,8 @@ from typing import Any
 from app.protocol.model import Message
 from app.settings import Settings
 
-from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun
 from .cli_run import CliAgent, CliRun, approval_decision
+from .events import AgentEvent, AgentEventKind, AgentRequest, AgentRun
 from .sdk import Skill
 
 

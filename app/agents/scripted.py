@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from .base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from .events import AgentEvent, AgentRequest, AgentRun, EventAgent
 from .sdk import Skill
 
 
