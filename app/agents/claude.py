@@ -33,8 +33,8 @@ from typing import Any
 from app.protocol.model import Message
 
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .events import AgentEvent, AgentRequest, AgentRun
-from .sdk import Skill
+from .events import AgentEvent, AgentRun
+from .sdk import Request, Skill
 
 CODING_SKILL = Skill(
     id="coding",
@@ -55,7 +55,7 @@ class ClaudeRun(CliRun):
     bin_setting = "CLAUDE_BIN"
     interruptible = True
 
-    def __init__(self, request: AgentRequest, agent: ClaudeAgent) -> None:
+    def __init__(self, request: Request, agent: ClaudeAgent) -> None:
         super().__init__(request, agent)
         self._streamed: set[str] = set()
         self._tools: dict[str, str] = {}
@@ -220,5 +220,5 @@ class ClaudeAgent(CliAgent):
     description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
     skills = (CODING_SKILL,)
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         return ClaudeRun(request, self)

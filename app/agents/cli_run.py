@@ -33,10 +33,11 @@ from app.protocol.model import Message
 from app.settings import Settings, get_settings
 
 from .egress import EgressProxy, Policy, parse_allow
-from .events import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
+from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from .jail import Jail, agent_env, principal_home, principal_root
 from .jail import check as jail_check
 from .process import CliProcess, IdleTimeout, reap_orphans
+from .sdk import Request
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class CliRun(AgentRun):
     interruptible = False
     """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
 
-    def __init__(self, request: AgentRequest, agent: CliAgent) -> None:
+    def __init__(self, request: Request, agent: CliAgent) -> None:
         super().__init__(request)
         self.agent = agent
         self.settings = agent.settings

@@ -20,8 +20,8 @@ from app.protocol.model import Message
 
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
 from .codex_events import AppServerParser, ExecParser
-from .events import AgentEvent, AgentRequest, AgentRun
-from .sdk import Skill
+from .events import AgentEvent, AgentRun
+from .sdk import Request, Skill
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class CodexExecRun(CliRun):
 
     bin_setting = "CODEX_BIN"
 
-    def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
+    def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
         self.parser = ExecParser(model=self.settings.agent_model)
 
@@ -73,7 +73,7 @@ class CodexAppServerRun(CliRun):
     bin_setting = "CODEX_BIN"
     interruptible = True
 
-    def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
+    def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
         self.parser = AppServerParser()
         self._ids = itertools.count(1)
@@ -183,7 +183,7 @@ class CodexAgent(CliAgent):
         ),
     )
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         if self.settings.agent_force:
             return CodexExecRun(request, self)
         return CodexAppServerRun(request, self)

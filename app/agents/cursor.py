@@ -21,7 +21,8 @@ from typing import Any
 
 from .claude import CODING_SKILL
 from .cli_run import CliAgent, CliRun
-from .events import AgentEvent, AgentRequest, AgentRun
+from .events import AgentEvent, AgentRun
+from .sdk import Request
 
 
 def _tool(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -48,7 +49,7 @@ def _output(result: Any) -> str:
 class CursorRun(CliRun):
     bin_setting = "CURSOR_BIN"
 
-    def __init__(self, request: AgentRequest, agent: CursorAgent) -> None:
+    def __init__(self, request: Request, agent: CursorAgent) -> None:
         super().__init__(request, agent)
         self._started = False
 
@@ -95,5 +96,5 @@ class CursorAgent(CliAgent):
     description = "Cursor's agent CLI (`cursor-agent`) working in a workspace per conversation."
     skills = (CODING_SKILL,)
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         return CursorRun(request, self)

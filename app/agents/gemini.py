@@ -23,9 +23,9 @@ from typing import Any
 from app.protocol.model import Message
 
 from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .events import AgentEvent, AgentRequest, AgentRun
+from .events import AgentEvent, AgentRun
 from .gemini_events import AcpParser, StreamJsonParser
-from .sdk import Skill
+from .sdk import Request, Skill
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class GeminiHeadlessRun(CliRun):
 
     bin_setting = "GEMINI_BIN"
 
-    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+    def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = StreamJsonParser()
 
@@ -94,7 +94,7 @@ class GeminiAcpRun(CliRun):
     bin_setting = "GEMINI_BIN"
     interruptible = True
 
-    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+    def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = AcpParser()
         self._ids = itertools.count(1)
@@ -206,7 +206,7 @@ class GeminiAgent(CliAgent):
         ),
     )
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         if self.settings.agent_force:
             return GeminiHeadlessRun(request, self)
         return GeminiAcpRun(request, self)

@@ -29,8 +29,8 @@ from app.protocol.model import Message
 from app.settings import Settings
 
 from .cli_run import CliAgent, CliRun, approval_decision
-from .events import AgentEvent, AgentEventKind, AgentRequest, AgentRun
-from .sdk import Skill
+from .events import AgentEvent, AgentEventKind, AgentRun
+from .sdk import Request, Skill
 
 
 def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
@@ -60,7 +60,7 @@ def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
 class NdjsonRun(CliRun):
     bin_setting = "AGENT_COMMAND"
 
-    def __init__(self, request: AgentRequest, agent: NdjsonAgent) -> None:
+    def __init__(self, request: Request, agent: NdjsonAgent) -> None:
         super().__init__(request, agent)
 
     def command(self) -> list[str]:
@@ -106,5 +106,5 @@ class NdjsonAgent(CliAgent):
         if not shlex.split(self.settings.agent_command or ""):
             raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         return NdjsonRun(request, self)
