@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
-from app.settings import Settings, get_settings
+from app.settings import Settings
 
 from .egress import EgressProxy, Policy, parse_allow
 from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
@@ -290,15 +290,15 @@ def _jailed(jail: Jail, workspace: Path, home: Path, argv: list[str], env: Mappi
 
 
 class CliAgent(EventAgent):
-    """An agent backed by a CLI; reads the settings once (the loader builds it with none).
+    """An agent backed by a CLI, run with the settings it is given (the loader passes the app's).
 
     Construction fails (SettingError) when AGENT_SANDBOX=bwrap and bubblewrap cannot run here.
     """
 
     adapter = "cli"
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.name = f"coding-agent-a2a ({self.adapter})"
         jail_check(self.settings)
         self.egress: EgressProxy | None = None

@@ -101,7 +101,7 @@ class NdjsonAgent(CliAgent):
         ),
     )
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         if not shlex.split(self.settings.agent_command or ""):
             raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
