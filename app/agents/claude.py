@@ -32,17 +32,9 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .events import AgentEvent, AgentRun
-from .sdk import Request, Skill
-
-CODING_SKILL = Skill(
-    id="coding",
-    name="Coding",
-    description="Reads, writes and runs code in its workspace: features, fixes, tests, refactors.",
-    tags=("coding", "tests", "refactoring"),
-    examples=("Add unit tests for src/utils/date.ts",),
-)
+from .cli_run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .events import AgentEvent
+from .sdk import Request
 
 
 def _result_text(content: Any) -> str:
@@ -219,6 +211,4 @@ class ClaudeAgent(CliAgent):
     adapter = "claude-code"
     description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
     skills = (CODING_SKILL,)
-
-    def start(self, request: Request) -> AgentRun:
-        return ClaudeRun(request, self)
+    run_class = ClaudeRun

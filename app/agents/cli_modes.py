@@ -1,5 +1,7 @@
 """The two ways the Codex and Gemini adapters drive their CLI, shared so each adapter keeps only its protocol.
 
+`AGENT_FORCE` picks the mode (`TwoModeAgent.start`):
+
 - `HeadlessRun` (`AGENT_FORCE=true`): the prompt is on the command line and there is no approval channel.
   stdin is closed at once (the CLIs read it to its end, or append it to the prompt); a parser turns each
   printed object into events and keeps the last error the CLI reported for the exit reason.
@@ -15,7 +17,7 @@ from abc import abstractmethod
 from typing import Any, Protocol
 
 from .cli_run import CliAgent, CliRun, exit_reason
-from .events import AgentEvent
+from .events import AgentEvent, AgentEventKind, AgentRun
 from .sdk import Request
 
 log = logging.getLogger(__name__)
@@ -30,13 +32,21 @@ class StreamParser(Protocol):
 
 
 class HeadlessRun(CliRun):
-    """One unattended turn: the subclass sets `parser` and builds the command."""
+    """One unattended turn: the subclass sets `parser` and builds the command (the prompt in it)."""
 
     parser: StreamParser
 
     async def begin(self) -> None:
         assert self.proc is not None
         await self.proc.close_stdin()
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        """The parser's events; the session the CLI announces (its `init`) is resumed by the next turn."""
+        events = self.parser.feed(obj)
+        for ev in events:
+            if ev.kind is AgentEventKind.INIT:
+                self.remember_session(ev.session_id)
+        return events
 
     def on_exit(self, code: int) -> list[AgentEvent]:
         """The exit reason with the last error the CLI printed (a bad model or no quota shows only there)."""
@@ -105,3 +115,14 @@ class RpcRun(CliRun):
     @abstractmethod
     def on_notification(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         """A notification from the CLI: the turn's progress."""
+
+
+class TwoModeAgent(CliAgent):
+    """A CLI adapter with both modes: `headless_run` under AGENT_FORCE=true, else `rpc_run`."""
+
+    headless_run: type[HeadlessRun]
+    rpc_run: type[RpcRun]
+
+    def start(self, request: Request) -> AgentRun:
+        run = self.headless_run if self.settings.agent_force else self.rpc_run
+        return run(request, self)

@@ -1,6 +1,7 @@
 """What every coding-agent CLI adapter shares: workspace, session memory, approvals, and the run loop.
 
-An adapter is a `CliAgent` subclass whose `start()` returns a `CliRun` subclass implementing:
+An adapter is a `CliAgent` subclass whose `run_class` (what `start()` runs) is a `CliRun` subclass
+implementing:
 
 - `command()`       the argv (binary from settings, flags for AGENT_FORCE / AGENT_MODEL / resume);
 - `environment()`   extra environment variables (optional);
@@ -37,9 +38,24 @@ from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from .jail import Jail, agent_env, principal_home, principal_root
 from .jail import check as jail_check
 from .process import CliProcess, IdleTimeout, reap_orphans
-from .sdk import Request
+from .sdk import Request, Skill
 
 log = logging.getLogger(__name__)
+
+CODING_SKILL = Skill(
+    id="coding",
+    name="Coding",
+    description="Reads, writes and runs code in its workspace: features, fixes, tests, refactors.",
+    tags=("coding", "tests", "refactoring"),
+    examples=("Add unit tests for src/utils/date.ts",),
+)
+
+
+def coding_skill(name: str, cli: str, tag: str) -> Skill:
+    """The coding skill of an adapter whose card names its CLI (`cli`, e.g. "the Codex CLI")."""
+    description = f"Reads, writes and tests code in the task's workspace with {cli}."
+    return Skill("coding", name, description, tags=("coding", tag), examples=CODING_SKILL.examples)
+
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
@@ -296,6 +312,8 @@ class CliAgent(EventAgent):
     """
 
     adapter = "cli"
+    run_class: type[CliRun]
+    """What `start` runs for a task: the adapter's `CliRun` subclass."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -304,6 +322,9 @@ class CliAgent(EventAgent):
         self.egress: EgressProxy | None = None
         self.jail: Jail | None = None
         self._jail_lock = asyncio.Lock()
+
+    def start(self, request: Request) -> AgentRun:
+        return self.run_class(request, self)
 
     async def setup(self) -> None:
         """Start the jail's egress proxy, and kill the CLIs a killed previous life of this replica left

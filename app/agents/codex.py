@@ -17,11 +17,11 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .cli_modes import HeadlessRun, RpcRun
-from .cli_run import CliAgent, approval_decision, describe_tool
+from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
+from .cli_run import approval_decision, coding_skill, describe_tool
 from .codex_events import AppServerParser, ExecParser
-from .events import AgentEvent, AgentRun
-from .sdk import Request, Skill
+from .events import AgentEvent
+from .sdk import Request
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,6 @@ class CodexExecRun(HeadlessRun):
         if thread := self.session_id():
             argv += ["resume", thread]
         return [*argv, "--", self.request.message.text()]
-
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        events = self.parser.feed(obj)
-        if obj.get("type") == "thread.started":
-            self.remember_session(self.parser.thread_id)
-        return events
 
 
 class CodexAppServerRun(RpcRun):
@@ -135,20 +129,9 @@ class CodexAppServerRun(RpcRun):
             await self.call("turn/interrupt", {"threadId": self.thread_id, "turnId": self.turn_id})
 
 
-class CodexAgent(CliAgent):
+class CodexAgent(TwoModeAgent):
     adapter = "codex"
     description = "OpenAI Codex CLI working in a workspace: edits files and runs commands."
-    skills = (
-        Skill(
-            id="coding",
-            name="Coding with Codex",
-            description="Reads, writes and tests code in the task's workspace with the Codex CLI.",
-            tags=("coding", "codex"),
-            examples=("Add unit tests for src/utils/date.ts",),
-        ),
-    )
-
-    def start(self, request: Request) -> AgentRun:
-        if self.settings.agent_force:
-            return CodexExecRun(request, self)
-        return CodexAppServerRun(request, self)
+    skills = (coding_skill("Coding with Codex", "the Codex CLI", "codex"),)
+    headless_run = CodexExecRun
+    rpc_run = CodexAppServerRun

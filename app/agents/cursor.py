@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .claude import CODING_SKILL
-from .cli_run import CliAgent, CliRun
-from .events import AgentEvent, AgentRun
+from .cli_run import CODING_SKILL, CliAgent, CliRun
+from .events import AgentEvent
 from .sdk import Request
 
 
@@ -95,6 +94,4 @@ class CursorAgent(CliAgent):
     adapter = "cursor"
     description = "Cursor's agent CLI (`cursor-agent`) working in a workspace per conversation."
     skills = (CODING_SKILL,)
-
-    def start(self, request: Request) -> AgentRun:
-        return CursorRun(request, self)
+    run_class = CursorRun

@@ -164,3 +164,8 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
 
 def truncate(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def as_text(value: Any) -> str:
+    """A field of a CLI's JSON as event text: a string as it is, anything else (absent, null) empty."""
+    return value if isinstance(value, str) else ""

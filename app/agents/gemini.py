@@ -20,11 +20,11 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .cli_modes import HeadlessRun, RpcRun
-from .cli_run import CliAgent, approval_decision, describe_tool
-from .events import AgentEvent, AgentRun
+from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
+from .cli_run import approval_decision, coding_skill, describe_tool
+from .events import AgentEvent
 from .gemini_events import AcpParser, StreamJsonParser
-from .sdk import Request, Skill
+from .sdk import Request
 
 ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
@@ -66,12 +66,6 @@ class GeminiHeadlessRun(HeadlessRun):
         if session := self.session_id():
             argv += ["--resume", session]
         return [*argv, f"--prompt={self.request.message.text()}"]
-
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        events = self.parser.feed(obj)
-        if obj.get("type") == "init":
-            self.remember_session(self.parser.session_id)
-        return events
 
 
 class GeminiAcpRun(RpcRun):
@@ -158,20 +152,9 @@ class GeminiAcpRun(RpcRun):
             await self.send({"method": "session/cancel", "params": {"sessionId": self.acp_session}})
 
 
-class GeminiAgent(CliAgent):
+class GeminiAgent(TwoModeAgent):
     adapter = "gemini"
     description = "Google Gemini CLI working in a workspace: edits files and runs commands."
-    skills = (
-        Skill(
-            id="coding",
-            name="Coding with Gemini CLI",
-            description="Reads, writes and tests code in the task's workspace with the Gemini CLI.",
-            tags=("coding", "gemini"),
-            examples=("Add unit tests for src/utils/date.ts",),
-        ),
-    )
-
-    def start(self, request: Request) -> AgentRun:
-        if self.settings.agent_force:
-            return GeminiHeadlessRun(request, self)
-        return GeminiAcpRun(request, self)
+    skills = (coding_skill("Coding with Gemini CLI", "the Gemini CLI", "gemini"),)
+    headless_run = GeminiHeadlessRun
+    rpc_run = GeminiAcpRun

@@ -29,7 +29,7 @@ from app.protocol.model import Message
 from app.settings import Settings
 
 from .cli_run import CliAgent, CliRun, approval_decision
-from .events import AgentEvent, AgentEventKind, AgentRun
+from .events import AgentEvent, AgentEventKind
 from .sdk import Request, Skill
 
 
@@ -92,6 +92,7 @@ class NdjsonRun(CliRun):
 class NdjsonAgent(CliAgent):
     adapter = "ndjson"
     description = "A command of your own that prints AgentEvents as NDJSON (AGENT_COMMAND)."
+    run_class = NdjsonRun
     skills = (
         Skill(
             id="command",
@@ -105,6 +106,3 @@ class NdjsonAgent(CliAgent):
         super().__init__(settings)
         if not shlex.split(self.settings.agent_command or ""):
             raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
-
-    def start(self, request: Request) -> AgentRun:
-        return NdjsonRun(request, self)
