@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.agents.base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from app.agents.events import AgentEvent, AgentRun, EventAgent
 from app.agents.sdk import Request, TaskContext, response_artifact_id
 from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, StatusUpdate, TaskState
 
 
 class _Run(AgentRun):
-    def __init__(self, request: AgentRequest, events: list[AgentEvent]) -> None:
+    def __init__(self, request: Request, events: list[AgentEvent]) -> None:
         super().__init__(request)
         self._events = events
         self.answers: list[str] = []
@@ -29,7 +29,7 @@ class _Agent(EventAgent):
         self.events = events
         self.last: _Run | None = None
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         self.last = _Run(request, self.events)
         return self.last
 

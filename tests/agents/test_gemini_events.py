@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from app.agents.base import AgentEvent
+from app.agents.events import AgentEvent
 from app.agents.gemini import pick_option
 from app.agents.gemini_events import AcpParser, StreamJsonParser
 

@@ -23,12 +23,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agents.base import AgentEventKind, AgentRequest
 from app.agents.cli_run import CliRun
 from app.agents.cursor import CursorAgent
 from app.agents.egress import Policy, Refused, parse_allow
+from app.agents.events import AgentEventKind
 from app.agents.jail import agent_env, principal_key
 from app.agents.ndjson import NdjsonAgent
+from app.agents.sdk import Request
 from app.protocol.model import Message, Part, Role
 from app.settings import SettingError, Settings
 from tests.conftest import make_server
@@ -190,7 +191,7 @@ async def test_two_principals_with_one_context_id_get_two_workspaces_and_session
 
     async def turn(principal: str) -> tuple[Path, list[str]]:
         message = Message(message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text="hi")])
-        run = agent.start(AgentRequest("t-" + uuid.uuid4().hex, "shared", message, principal=principal))
+        run = agent.start(Request(message, "shared", principal, task_id="t-" + uuid.uuid4().hex))
         kinds = [ev.kind async for ev in run.events()]
         assert kinds[-1] is AgentEventKind.DONE, kinds
         assert isinstance(run, CliRun)
@@ -265,7 +266,7 @@ async def test_a_single_user_repo_is_bound_alone_into_the_jail(tmp_path: Path) -
     await agent.setup()
     plan = {"read": [str(other), str(tmp_path)], "write": ["in-repo.txt", str(tmp_path / "beside.txt")]}
     message = Message(message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text=json.dumps(plan))])
-    run = agent.start(AgentRequest("t-1", "ctx", message, principal="alice"))
+    run = agent.start(Request(message, "ctx", "alice", task_id="t-1"))
     try:
         report = json.loads(
             "".join([ev.text async for ev in run.events() if ev.kind is AgentEventKind.THINKING])

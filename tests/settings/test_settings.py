@@ -77,13 +77,27 @@ def test_plugin_agent_by_module_attr():
     from app.agents.echo import EchoAgent
     from app.agents.loader import load_agent
 
-    assert isinstance(load_agent("app.agents.echo:EchoAgent"), EchoAgent)
-    assert isinstance(load_agent("scripted"), type(load_agent("app.agents.scripted:ScriptedAgent")))
+    settings = Settings(_env_file=None)
+    assert isinstance(load_agent("app.agents.echo:EchoAgent", settings=settings), EchoAgent)
+    scripted = load_agent("app.agents.scripted:ScriptedAgent", settings=settings)
+    assert isinstance(load_agent("scripted", settings=settings), type(scripted))
 
 
 def test_plugin_agent_gets_its_options():
     from app.agents.loader import load_agent
     from tests.support.agents.capabilities import CapabilitiesAgent
 
-    agent = load_agent("tests.support.agents.capabilities:CapabilitiesAgent", {"greeting": "hey"})
+    spec = "tests.support.agents.capabilities:CapabilitiesAgent"
+    agent = load_agent(spec, {"greeting": "hey"}, settings=Settings(_env_file=None))
     assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"
+
+
+@pytest.mark.parametrize("spec", ["ndjson", "app.agents.ndjson:NdjsonAgent"])
+def test_cli_agent_gets_the_apps_settings(spec: str):
+    """A CLI adapter runs with the settings the app is created with, not ones it reads itself."""
+    from app.agents.loader import load_agent
+    from app.agents.ndjson import NdjsonAgent
+
+    settings = Settings(_env_file=None, agent_command="my-cli --json")
+    agent = load_agent(spec, settings=settings)
+    assert isinstance(agent, NdjsonAgent) and agent.settings is settings

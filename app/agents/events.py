@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from app.protocol.model import Message
 
-from .sdk import Agent, TaskContext, data_part
+from .sdk import Agent, Request, TaskContext, data_part
 
 TOOL_RESULT_LIMIT = 200
 RESULT_ARTIFACT = "result"
@@ -85,18 +85,6 @@ class AgentEvent:
         return cls(AgentEventKind.ERROR, text=text)
 
 
-@dataclass(slots=True)
-class AgentRequest:
-    """What a run is asked to do: the new message, with the task's earlier history for context."""
-
-    task_id: str
-    context_id: str
-    message: Message
-    history: list[Message] = field(default_factory=list)
-    principal: str = ""
-    """Who asked: CLI adapters keep each principal's workspaces, HOME and sessions apart."""
-
-
 class AgentRun(ABC):
     """One run of an agent for one task.
 
@@ -105,7 +93,7 @@ class AgentRun(ABC):
     the coroutine iterating `events()`. Adapters that own a process override `cancel()` to stop it.
     """
 
-    def __init__(self, request: AgentRequest) -> None:
+    def __init__(self, request: Request) -> None:
         self.request = request
         self.cancelled = False
         self._answers: asyncio.Queue[Message] = asyncio.Queue()
@@ -132,19 +120,12 @@ class EventAgent(Agent):
     """
 
     @abstractmethod
-    def start(self, request: AgentRequest) -> AgentRun:
-        """Begin a run for a task. Called again with the full history after a restart."""
+    def start(self, request: Request) -> AgentRun:
+        """Begin a run for a task (`request.task_id` is set). Called again with the full history after a
+        restart."""
 
     async def run(self, task: TaskContext) -> None:
-        run = self.start(
-            AgentRequest(
-                task_id=task.id,
-                context_id=task.context_id,
-                message=task.message,
-                history=task.history,
-                principal=task.principal,
-            )
-        )
+        run = self.start(task)
         task.on_cancel(run.cancel)
         async for ev in run.events():
             if await _apply(task, run, ev):
@@ -183,3 +164,8 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
 
 def truncate(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def as_text(value: Any) -> str:
+    """A field of a CLI's JSON as event text: a string as it is, anything else (absent, null) empty."""
+    return value if isinstance(value, str) else ""
