@@ -6,13 +6,13 @@ from typing import Any
 
 import orjson
 
-from app.protocol import pushconfig, v03
+from app.protocol import json_v03, pushconfig
 from app.protocol.errors import ExtendedAgentCardNotConfiguredError
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
+from .admission import admit
 from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
-from .limits import admit
 
 INLINE = "configuration.pushNotificationConfig"
 
@@ -20,27 +20,27 @@ INLINE = "configuration.pushNotificationConfig"
 def _task_encoder(history_length: int | None = None):
     def encode(item: Item) -> Any:
         if isinstance(item, Snapshot):
-            return v03.encode_task(item.task, history_length)
+            return json_v03.encode_task(item.task, history_length)
         if isinstance(item, Message):
-            return v03.encode_message(item)
-        return v03.encode_event(item.event)
+            return json_v03.encode_message(item)
+        return json_v03.encode_event(item.event)
 
     return encode
 
 
 async def send(params: Any, call: Call) -> Any:
-    message, config, push = v03.decode_send(params)
+    message, config, push = json_v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
     if isinstance(result, Message):
-        return v03.encode_message(result)
-    return v03.encode_task(result, config.history_length)
+        return json_v03.encode_message(result)
+    return json_v03.encode_task(result, config.history_length)
 
 
 async def stream(params: Any, call: Call) -> Stream:
-    message, config, push = v03.decode_send(params)
+    message, config, push = json_v03.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
@@ -49,17 +49,17 @@ async def stream(params: Any, call: Call) -> Stream:
 
 
 async def get(params: Any, call: Call) -> Any:
-    task_id, history_length = v03.decode_task_query(params)
-    return v03.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
+    task_id, history_length = json_v03.decode_task_query(params)
+    return json_v03.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
 
 
 async def cancel(params: Any, call: Call) -> Any:
-    task_id, _ = v03.decode_task_id(params)
-    return v03.encode_task(await call.c.service.cancel(call.owner, task_id))
+    task_id, _ = json_v03.decode_task_id(params)
+    return json_v03.encode_task(await call.c.service.cancel(call.owner, task_id))
 
 
 async def resubscribe(params: Any, call: Call) -> Stream:
-    task_id, _ = v03.decode_task_id(params)
+    task_id, _ = json_v03.decode_task_id(params)
     after = last_event_id(call.request, params)
     items = await call.c.service.resubscribe(call.owner, task_id, after)
     return items, _task_encoder()

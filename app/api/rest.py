@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import errors, pushconfig, v03, v10
+from app.protocol import errors, json_v03, protojson_v10, pushconfig
 from app.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -33,9 +33,9 @@ from app.protocol.errors import (
 from app.protocol.model import TaskState
 from app.protocol.validation import snake
 
+from .admission import http_headers
 from .deps import components, owner_of
 from .faults import unexpected
-from .limits import http_headers
 from .sanity import check_json
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ async def get_task(task_id: str, request: Request) -> Response:
         return rest_error(err)
     except Exception as exc:
         return rest_error(unexpected(exc, f"GET {request.url.path}"))
-    return _json(v03.encode_task(task, history_length))
+    return _json(json_v03.encode_task(task, history_length))
 
 
 LIST_QUERY = (
@@ -160,8 +160,8 @@ async def list_tasks(request: Request) -> Response:
         params = list_query(request)
         status = params.get("status")
         if isinstance(status, str) and status in TaskState._value2member_map_:
-            params["status"] = v10.STATE_NAMES[TaskState(status)]
-        q = v10.decode_list(params)
+            params["status"] = protojson_v10.STATE_NAMES[TaskState(status)]
+        q = protojson_v10.decode_list(params)
         page = await components(request).service.list(
             owner_of(request),
             context_id=q.context_id,
@@ -178,7 +178,7 @@ async def list_tasks(request: Request) -> Response:
         return rest_error(unexpected(exc, "GET /a2a/tasks"))
     tasks = []
     for task in page.tasks:
-        encoded = v03.encode_task(task, q.history_length)
+        encoded = json_v03.encode_task(task, q.history_length)
         if not q.include_artifacts:
             del encoded["artifacts"]
         tasks.append(encoded)

@@ -18,7 +18,7 @@
 pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificationConfig` or the config.
 Configs come back as `{name: "tasks/{id}/pushNotificationConfigs/{configId}", pushNotificationConfig}`.
 
-Payloads are ProtoJSON of the v0.3 proto (`app.protocol.v03rest`), not the JSON-RPC shapes. Official v0.3
+Payloads are ProtoJSON of the v0.3 proto (`protocol/protojson_v03.py`), not the JSON-RPC shapes. Official v0.3
 clients append `/v1` to the interface URL themselves, so the card advertises `/a2a/rest` for both versions.
 Errors are `{"code": <JSON-RPC code>, "type": "<ErrorClassName>", "message": ...}` (the Python client maps
 `type`, the JavaScript client `code`), with the HTTP status a2a-python 0.3 used. A request without
@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import pushconfig, v03rest
+from app.protocol import protojson_v03, pushconfig
 from app.protocol.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -54,9 +54,9 @@ from app.protocol.errors import (
 from app.protocol.model import Message
 from app.tasks.service import Snapshot
 
+from .admission import admit, open_stream
 from .calls import Call, Item, Stream, last_event_id
 from .faults import unexpected
-from .limits import admit, open_stream
 from .rest import read_json_body, rest_error
 from .sse import sse_response
 
@@ -109,10 +109,10 @@ def v03_call(request: Request) -> Call:
 def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
     def encode(item: Item) -> Any:
         if isinstance(item, Snapshot):
-            return {"task": v03rest.encode_task(item.task, history_length)}
+            return {"task": protojson_v03.encode_task(item.task, history_length)}
         if isinstance(item, Message):
-            return {"message": v03rest.encode_message(item)}
-        return v03rest.encode_event(item.event)
+            return {"message": protojson_v03.encode_message(item)}
+        return protojson_v03.encode_event(item.event)
 
     return encode
 
@@ -125,18 +125,18 @@ def _inline(push: dict[str, Any] | None) -> Any:
 
 
 async def send(request: Request, call: Call) -> Any:
-    message, config, push = v03rest.decode_send(await read_json_body(request))
+    message, config, push = protojson_v03.decode_send(await read_json_body(request))
     webhook = _inline(push)
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
     if isinstance(result, Message):
-        return {"message": v03rest.encode_message(result)}
-    return {"task": v03rest.encode_task(result, config.history_length)}
+        return {"message": protojson_v03.encode_message(result)}
+    return {"task": protojson_v03.encode_task(result, config.history_length)}
 
 
 async def stream(request: Request, call: Call) -> Stream:
-    message, config, push = v03rest.decode_send(await read_json_body(request))
+    message, config, push = protojson_v03.decode_send(await read_json_body(request))
     webhook = _inline(push)
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
@@ -150,12 +150,12 @@ async def get(request: Request, call: Call) -> Any:
         raise InvalidParamsError("historyLength must be a non-negative integer")
     history_length = int(raw) if raw is not None else None
     task = await call.c.service.get(call.owner, request.path_params["id"], history_length)
-    return v03rest.encode_task(task, history_length)
+    return protojson_v03.encode_task(task, history_length)
 
 
 async def cancel(request: Request, call: Call) -> Any:
     await read_json_body(request)  # CancelTaskRequest names the task in the path; the body adds nothing
-    return v03rest.encode_task(await call.c.service.cancel(call.owner, request.path_params["id"]))
+    return protojson_v03.encode_task(await call.c.service.cancel(call.owner, request.path_params["id"]))
 
 
 async def subscribe(request: Request, call: Call) -> Stream:
@@ -214,7 +214,7 @@ async def list_tasks(request: Request, call: Call) -> Any:
 
 async def card(request: Request, call: Call) -> Any:
     """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
-    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
+    return protojson_v03.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
 
 
 # ---- endpoints ------------------------------------------------------------------------------------

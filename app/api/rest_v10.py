@@ -55,11 +55,11 @@ from app.protocol.errors import (
 )
 
 from . import ops_v10
+from .admission import http_headers, open_stream
 from .calls import Call, Handler, StreamHandler
 from .card import card_response
 from .faults import unexpected
 from .jsonrpc import error_info
-from .limits import http_headers, open_stream
 from .rest import list_query, media_type, query_fields, read_json_body
 from .sse import sse_response
 
