@@ -27,6 +27,7 @@ class RouteNotFoundError(MethodNotFoundError):
 
 class MethodNotAllowedError(MethodNotFoundError):
     http_status = 405
+    rest_v03_status = 405
     default_message = "This route does not take that HTTP method"
 
 

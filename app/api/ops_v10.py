@@ -12,25 +12,18 @@ import orjson
 
 from app.protocol import protojson_v10, pushconfig
 from app.protocol.errors import UnsupportedOperationError
-from app.protocol.model import Message
-from app.tasks.service import Snapshot
+from app.tasks.service import TaskPage
 
 from .admission import admit
-from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .calls import Call, Handler, Replies, Stream, StreamHandler, last_event_id
 from .card import Card
 
 INLINE = "configuration.taskPushNotificationConfig"
 
 
-def _stream_encoder(history_length: int | None = None):
-    def encode(item: Item) -> Any:
-        if isinstance(item, Snapshot):
-            return {"task": protojson_v10.encode_task(item.task, history_length)}
-        if isinstance(item, Message):
-            return {"message": protojson_v10.encode_message(item)}
-        return protojson_v10.encode_event(item.event)
-
-    return encode
+REPLIES = Replies(
+    protojson_v10.encode_task, protojson_v10.encode_message, protojson_v10.encode_event, oneof=True
+)
 
 
 async def send(params: Any, call: Call) -> Any:
@@ -39,9 +32,7 @@ async def send(params: Any, call: Call) -> Any:
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
-    if isinstance(result, Message):
-        return {"message": protojson_v10.encode_message(result)}
-    return {"task": protojson_v10.encode_task(result, config.history_length)}
+    return REPLIES.result(result, config.history_length)
 
 
 async def stream(params: Any, call: Call) -> Stream:
@@ -50,7 +41,7 @@ async def stream(params: Any, call: Call) -> Stream:
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
-    return items, _stream_encoder(config.history_length)
+    return items, REPLIES.stream(config.history_length)
 
 
 async def get(params: Any, call: Call) -> Any:
@@ -60,7 +51,8 @@ async def get(params: Any, call: Call) -> Any:
     )
 
 
-async def list_tasks(params: Any, call: Call) -> Any:
+async def list_page(params: Any, call: Call) -> tuple[protojson_v10.ListQuery, TaskPage]:
+    """The query a ListTasks request asks and the page it gets (the `/a2a/tasks` alias prints it in v0.3)."""
     q = protojson_v10.decode_list(params)
     page = await call.c.service.list(
         call.owner,
@@ -72,6 +64,11 @@ async def list_tasks(params: Any, call: Call) -> Any:
         include_artifacts=q.include_artifacts,
         history_length=q.history_length,
     )
+    return q, page
+
+
+async def list_tasks(params: Any, call: Call) -> Any:
+    q, page = await list_page(params, call)
     return {
         "tasks": [protojson_v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],
         "nextPageToken": page.next_token,
@@ -96,7 +93,7 @@ async def subscribe(params: Any, call: Call) -> Stream:
             {"taskId": task_id},
         )
     items = await call.c.service.resubscribe(call.owner, task_id, after)
-    return items, _stream_encoder()
+    return items, REPLIES.stream()
 
 
 async def create_push(params: Any, call: Call) -> Any:
