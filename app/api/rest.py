@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,11 +38,12 @@ from app.protocol.model import PushConfig, TaskState
 from app.protocol.validation import snake
 
 from . import ops_v03, ops_v10
-from .admission import http_headers
-from .calls import Call
+from .admission import http_headers, open_stream
+from .calls import Call, Handler, StreamHandler
 from .deps import components, owner_of
 from .faults import unexpected
 from .sanity import check_json
+from .sse import sse_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -100,6 +102,42 @@ def error_path(answer: ErrorAnswer) -> Callable[[Endpoint], Endpoint]:
         return answered
 
     return wrap
+
+
+Params = Callable[[Request], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class RestBinding:
+    """One HTTP+JSON binding (v0.3 or v1.0). Each route extracts the params (path, query, body) and an
+    operation handler does the work, as for JSON-RPC; what differs is read here."""
+
+    call_of: Callable[[Request], Call]
+    """The call, checked against the versions this binding speaks."""
+    error: ErrorAnswer
+    media: Callable[[Request], str]
+    """The media type of an answer."""
+
+    def unary(self, handler: Handler, params: Params) -> Endpoint:
+        @error_path(self.error)
+        async def endpoint(request: Request) -> Response:
+            call = self.call_of(request)
+            result = await handler(await params(request), call)
+            return Response(orjson.dumps(result), media_type=self.media(request))
+
+        return endpoint
+
+    def streaming(self, handler: StreamHandler, params: Params) -> Endpoint:
+        """SSE of the handler's items; it validates and stores first, so its errors come back as HTTP."""
+
+        @error_path(self.error)
+        async def endpoint(request: Request) -> Response:
+            call = self.call_of(request)
+            args = await params(request)
+            items, encode = await open_stream(call, lambda: handler(args, call))
+            return sse_response(items, encode, call.c.settings.sse_keepalive_s)
+
+        return endpoint
 
 
 def _alias_error(request: Request, err: A2AError) -> Response:

@@ -30,8 +30,8 @@ is refused (-32009).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -46,10 +46,8 @@ from app.protocol.errors import (
 )
 
 from . import ops_v03
-from .admission import open_stream
 from .calls import Call
-from .rest import Endpoint, error_path, read_json_body, rest_error
-from .sse import sse_response
+from .rest import Endpoint, Params, RestBinding, read_json_body, rest_error
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -60,9 +58,6 @@ PREFIX = "/a2a/rest/v1"
 def v03_error(request: Request, err: A2AError) -> Response:
     """The v0.3 error body with the status a2a-python 0.3 answers the error with (`rest_v03_status`)."""
     return rest_error(err, err.rest_v03_status)
-
-
-answered = error_path(v03_error)
 
 
 def v03_call(request: Request) -> Call:
@@ -78,8 +73,6 @@ def v03_call(request: Request) -> Call:
 
 
 # ---- params: the request message from path, query and body -----------------------------------------
-
-Params = Callable[[Request], Awaitable[dict[str, Any]]]
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -144,25 +137,19 @@ async def _card(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
 # ---- endpoints ------------------------------------------------------------------------------------
 
 
-def unary(handler: ops_v03.Handler, params: Params) -> Endpoint:
-    @answered
-    async def endpoint(request: Request) -> Response:
-        call = v03_call(request)
-        result = await handler(await params(request), call, ops_v03.REST)
-        return Response(orjson.dumps(result), media_type="application/json")
+def _json(request: Request) -> str:
+    return "application/json"
 
-    return endpoint
+
+BINDING = RestBinding(v03_call, v03_error, _json)
+
+
+def unary(handler: ops_v03.Handler, params: Params) -> Endpoint:
+    return BINDING.unary(functools.partial(handler, wire=ops_v03.REST), params)
 
 
 def streaming(handler: ops_v03.StreamHandler, params: Params) -> Endpoint:
-    @answered
-    async def endpoint(request: Request) -> Response:
-        call = v03_call(request)
-        args = await params(request)
-        items, encode = await open_stream(call, lambda: handler(args, call, ops_v03.REST))
-        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
-
-    return endpoint
+    return BINDING.streaming(functools.partial(handler, wire=ops_v03.REST), params)
 
 
 ROUTES: list[tuple[str, list[str], Endpoint]] = [

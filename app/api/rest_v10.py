@@ -29,7 +29,6 @@ in `details`. The tenant `v1` is taken by the v0.3 binding (`rest_v03`), which i
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -41,12 +40,11 @@ from app.protocol.errors import (
 )
 
 from . import ops_v10
-from .admission import http_headers, open_stream
-from .calls import Call, Handler, StreamHandler
+from .admission import http_headers
+from .calls import Call
 from .card import card_response
 from .jsonrpc import error_info
-from .rest import Endpoint, error_path, list_query, media_type, query_fields, read_json_body
-from .sse import sse_response
+from .rest import Endpoint, RestBinding, error_path, list_query, media_type, query_fields, read_json_body
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -91,9 +89,6 @@ def status_error(request: Request, err: A2AError) -> Response:
     )
 
 
-answered = error_path(status_error)
-
-
 def v10_call(request: Request) -> Call:
     """The call, as v1.0: no version or any 1.x is fine, another explicit version is refused."""
     call = Call.of(request)
@@ -106,9 +101,6 @@ def v10_call(request: Request) -> Call:
         )
     call.version = "1.0"
     return call
-
-
-Params = Callable[[Request], Awaitable[dict[str, Any]]]
 
 
 def _with_tenant(request: Request, params: dict[str, Any]) -> dict[str, Any]:
@@ -160,34 +152,14 @@ async def _delete_push(params: Any, call: Call) -> Any:
     return {}
 
 
-@answered
+@error_path(status_error)
 async def _extended_card(request: Request) -> Response:
     """GetExtendedAgentCard: the card variant for the request's A2A-Version, with its ETag (private)."""
     return card_response(request, ops_v10.extended(v10_call(request)), _media(request), public=False)
 
 
-def unary(handler: Handler, params: Params) -> Endpoint:
-    @answered
-    async def endpoint(request: Request) -> Response:
-        call = v10_call(request)
-        result = await handler(await params(request), call)
-        return Response(orjson.dumps(result), media_type=_media(request))
-
-    return endpoint
-
-
-def streaming(handler: StreamHandler, params: Params) -> Endpoint:
-    """SSE of bare StreamResponses; the handler validates and stores first, so errors come back as HTTP."""
-
-    @answered
-    async def endpoint(request: Request) -> Response:
-        call = v10_call(request)
-        args = await params(request)
-        items, encode = await open_stream(call, lambda: handler(args, call))
-        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
-
-    return endpoint
-
+BINDING = RestBinding(v10_call, status_error, _media)
+unary, streaming = BINDING.unary, BINDING.streaming
 
 ROUTES: list[tuple[str, list[str], Endpoint]] = [
     ("/message:send", ["POST"], unary(ops_v10.send, _body)),

@@ -43,21 +43,15 @@ class ProtoJSON:
     """Whether a status update carries `final` (v0.3 only)."""
 
     def encode_message(self, m: Message) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "messageId": m.message_id,
-            "role": ROLE_NAMES[m.role],
-            self.parts_field: [self.encode_part(p) for p in m.parts],
-        }
-        if m.context_id:
-            out["contextId"] = m.context_id
-        if m.task_id:
-            out["taskId"] = m.task_id
-        if self.reference_task_ids and m.reference_task_ids:
-            out["referenceTaskIds"] = m.reference_task_ids
-        if m.extensions:
-            out["extensions"] = m.extensions
-        if m.metadata:
-            out["metadata"] = m.metadata
+        out = m.with_optional(
+            {
+                "messageId": m.message_id,
+                "role": ROLE_NAMES[m.role],
+                self.parts_field: [self.encode_part(p) for p in m.parts],
+            }
+        )
+        if not self.reference_task_ids:
+            out.pop("referenceTaskIds", None)
         return out
 
     def encode_status(self, s: TaskStatus) -> dict[str, Any]:
@@ -67,16 +61,7 @@ class ProtoJSON:
         return out
 
     def encode_artifact(self, a: Artifact) -> dict[str, Any]:
-        out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [self.encode_part(p) for p in a.parts]}
-        if a.name is not None:
-            out["name"] = a.name
-        if a.description is not None:
-            out["description"] = a.description
-        if a.metadata:
-            out["metadata"] = a.metadata
-        if a.extensions:
-            out["extensions"] = a.extensions
-        return out
+        return a.encode(self.encode_part)
 
     def encode_task(
         self, t: Task, history_length: int | None = None, include_artifacts: bool = True
@@ -88,11 +73,7 @@ class ProtoJSON:
         view = t.with_history(history_length)
         if view.history:
             out["history"] = [self.encode_message(m) for m in view.history]
-        metadata = dict(t.metadata or {})
-        if t.transitions:
-            metadata["stateTransitions"] = [
-                {"state": self.state_names[tr.state], "timestamp": tr.timestamp} for tr in t.transitions
-            ]
+        metadata = t.wire_metadata(self.state_names)
         if metadata:
             out["metadata"] = metadata
         return out

@@ -229,16 +229,8 @@ def encode_part(p: Part) -> dict[str, Any]:
     return out
 
 
-PRINTER = ProtoJSON(
-    state_names=STATE_NAMES,
-    encode_part=encode_part,
-    parts_field="content",
-    reference_task_ids=False,
-    final=True,
-)
+PRINTER = ProtoJSON(STATE_NAMES, encode_part, "content", reference_task_ids=False, final=True)
 encode_message = PRINTER.encode_message
-encode_status = PRINTER.encode_status
-encode_artifact = PRINTER.encode_artifact
 encode_task = PRINTER.encode_task
 encode_event = PRINTER.encode_event
 

@@ -245,33 +245,8 @@ def decode_list(params: Any) -> ListQuery:
     )
 
 
-def encode_part(p: Part) -> dict[str, Any]:
-    if p.text is not None:
-        out: dict[str, Any] = {"text": p.text}
-    elif p.raw is not None:
-        out = {"raw": base64.b64encode(p.raw).decode()}
-    elif p.url is not None:
-        out = {"url": p.url}
-    else:
-        out = {"data": p.data}
-    if p.media_type:
-        out["mediaType"] = p.media_type
-    if p.filename:
-        out["filename"] = p.filename
-    if p.metadata:
-        out["metadata"] = p.metadata
-    return out
-
-
-PRINTER = ProtoJSON(
-    state_names=STATE_NAMES,
-    encode_part=encode_part,
-    parts_field="parts",
-    reference_task_ids=True,
-    final=False,
-)
+PRINTER = ProtoJSON(STATE_NAMES, Part.to_store, "parts", reference_task_ids=True, final=False)
 encode_message = PRINTER.encode_message
 encode_status = PRINTER.encode_status
-encode_artifact = PRINTER.encode_artifact
 encode_task = PRINTER.encode_task
 encode_event = PRINTER.encode_event
