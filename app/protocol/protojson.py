@@ -11,20 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
-    Message,
-    Part,
-    Role,
-    StatusUpdate,
-    Task,
-    TaskState,
-    TaskStatus,
-)
+from .model import ArtifactUpdate, Role, StatusUpdate
+
+if TYPE_CHECKING:  # annotations only
+    from .model import Artifact, Event, Message, Part, Task, TaskState, TaskStatus
 
 ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
 
