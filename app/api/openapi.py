@@ -32,20 +32,32 @@ _PART = {
         "metadata": _OBJECT,
     },
 }
-_MESSAGE = {
-    "type": "object",
-    "required": ["messageId", "role", "parts"],
-    "properties": {
-        "messageId": _STRING,
-        "role": {"type": "string", "enum": ["ROLE_USER", "ROLE_AGENT", "ROLE_UNSPECIFIED"]},
-        "parts": {"type": "array", "items": _PART},
-        "contextId": _STRING,
-        "taskId": _STRING,
-        "metadata": _OBJECT,
-        "extensions": _STRINGS,
-        "referenceTaskIds": _STRINGS,
-    },
-}
+
+
+def _message(parts: str, roles: list[str], **more: Any) -> dict[str, Any]:
+    """A Message: v1.0 holds its parts in `parts`, the v0.3 proto in `content`."""
+    return {
+        "type": "object",
+        "required": ["messageId", "role", parts],
+        "properties": {
+            "messageId": _STRING,
+            "role": {"type": "string", "enum": roles},
+            parts: {"type": "array", "items": _PART},
+            "contextId": _STRING,
+            "taskId": _STRING,
+            **more,
+        },
+    }
+
+
+_MESSAGE = _message(
+    "parts",
+    ["ROLE_USER", "ROLE_AGENT", "ROLE_UNSPECIFIED"],
+    metadata=_OBJECT,
+    extensions=_STRINGS,
+    referenceTaskIds=_STRINGS,
+)
+_V03_MESSAGE = _message("content", ["ROLE_USER", "ROLE_AGENT"])
 _SEND_CONFIG = {
     "type": "object",
     "properties": {
@@ -53,17 +65,6 @@ _SEND_CONFIG = {
         "historyLength": _INTEGER,
         "blocking": _BOOLEAN,
         "returnImmediately": _BOOLEAN,
-    },
-}
-_V03_MESSAGE = {
-    "type": "object",
-    "required": ["messageId", "role", "content"],
-    "properties": {
-        "messageId": _STRING,
-        "role": {"type": "string", "enum": ["ROLE_USER", "ROLE_AGENT"]},
-        "content": {"type": "array", "items": _PART},
-        "contextId": _STRING,
-        "taskId": _STRING,
     },
 }
 
