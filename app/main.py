@@ -16,11 +16,11 @@ from starlette.exceptions import HTTPException
 from app.agents.loader import load_agent
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
+from app.api.admission import Limits
 from app.api.auth import Authenticator
+from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.deps import Components
 from app.api.fallback import Fallback, http_error
-from app.api.guard import CorsExceptCard, Guard
-from app.api.limits import Limits
 from app.api.slashes import StripTrailingSlash
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus

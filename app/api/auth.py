@@ -1,6 +1,6 @@
 """Who is calling: API keys (kept only as sha256 hashes), OAuth2/OIDC bearer JWTs, or nobody (`off`).
 
-The guard middleware (`guard.py`) asks `Authenticator.authenticate` for every route but the card and the
+The guard middleware (`auth_guard.py`) asks `Authenticator.authenticate` for every route but the card and the
 health checks; the principal's name becomes the `owner` of everything the call creates or reads. The card
 declares the same schemes (`security_fields`).
 """

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import Request
 
 from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError, VersionNotSupportedError
-from app.protocol.model import EventRecord, Message
+from app.protocol.model import Event, EventRecord, Message, Task
 from app.tasks.service import Snapshot
 
 from .deps import Components, components, owner_of
@@ -48,6 +48,38 @@ Item = Snapshot | EventRecord | Message
 Stream = tuple[AsyncIterator[Item], Callable[[Item], Any]]
 Handler = Callable[[Any, Call], Awaitable[Any]]
 StreamHandler = Callable[[Any, Call], Awaitable[Stream]]
+
+
+@dataclass(frozen=True, slots=True)
+class Replies:
+    """How one binding prints what a send answers and what a stream carries: the one stream encoder."""
+
+    encode_task: Callable[..., dict[str, Any]]
+    encode_message: Callable[[Message], dict[str, Any]]
+    encode_event: Callable[[Event], dict[str, Any]]
+    oneof: bool
+    """ProtoJSON (v1.0, v0.3 REST) wraps a Task or a Message as `{"task": ...}` / `{"message": ...}` (the
+    `SendMessageResponse` and `StreamResponse` oneofs); v0.3 JSON-RPC sends them bare, tagged by `kind`."""
+
+    def result(self, result: Task | Message, history_length: int | None = None) -> dict[str, Any]:
+        """A send's result, or a stream's first item."""
+        if isinstance(result, Message):
+            body = self.encode_message(result)
+            return {"message": body} if self.oneof else body
+        body = self.encode_task(result, history_length)
+        return {"task": body} if self.oneof else body
+
+    def stream(self, history_length: int | None = None) -> Callable[[Item], Any]:
+        """The encoder of a stream's items: the task (or message) first, then its events."""
+
+        def encode(item: Item) -> Any:
+            if isinstance(item, Snapshot):
+                return self.result(item.task, history_length)
+            if isinstance(item, Message):
+                return self.result(item)
+            return self.encode_event(item.event)
+
+        return encode
 
 
 def requested_version(request: Request) -> str:

@@ -23,7 +23,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.agents.sdk import Agent
-from app.protocol import v03, v10
+from app.protocol import json_v03, protojson_v10
 from app.settings import SettingError, Settings
 
 from .auth import security_fields
@@ -174,13 +174,17 @@ def build_card(
         "description": agent.description or f"{agent.name} behind the A2A protocol",
         # v1.0: every interface with its version, the preferred first.
         "supportedInterfaces": [
-            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v10.PROTOCOL_VERSION},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": protojson_v10.PROTOCOL_VERSION},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-            {"url": rest_url, "protocolBinding": "HTTP+JSON", "protocolVersion": v10.PROTOCOL_VERSION},
+            {
+                "url": rest_url,
+                "protocolBinding": "HTTP+JSON",
+                "protocolVersion": protojson_v10.PROTOCOL_VERSION,
+            },
             {"url": rest_url, "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
         ],
         # v0.3: the same endpoints in the fields v0.3 clients read.
-        "protocolVersion": v03.PROTOCOL_VERSION,
+        "protocolVersion": json_v03.PROTOCOL_VERSION,
         "url": url,
         "preferredTransport": "JSONRPC",
         "additionalInterfaces": [

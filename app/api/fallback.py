@@ -2,7 +2,7 @@
 
 Starlette's handler for `Exception` answers and then re-raises, so uvicorn logs the error a second time and
 closes the keep-alive connection. This middleware answers and stops there, in the error shape of the route
-the request aimed at (`guard.error_response`: a JSON-RPC error object, the v0.3 REST body or a
+the request aimed at (`auth_guard.error_response`: a JSON-RPC error object, the v0.3 REST body or a
 `google.rpc.Status`); a database that is away is a 503 with `Retry-After` (`faults.unexpected`). Nothing
 internal goes to the client; the server log has the traceback. The router's own refusals (no such route,
 a route without that HTTP method) take the same shapes (`http_error`).
@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.protocol.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 
+from .auth_guard import error_response
 from .faults import unexpected
-from .guard import error_response
 
 
 class RouteNotFoundError(MethodNotFoundError):
@@ -27,6 +27,7 @@ class RouteNotFoundError(MethodNotFoundError):
 
 class MethodNotAllowedError(MethodNotFoundError):
     http_status = 405
+    rest_v03_status = 405
     default_message = "This route does not take that HTTP method"
 
 

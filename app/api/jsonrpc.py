@@ -25,9 +25,9 @@ from app.protocol.errors import (
 )
 
 from . import ops_v03, ops_v10
+from .admission import http_headers, open_stream
 from .calls import Call
 from .faults import unexpected
-from .limits import http_headers, open_stream
 from .sanity import check_json
 from .sse import sse_once, sse_response
 

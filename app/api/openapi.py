@@ -15,79 +15,89 @@ from fastapi import APIRouter, Request, Response
 
 router = APIRouter()
 
+_STRING = {"type": "string"}
+_INTEGER = {"type": "integer"}
+_BOOLEAN = {"type": "boolean"}
+_OBJECT = {"type": "object"}
+_STRINGS = {"type": "array", "items": _STRING}
+
 _PART = {
     "type": "object",
     "properties": {
-        "text": {"type": "string"},
+        "text": _STRING,
         "data": {},
-        "url": {"type": "string"},
-        "raw": {"type": "string"},
-        "mediaType": {"type": "string"},
-        "metadata": {"type": "object"},
+        "url": _STRING,
+        "raw": _STRING,
+        "mediaType": _STRING,
+        "metadata": _OBJECT,
     },
 }
-_MESSAGE = {
-    "type": "object",
-    "required": ["messageId", "role", "parts"],
-    "properties": {
-        "messageId": {"type": "string"},
-        "role": {"type": "string", "enum": ["ROLE_USER", "ROLE_AGENT", "ROLE_UNSPECIFIED"]},
-        "parts": {"type": "array", "items": _PART},
-        "contextId": {"type": "string"},
-        "taskId": {"type": "string"},
-        "metadata": {"type": "object"},
-        "extensions": {"type": "array", "items": {"type": "string"}},
-        "referenceTaskIds": {"type": "array", "items": {"type": "string"}},
-    },
-}
-_SEND = {
-    "type": "object",
-    "required": ["message"],
-    "properties": {
-        "message": _MESSAGE,
-        "configuration": {
-            "type": "object",
-            "properties": {
-                "acceptedOutputModes": {"type": "array", "items": {"type": "string"}},
-                "historyLength": {"type": "integer"},
-                "blocking": {"type": "boolean"},
-                "returnImmediately": {"type": "boolean"},
-            },
+
+
+def _message(parts: str, roles: list[str], **more: Any) -> dict[str, Any]:
+    """A Message: v1.0 holds its parts in `parts`, the v0.3 proto in `content`."""
+    return {
+        "type": "object",
+        "required": ["messageId", "role", parts],
+        "properties": {
+            "messageId": _STRING,
+            "role": {"type": "string", "enum": roles},
+            parts: {"type": "array", "items": _PART},
+            "contextId": _STRING,
+            "taskId": _STRING,
+            **more,
         },
-        "metadata": {"type": "object"},
-    },
-}
-_V03_SEND = {
+    }
+
+
+_MESSAGE = _message(
+    "parts",
+    ["ROLE_USER", "ROLE_AGENT", "ROLE_UNSPECIFIED"],
+    metadata=_OBJECT,
+    extensions=_STRINGS,
+    referenceTaskIds=_STRINGS,
+)
+_V03_MESSAGE = _message("content", ["ROLE_USER", "ROLE_AGENT"])
+_SEND_CONFIG = {
     "type": "object",
-    "required": ["message"],
     "properties": {
-        "message": {
-            "type": "object",
-            "required": ["messageId", "role", "content"],
-            "properties": {
-                "messageId": {"type": "string"},
-                "role": {"type": "string", "enum": ["ROLE_USER", "ROLE_AGENT"]},
-                "content": {"type": "array", "items": _PART},
-                "contextId": {"type": "string"},
-                "taskId": {"type": "string"},
-            },
-        },
-        "configuration": {"type": "object"},
-        "metadata": {"type": "object"},
+        "acceptedOutputModes": _STRINGS,
+        "historyLength": _INTEGER,
+        "blocking": _BOOLEAN,
+        "returnImmediately": _BOOLEAN,
     },
 }
+
+
+def _send(message: dict[str, Any], configuration: dict[str, Any]) -> dict[str, Any]:
+    """A SendMessageRequest body."""
+    return {
+        "type": "object",
+        "required": ["message"],
+        "properties": {"message": message, "configuration": configuration, "metadata": _OBJECT},
+    }
+
+
+_SEND = _send(_MESSAGE, _SEND_CONFIG)
+_V03_SEND = _send(_V03_MESSAGE, _OBJECT)
 _ERROR = {"description": "An error: google.rpc.Status (v1.0) or {code, type, message} (v0.3, aliases)"}
-_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-_CONFIG_ID = {"name": "config_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_HISTORY = {"name": "historyLength", "in": "query", "schema": {"type": "integer"}}
+_ID = {"name": "id", "in": "path", "required": True, "schema": _STRING}
+_CONFIG_ID = {"name": "config_id", "in": "path", "required": True, "schema": _STRING}
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": schema}
+
+
+_HISTORY = _query("historyLength", _INTEGER)
 _LIST = [
-    {"name": "contextId", "in": "query", "schema": {"type": "string"}},
-    {"name": "status", "in": "query", "schema": {"type": "string"}},
-    {"name": "pageSize", "in": "query", "schema": {"type": "integer"}},
-    {"name": "pageToken", "in": "query", "schema": {"type": "string"}},
+    _query("contextId", _STRING),
+    _query("status", _STRING),
+    _query("pageSize", _INTEGER),
+    _query("pageToken", _STRING),
     _HISTORY,
-    {"name": "statusTimestampAfter", "in": "query", "schema": {"type": "string"}},
-    {"name": "includeArtifacts", "in": "query", "schema": {"type": "boolean"}},
+    _query("statusTimestampAfter", _STRING),
+    _query("includeArtifacts", _BOOLEAN),
 ]
 
 
@@ -113,7 +123,7 @@ def document() -> dict[str, Any]:
         paths[f"{base}/tasks/{{id}}:cancel"] = {"post": _op(f"CancelTask ({v})", [_ID])}
         paths[f"{base}/tasks/{{id}}/pushNotificationConfigs"] = {
             "get": _op(f"ListTaskPushNotificationConfigs ({v})", [_ID]),
-            "post": _op(f"CreateTaskPushNotificationConfig ({v})", [_ID], {"type": "object"}),
+            "post": _op(f"CreateTaskPushNotificationConfig ({v})", [_ID], _OBJECT),
         }
         paths[f"{base}/tasks/{{id}}/pushNotificationConfigs/{{config_id}}"] = {
             "get": _op(f"GetTaskPushNotificationConfig ({v})", [_ID, _CONFIG_ID]),

@@ -1,97 +1,130 @@
-"""The v0.3 operations: decode with the v0.3 codec, call the task service, encode v0.3 results."""
+"""The v0.3 operations, for both v0.3 bindings: decode the params, call the task service, encode the result.
+
+A binding extracts the params (JSON-RPC: the request's `params`; HTTP+JSON: path, query and body, built
+into the same request objects) and calls a handler here with its `Wire`: the JSON-RPC shapes (`JSONRPC`,
+the default) or the ProtoJSON of the v0.3 proto (`REST`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from app.protocol import pushconfig, v03
+from app.protocol import json_v03, protojson_v03, pushconfig
 from app.protocol.errors import ExtendedAgentCardNotConfiguredError
-from app.protocol.model import Message
-from app.tasks.service import Snapshot
+from app.protocol.model import Message, PushConfig, SendConfig
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
-from .limits import admit
-
-INLINE = "configuration.pushNotificationConfig"
+from .admission import admit
+from .calls import Call, Replies, Stream, last_event_id
 
 
-def _task_encoder(history_length: int | None = None):
-    def encode(item: Item) -> Any:
-        if isinstance(item, Snapshot):
-            return v03.encode_task(item.task, history_length)
-        if isinstance(item, Message):
-            return v03.encode_message(item)
-        return v03.encode_event(item.event)
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """What differs between the two v0.3 bindings: the payload forms, never the work."""
 
-    return encode
+    decode_send: Callable[[Any], tuple[Message, SendConfig, dict[str, Any] | None]]
+    inline_push: str
+    """Where a send's push config sits, for its error messages."""
+    replies: Replies
+    decode_push_set: Callable[[Any], PushConfig]
+    encode_push: Callable[[PushConfig], dict[str, Any]]
+    push_list: Callable[[list[dict[str, Any]]], Any]
 
 
-async def send(params: Any, call: Call) -> Any:
-    message, config, push = v03.decode_send(params)
-    webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
+def _configs(configs: list[dict[str, Any]]) -> Any:
+    return {"configs": configs}
+
+
+JSONRPC = Wire(
+    decode_send=json_v03.decode_send,
+    inline_push="configuration.pushNotificationConfig",
+    replies=Replies(json_v03.encode_task, json_v03.encode_message, json_v03.encode_event, oneof=False),
+    decode_push_set=pushconfig.decode_v03_set,
+    encode_push=pushconfig.encode_v03,
+    push_list=list,
+)
+REST = Wire(
+    decode_send=protojson_v03.decode_send,
+    inline_push="configuration.pushNotification",
+    replies=Replies(
+        protojson_v03.encode_task, protojson_v03.encode_message, protojson_v03.encode_event, oneof=True
+    ),
+    decode_push_set=protojson_v03.decode_push_create,
+    encode_push=pushconfig.encode_v03_proto,
+    push_list=_configs,
+)
+
+Handler = Callable[[Any, Call, Wire], Awaitable[Any]]
+StreamHandler = Callable[[Any, Call, Wire], Awaitable[Stream]]
+
+
+async def send(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
+    message, config, push = wire.decode_send(params)
+    webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
-    if isinstance(result, Message):
-        return v03.encode_message(result)
-    return v03.encode_task(result, config.history_length)
+    return wire.replies.result(result, config.history_length)
 
 
-async def stream(params: Any, call: Call) -> Stream:
-    message, config, push = v03.decode_send(params)
-    webhook = pushconfig.decode(push, "0.3", INLINE) if push is not None else None
+async def stream(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
+    message, config, push = wire.decode_send(params)
+    webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
-    return items, _task_encoder(config.history_length)
+    return items, wire.replies.stream(config.history_length)
 
 
-async def get(params: Any, call: Call) -> Any:
-    task_id, history_length = v03.decode_task_query(params)
-    return v03.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
+async def get(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
+    task_id, history_length = json_v03.decode_task_query(params)
+    task = await call.c.service.get(call.owner, task_id, history_length)
+    return wire.replies.encode_task(task, history_length)
 
 
-async def cancel(params: Any, call: Call) -> Any:
-    task_id, _ = v03.decode_task_id(params)
-    return v03.encode_task(await call.c.service.cancel(call.owner, task_id))
+async def cancel(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
+    task_id, _ = json_v03.decode_task_id(params)
+    return wire.replies.encode_task(await call.c.service.cancel(call.owner, task_id))
 
 
-async def resubscribe(params: Any, call: Call) -> Stream:
-    task_id, _ = v03.decode_task_id(params)
+async def resubscribe(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
+    """The task first, then its events until it ends; a finished task: the task, then the end."""
+    task_id, _ = json_v03.decode_task_id(params)
     after = last_event_id(call.request, params)
     items = await call.c.service.resubscribe(call.owner, task_id, after)
-    return items, _task_encoder()
+    return items, wire.replies.stream()
 
 
-async def set_push(params: Any, call: Call) -> Any:
+async def set_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     """`tasks/pushNotificationConfig/set`: the stored config (server id if none given), redacted."""
-    cfg = pushconfig.decode_v03_set(params)
+    cfg = wire.decode_push_set(params)
     stored = await call.c.service.set_push_config(call.owner, cfg.task_id, cfg)
-    return pushconfig.encode_v03(stored)
+    return wire.encode_push(stored)
 
 
-async def get_push(params: Any, call: Call) -> Any:
+async def get_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     """`tasks/pushNotificationConfig/get`; without a config id (deprecated form), the task's first."""
     task_id, config_id = pushconfig.decode_v03_ref(params)
-    return pushconfig.encode_v03(await call.c.service.get_push_config(call.owner, task_id, config_id))
+    return wire.encode_push(await call.c.service.get_push_config(call.owner, task_id, config_id))
 
 
-async def list_push(params: Any, call: Call) -> Any:
+async def list_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, _ = pushconfig.decode_v03_ref(params)
     configs, _ = await call.c.service.list_push_configs(call.owner, task_id)
-    return [pushconfig.encode_v03(c) for c in configs]
+    return wire.push_list([wire.encode_push(c) for c in configs])
 
 
-async def delete_push(params: Any, call: Call) -> Any:
+async def delete_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, config_id = pushconfig.decode_v03_ref(params, need_config=True)
     assert config_id is not None
     await call.c.service.delete_push_config(call.owner, task_id, config_id)
     return None
 
 
-async def extended_card(params: Any, call: Call) -> Any:
+async def extended_card(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     """The authenticated extended card, hybrid (a v0.3 client reads its v0.3 fields); the guard has
     already authenticated the caller."""
     if call.c.extended_card is None:

@@ -10,56 +10,50 @@ from typing import Any
 
 import orjson
 
-from app.protocol import pushconfig, v10
+from app.protocol import protojson_v10, pushconfig
 from app.protocol.errors import UnsupportedOperationError
-from app.protocol.model import Message
-from app.tasks.service import Snapshot
+from app.tasks.service import TaskPage
 
-from .calls import Call, Handler, Item, Stream, StreamHandler, last_event_id
+from .admission import admit
+from .calls import Call, Handler, Replies, Stream, StreamHandler, last_event_id
 from .card import Card
-from .limits import admit
 
 INLINE = "configuration.taskPushNotificationConfig"
 
 
-def _stream_encoder(history_length: int | None = None):
-    def encode(item: Item) -> Any:
-        if isinstance(item, Snapshot):
-            return {"task": v10.encode_task(item.task, history_length)}
-        if isinstance(item, Message):
-            return {"message": v10.encode_message(item)}
-        return v10.encode_event(item.event)
-
-    return encode
+REPLIES = Replies(
+    protojson_v10.encode_task, protojson_v10.encode_message, protojson_v10.encode_event, oneof=True
+)
 
 
 async def send(params: Any, call: Call) -> Any:
-    message, config, push = v10.decode_send(params)
+    message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
-    if isinstance(result, Message):
-        return {"message": v10.encode_message(result)}
-    return {"task": v10.encode_task(result, config.history_length)}
+    return REPLIES.result(result, config.history_length)
 
 
 async def stream(params: Any, call: Call) -> Stream:
-    message, config, push = v10.decode_send(params)
+    message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
-    return items, _stream_encoder(config.history_length)
+    return items, REPLIES.stream(config.history_length)
 
 
 async def get(params: Any, call: Call) -> Any:
-    task_id, history_length = v10.decode_get(params)
-    return v10.encode_task(await call.c.service.get(call.owner, task_id, history_length), history_length)
+    task_id, history_length = protojson_v10.decode_get(params)
+    return protojson_v10.encode_task(
+        await call.c.service.get(call.owner, task_id, history_length), history_length
+    )
 
 
-async def list_tasks(params: Any, call: Call) -> Any:
-    q = v10.decode_list(params)
+async def list_page(params: Any, call: Call) -> tuple[protojson_v10.ListQuery, TaskPage]:
+    """The query a ListTasks request asks and the page it gets (the `/a2a/tasks` alias prints it in v0.3)."""
+    q = protojson_v10.decode_list(params)
     page = await call.c.service.list(
         call.owner,
         context_id=q.context_id,
@@ -70,8 +64,13 @@ async def list_tasks(params: Any, call: Call) -> Any:
         include_artifacts=q.include_artifacts,
         history_length=q.history_length,
     )
+    return q, page
+
+
+async def list_tasks(params: Any, call: Call) -> Any:
+    q, page = await list_page(params, call)
     return {
-        "tasks": [v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],
+        "tasks": [protojson_v10.encode_task(t, q.history_length, q.include_artifacts) for t in page.tasks],
         "nextPageToken": page.next_token,
         "pageSize": q.page_size,
         "totalSize": page.total,
@@ -79,22 +78,22 @@ async def list_tasks(params: Any, call: Call) -> Any:
 
 
 async def cancel(params: Any, call: Call) -> Any:
-    task_id = v10.decode_id(params)
-    return v10.encode_task(await call.c.service.cancel(call.owner, task_id))
+    task_id = protojson_v10.decode_id(params)
+    return protojson_v10.encode_task(await call.c.service.cancel(call.owner, task_id))
 
 
 async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
-    task_id = v10.decode_id(params)
+    task_id = protojson_v10.decode_id(params)
     after = last_event_id(call.request, params)
     state = (await call.c.service.head(call.owner, task_id)).state
     if state.terminal:
         raise UnsupportedOperationError(
-            f"Task {task_id} is {v10.STATE_NAMES[state]}; there is nothing left to subscribe to",
+            f"Task {task_id} is {protojson_v10.STATE_NAMES[state]}; there is nothing left to subscribe to",
             {"taskId": task_id},
         )
     items = await call.c.service.resubscribe(call.owner, task_id, after)
-    return items, _stream_encoder()
+    return items, REPLIES.stream()
 
 
 async def create_push(params: Any, call: Call) -> Any:

@@ -11,32 +11,41 @@ Aliases (version-neutral paths, v0.3 shapes, the v0.3 REST error body):
   or `{"pushNotificationConfig": ...}`) → the v0.3 `TaskPushNotificationConfig`, secrets redacted.
 - `GET /a2a/tasks/{taskId}/pushNotificationConfig`: the task's webhooks, a bare array of those.
 
-The bindings themselves live in `rest_v10` (HTTP+JSON v1.0 under `/a2a/rest`) and `rest_v03` (HTTP+JSON
-v0.3 under `/a2a/rest/v1`).
+Each alias builds params and calls an operation handler (`ops_v03`, or `ops_v10.list_page` for ListTasks),
+as the bindings do. The bindings themselves live in `rest_v10` (HTTP+JSON v1.0 under `/a2a/rest`) and
+`rest_v03` (HTTP+JSON v0.3 under `/a2a/rest/v1`); what they share is here: `RestBinding` (a route's
+`unary` or `streaming` endpoint), `error_path` (each binding's one error path), `read_json_body`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import errors, pushconfig, v03, v10
+from app.protocol import errors, json_v03, protojson_v10, pushconfig
 from app.protocol.errors import (
     A2AError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
 )
-from app.protocol.model import TaskState
+from app.protocol.model import PushConfig, TaskState
 from app.protocol.validation import snake
 
+from . import ops_v03, ops_v10
+from .admission import http_headers, open_stream
+from .calls import Call, Handler, StreamHandler
 from .deps import components, owner_of
 from .faults import unexpected
-from .limits import http_headers
 from .sanity import check_json
+from .sse import sse_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -48,6 +57,7 @@ class UnsupportedMediaTypeError(InvalidRequestError):
     """A request body in a media type the REST bindings do not read: HTTP 415, else an invalid request."""
 
     http_status = 415
+    rest_v03_status = 415
 
 
 def error_name(err: A2AError) -> str:
@@ -71,6 +81,73 @@ def rest_error(err: A2AError, status: int | None = None) -> Response:
         media_type="application/json",
         headers=http_headers(err),
     )
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+ErrorAnswer = Callable[[Request, A2AError], Response]
+
+
+def error_path(answer: ErrorAnswer) -> Callable[[Endpoint], Endpoint]:
+    """A binding's one error path: an A2A error raised by its endpoint is answered by `answer`; any other
+    exception first becomes the wire error `faults.unexpected` picks (a 503 for an outage, else -32603)."""
+
+    def wrap(endpoint: Endpoint) -> Endpoint:
+        @functools.wraps(endpoint)
+        async def answered(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except A2AError as err:
+                return answer(request, err)
+            except Exception as exc:
+                return answer(request, unexpected(exc, f"{request.method} {request.url.path}"))
+
+        return answered
+
+    return wrap
+
+
+Params = Callable[[Request], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class RestBinding:
+    """One HTTP+JSON binding (v0.3 or v1.0). Each route extracts the params (path, query, body) and an
+    operation handler does the work, as for JSON-RPC; what differs is read here."""
+
+    call_of: Callable[[Request], Call]
+    """The call, checked against the versions this binding speaks."""
+    error: ErrorAnswer
+    media: Callable[[Request], str]
+    """The media type of an answer."""
+
+    def unary(self, handler: Handler, params: Params) -> Endpoint:
+        @error_path(self.error)
+        async def endpoint(request: Request) -> Response:
+            call = self.call_of(request)
+            result = await handler(await params(request), call)
+            return Response(orjson.dumps(result), media_type=self.media(request))
+
+        return endpoint
+
+    def streaming(self, handler: StreamHandler, params: Params) -> Endpoint:
+        """SSE of the handler's items; it validates and stores first, so its errors come back as HTTP."""
+
+        @error_path(self.error)
+        async def endpoint(request: Request) -> Response:
+            call = self.call_of(request)
+            args = await params(request)
+            items, encode = await open_stream(call, lambda: handler(args, call))
+            return sse_response(items, encode, call.c.settings.sse_keepalive_s)
+
+        return endpoint
+
+
+def _alias_error(request: Request, err: A2AError) -> Response:
+    return rest_error(err)
+
+
+alias = error_path(_alias_error)
+"""The aliases' error path: the v0.3 REST body with the v1.0.1 HTTP status."""
 
 
 def media_type(header: str | None) -> str:
@@ -115,16 +192,19 @@ def _json(payload: Any) -> Response:
     return Response(orjson.dumps(payload), media_type="application/json")
 
 
+def _call(request: Request) -> Call:
+    """The call of an alias: version-neutral paths, so `A2A-Version` is not read; answers are v0.3."""
+    return Call(request=request, c=components(request), owner=owner_of(request), version="0.3")
+
+
 @router.get("/a2a/tasks/{task_id}", include_in_schema=False)
-async def get_task(task_id: str, request: Request) -> Response:
-    try:
-        history_length = _history_length(request)
-        task = await components(request).service.get(owner_of(request), task_id, history_length)
-    except A2AError as err:
-        return rest_error(err)
-    except Exception as exc:
-        return rest_error(unexpected(exc, f"GET {request.url.path}"))
-    return _json(v03.encode_task(task, history_length))
+@alias
+async def get_task(request: Request) -> Response:
+    params: dict[str, Any] = {"id": request.path_params["task_id"]}
+    history_length = _history_length(request)
+    if history_length is not None:
+        params["historyLength"] = history_length
+    return _json(await ops_v03.get(params, _call(request)))
 
 
 LIST_QUERY = (
@@ -155,30 +235,17 @@ def list_query(request: Request) -> dict[str, Any]:
 
 
 @router.get("/a2a/tasks", include_in_schema=False)
+@alias
 async def list_tasks(request: Request) -> Response:
-    try:
-        params = list_query(request)
-        status = params.get("status")
-        if isinstance(status, str) and status in TaskState._value2member_map_:
-            params["status"] = v10.STATE_NAMES[TaskState(status)]
-        q = v10.decode_list(params)
-        page = await components(request).service.list(
-            owner_of(request),
-            context_id=q.context_id,
-            state=q.status,
-            after=q.status_timestamp_after,
-            page_size=q.page_size,
-            page_token=q.page_token,
-            include_artifacts=q.include_artifacts,
-            history_length=q.history_length,
-        )
-    except A2AError as err:
-        return rest_error(err)
-    except Exception as exc:
-        return rest_error(unexpected(exc, "GET /a2a/tasks"))
+    """ListTasks with v1.0 semantics, v0.3 Task JSON; `status` also takes a v0.3 state name."""
+    params = list_query(request)
+    status = params.get("status")
+    if isinstance(status, str) and status in TaskState._value2member_map_:
+        params["status"] = protojson_v10.STATE_NAMES[TaskState(status)]
+    q, page = await ops_v10.list_page(params, _call(request))
     tasks = []
     for task in page.tasks:
-        encoded = v03.encode_task(task, q.history_length)
+        encoded = json_v03.encode_task(task, q.history_length)
         if not q.include_artifacts:
             del encoded["artifacts"]
         tasks.append(encoded)
@@ -187,22 +254,25 @@ async def list_tasks(request: Request) -> Response:
     )
 
 
+def _decode_alias_push(params: dict[str, Any]) -> PushConfig:
+    cfg = pushconfig.decode(params["pushNotificationConfig"], "0.3", "body")
+    cfg.task_id = params["taskId"]
+    return cfg
+
+
+ALIAS_WIRE = dataclasses.replace(ops_v03.JSONRPC, decode_push_set=_decode_alias_push)
+"""The v0.3 JSON-RPC shapes, but a config with errors named as the body's, which it is."""
+
+
+@alias
 async def push_config(request: Request) -> Response:
+    """POST adds a webhook (the v0.3 config, bare or under `pushNotificationConfig`); GET lists them."""
     task_id = request.path_params["task_id"]
-    service = components(request).service
-    owner = owner_of(request)
-    try:
-        if request.method == "POST":
-            body = await read_json_body(request) or {}
-            inner = body.get("pushNotificationConfig", body)
-            cfg = pushconfig.decode(inner, "0.3", "body")
-            return _json(pushconfig.encode_v03(await service.set_push_config(owner, task_id, cfg)))
-        configs, _ = await service.list_push_configs(owner, task_id)
-    except A2AError as err:
-        return rest_error(err)
-    except Exception as exc:
-        return rest_error(unexpected(exc, f"{request.method} {request.url.path}"))
-    return _json([pushconfig.encode_v03(c) for c in configs])
+    if request.method == "POST":
+        body = await read_json_body(request) or {}
+        params = {"taskId": task_id, "pushNotificationConfig": body.get("pushNotificationConfig", body)}
+        return _json(await ops_v03.set_push(params, _call(request), ALIAS_WIRE))
+    return _json(await ops_v03.list_push({"id": task_id}, _call(request)))
 
 
 router.add_route(

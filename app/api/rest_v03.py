@@ -18,80 +18,46 @@
 pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificationConfig` or the config.
 Configs come back as `{name: "tasks/{id}/pushNotificationConfigs/{configId}", pushNotificationConfig}`.
 
-Payloads are ProtoJSON of the v0.3 proto (`app.protocol.v03rest`), not the JSON-RPC shapes. Official v0.3
-clients append `/v1` to the interface URL themselves, so the card advertises `/a2a/rest` for both versions.
-Errors are `{"code": <JSON-RPC code>, "type": "<ErrorClassName>", "message": ...}` (the Python client maps
-`type`, the JavaScript client `code`), with the HTTP status a2a-python 0.3 used. A request without
-`A2A-Version` is v0.3; an explicit other version is refused (-32009).
+Each route builds the request message from path, query and body and calls the v0.3 operation handlers
+(`ops_v03`) with their `REST` wire, as JSON-RPC calls them with theirs; `GET /v1/card` and `GET /v1/tasks`
+are this binding's own. Payloads are ProtoJSON of the v0.3 proto (`protocol/protojson_v03.py`), not the
+JSON-RPC shapes. Official v0.3 clients append `/v1` to the interface URL themselves, so the card
+advertises `/a2a/rest` for both versions. Errors are `{"code": <JSON-RPC code>, "type": "<ErrorClassName>",
+"message": ...}` (the Python client maps `type`, the JavaScript client `code`), with the HTTP status
+a2a-python 0.3 used (`rest_v03_status`). A request without `A2A-Version` is v0.3; an explicit other version
+is refused (-32009).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import pushconfig, v03rest
+from app.protocol import protojson_v03
 from app.protocol.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
-    ExtendedAgentCardNotConfiguredError,
-    InternalError,
-    InvalidAgentResponseError,
     InvalidParamsError,
-    InvalidRequestError,
-    JSONParseError,
-    MethodNotFoundError,
-    PushNotificationNotSupportedError,
-    TaskNotCancelableError,
-    TaskNotFoundError,
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
-from app.protocol.model import Message
-from app.tasks.service import Snapshot
 
-from .calls import Call, Item, Stream, last_event_id
-from .faults import unexpected
-from .limits import admit, open_stream
-from .rest import read_json_body, rest_error
-from .sse import sse_response
+from . import ops_v03
+from .calls import Call
+from .rest import Endpoint, Params, RestBinding, read_json_body, rest_error
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 PREFIX = "/a2a/rest/v1"
 
-# The HTTP statuses of a2a-python 0.3's REST error handler (PROTOCOL-NOTES §4.2); others keep theirs.
-V03_HTTP_STATUS: dict[type[A2AError], int] = {
-    JSONParseError: 400,
-    InvalidRequestError: 400,
-    MethodNotFoundError: 404,
-    TaskNotFoundError: 404,
-    ExtendedAgentCardNotConfiguredError: 404,
-    InvalidParamsError: 422,
-    TaskNotCancelableError: 409,
-    PushNotificationNotSupportedError: 501,
-    UnsupportedOperationError: 501,
-    ContentTypeNotSupportedError: 415,
-    InvalidAgentResponseError: 502,
-    InternalError: 500,
-}
 
-
-def v03_error(err: A2AError) -> Response:
-    """The v0.3 error body with the 0.3 status; an error class with a status of its own keeps it."""
-    status = err.http_status
-    for cls in type(err).__mro__:
-        if cls in V03_HTTP_STATUS:
-            status = V03_HTTP_STATUS[cls]
-            break
-        if "http_status" in vars(cls):
-            break
-    return rest_error(err, status)
+def v03_error(request: Request, err: A2AError) -> Response:
+    """The v0.3 error body with the status a2a-python 0.3 answers the error with (`rest_v03_status`)."""
+    return rest_error(err, err.rest_v03_status)
 
 
 def v03_call(request: Request) -> Call:
@@ -106,162 +72,98 @@ def v03_call(request: Request) -> Call:
     return call
 
 
-def _task_encoder(history_length: int | None = None) -> Callable[[Item], Any]:
-    def encode(item: Item) -> Any:
-        if isinstance(item, Snapshot):
-            return {"task": v03rest.encode_task(item.task, history_length)}
-        if isinstance(item, Message):
-            return {"message": v03rest.encode_message(item)}
-        return v03rest.encode_event(item.event)
-
-    return encode
+# ---- params: the request message from path, query and body -----------------------------------------
 
 
-# ---- operations: (request, call) → result object or stream ----------------------------------------
+async def _body(request: Request) -> dict[str, Any]:
+    return await read_json_body(request) or {}
 
 
-def _inline(push: dict[str, Any] | None) -> Any:
-    return pushconfig.decode(push, "0.3", "configuration.pushNotification") if push is not None else None
-
-
-async def send(request: Request, call: Call) -> Any:
-    message, config, push = v03rest.decode_send(await read_json_body(request))
-    webhook = _inline(push)
-    result = await call.c.service.send(
-        call.owner, await admit(message, call), config, webhook, call.idempotency_key
-    )
-    if isinstance(result, Message):
-        return {"message": v03rest.encode_message(result)}
-    return {"task": v03rest.encode_task(result, config.history_length)}
-
-
-async def stream(request: Request, call: Call) -> Stream:
-    message, config, push = v03rest.decode_send(await read_json_body(request))
-    webhook = _inline(push)
-    items = await call.c.service.stream(
-        call.owner, await admit(message, call), webhook, config, call.idempotency_key
-    )
-    return items, _task_encoder(config.history_length)
-
-
-async def get(request: Request, call: Call) -> Any:
+async def _get_params(request: Request) -> dict[str, Any]:
+    params: dict[str, Any] = {"id": request.path_params["id"]}
     raw = request.query_params.get("historyLength")
-    if raw is not None and not raw.isdigit():
-        raise InvalidParamsError("historyLength must be a non-negative integer")
-    history_length = int(raw) if raw is not None else None
-    task = await call.c.service.get(call.owner, request.path_params["id"], history_length)
-    return v03rest.encode_task(task, history_length)
+    if raw is not None:
+        if not raw.isdigit():
+            raise InvalidParamsError("historyLength must be a non-negative integer")
+        params["historyLength"] = int(raw)
+    return params
 
 
-async def cancel(request: Request, call: Call) -> Any:
-    await read_json_body(request)  # CancelTaskRequest names the task in the path; the body adds nothing
-    return v03rest.encode_task(await call.c.service.cancel(call.owner, request.path_params["id"]))
+async def _id_params(request: Request) -> dict[str, Any]:
+    """The task of the path; of the body (which names the task in the path too) only `metadata`, where a
+    resume cursor may be."""
+    body = await _body(request)
+    params: dict[str, Any] = {"id": request.path_params["id"]}
+    if isinstance(body.get("metadata"), dict):
+        params["metadata"] = body["metadata"]
+    return params
 
 
-async def subscribe(request: Request, call: Call) -> Stream:
-    """The task first, then its events until it ends; a finished task: the task, then the end."""
-    body = await read_json_body(request)
-    after = last_event_id(request, body)
-    items = await call.c.service.resubscribe(call.owner, request.path_params["id"], after)
-    return items, _task_encoder()
+async def _create_push_params(request: Request) -> dict[str, Any]:
+    """The body as a `CreateTaskPushNotificationConfigRequest`, its `parent` the task of the path."""
+    return {**await _body(request), "parent": f"tasks/{request.path_params['id']}"}
 
 
-def _create_body(body: dict[str, Any] | None) -> dict[str, Any]:
-    """The config of a create request, whichever of the accepted shapes it came in."""
-    body = body or {}
-    config_id = body.get("configId") or body.get("config_id")
-    outer = body.get("config")
-    if isinstance(outer, dict):
-        body = outer
-    inner = body.get("pushNotificationConfig", body.get("push_notification_config", body))
-    if not isinstance(inner, dict):
-        raise InvalidParamsError("Invalid body: config.pushNotificationConfig must be an object")
-    if config_id and not inner.get("id"):
-        inner = {**inner, "id": config_id}
-    return inner
+async def _push_params(request: Request) -> dict[str, Any]:
+    params = {"id": request.path_params["id"]}
+    if "config_id" in request.path_params:
+        params["pushNotificationConfigId"] = request.path_params["config_id"]
+    return params
 
 
-async def create_push(request: Request, call: Call) -> Any:
-    task_id = request.path_params["id"]
-    cfg = pushconfig.decode(_create_body(await read_json_body(request)), "0.3", "body")
-    stored = await call.c.service.set_push_config(call.owner, task_id, cfg)
-    return pushconfig.encode_v03_proto(stored)
-
-
-async def list_push(request: Request, call: Call) -> Any:
-    configs, _ = await call.c.service.list_push_configs(call.owner, request.path_params["id"])
-    return {"configs": [pushconfig.encode_v03_proto(c) for c in configs]}
-
-
-async def get_push(request: Request, call: Call) -> Any:
-    p = request.path_params
-    return pushconfig.encode_v03_proto(
-        await call.c.service.get_push_config(call.owner, p["id"], p["config_id"])
-    )
-
-
-async def delete_push(request: Request, call: Call) -> Any:
-    p = request.path_params
-    await call.c.service.delete_push_config(call.owner, p["id"], p["config_id"])
+async def _none(request: Request) -> dict[str, Any]:
     return {}
 
 
-async def list_tasks(request: Request, call: Call) -> Any:
+# ---- this binding's own operations -----------------------------------------------------------------
+
+
+async def _delete_push(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
+    await ops_v03.delete_push(params, call, wire)
+    return {}
+
+
+async def _list_tasks(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
     raise UnsupportedOperationError(
         "ListTasks has no v0.3 binding; use GET /a2a/rest/tasks (v1.0) or GET /a2a/tasks"
     )
 
 
-async def card(request: Request, call: Call) -> Any:
+async def _card(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
     """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
-    return v03rest.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
+    return protojson_v03.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
 
 
 # ---- endpoints ------------------------------------------------------------------------------------
 
-Op = Callable[[Request, Call], Awaitable[Any]]
-StreamOp = Callable[[Request, Call], Awaitable[Stream]]
+
+def _json(request: Request) -> str:
+    return "application/json"
 
 
-def unary(op: Op) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            result = await op(request, v03_call(request))
-        except A2AError as err:
-            return v03_error(err)
-        except Exception as exc:
-            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
-        return Response(orjson.dumps(result), media_type="application/json")
-
-    return endpoint
+BINDING = RestBinding(v03_call, v03_error, _json)
 
 
-def streaming(op: StreamOp) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            call = v03_call(request)
-            items, encode = await open_stream(call, lambda: op(request, call))
-        except A2AError as err:
-            return v03_error(err)
-        except Exception as exc:
-            return v03_error(unexpected(exc, f"{request.method} {request.url.path}"))
-        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
-
-    return endpoint
+def unary(handler: ops_v03.Handler, params: Params) -> Endpoint:
+    return BINDING.unary(functools.partial(handler, wire=ops_v03.REST), params)
 
 
-ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = [
-    ("/message:send", ["POST"], unary(send)),
-    ("/message:stream", ["POST"], streaming(stream)),
-    ("/tasks", ["GET"], unary(list_tasks)),
-    ("/tasks/{id}:cancel", ["POST"], unary(cancel)),
-    ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(subscribe)),
-    ("/tasks/{id}", ["GET"], unary(get)),
-    ("/tasks/{id}/pushNotificationConfigs", ["POST"], unary(create_push)),
-    ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(list_push)),
-    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(get_push)),
-    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(delete_push)),
-    ("/card", ["GET"], unary(card)),
+def streaming(handler: ops_v03.StreamHandler, params: Params) -> Endpoint:
+    return BINDING.streaming(functools.partial(handler, wire=ops_v03.REST), params)
+
+
+ROUTES: list[tuple[str, list[str], Endpoint]] = [
+    ("/message:send", ["POST"], unary(ops_v03.send, _body)),
+    ("/message:stream", ["POST"], streaming(ops_v03.stream, _body)),
+    ("/tasks", ["GET"], unary(_list_tasks, _none)),
+    ("/tasks/{id}:cancel", ["POST"], unary(ops_v03.cancel, _id_params)),
+    ("/tasks/{id}:subscribe", ["GET", "POST"], streaming(ops_v03.resubscribe, _id_params)),
+    ("/tasks/{id}", ["GET"], unary(ops_v03.get, _get_params)),
+    ("/tasks/{id}/pushNotificationConfigs", ["POST"], unary(ops_v03.set_push, _create_push_params)),
+    ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(ops_v03.list_push, _push_params)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(ops_v03.get_push, _push_params)),
+    ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(_delete_push, _push_params)),
+    ("/card", ["GET"], unary(_card, _none)),
 ]
 
 for _path, _methods, _endpoint in ROUTES:

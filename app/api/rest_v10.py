@@ -29,7 +29,6 @@ in `details`. The tenant `v1` is taken by the v0.3 binding (`rest_v03`), which i
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -37,65 +36,21 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
-    DatabaseUnavailableError,
-    InternalError,
-    InvalidAgentResponseError,
-    InvalidParamsError,
-    InvalidRequestError,
-    JSONParseError,
-    MethodNotFoundError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
-    RateLimitedError,
-    TaskNotFoundError,
-    TooManyStreamsError,
-    UnauthenticatedError,
     VersionNotSupportedError,
 )
 
 from . import ops_v10
-from .calls import Call, Handler, StreamHandler
+from .admission import http_headers
+from .calls import Call
 from .card import card_response
-from .faults import unexpected
 from .jsonrpc import error_info
-from .limits import http_headers, open_stream
-from .rest import list_query, media_type, query_fields, read_json_body
-from .sse import sse_response
+from .rest import Endpoint, RestBinding, error_path, list_query, media_type, query_fields, read_json_body
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 PREFIX = "/a2a/rest"
 A2A_JSON = "application/a2a+json"
-
-_GRPC_STATUS: dict[type[A2AError], str] = {
-    TaskNotFoundError: "NOT_FOUND",
-    MethodNotFoundError: "NOT_FOUND",
-    InvalidParamsError: "INVALID_ARGUMENT",
-    InvalidRequestError: "INVALID_ARGUMENT",
-    JSONParseError: "INVALID_ARGUMENT",
-    ContentTypeNotSupportedError: "INVALID_ARGUMENT",
-    InvalidAgentResponseError: "INTERNAL",
-    InternalError: "INTERNAL",
-    UnauthenticatedError: "UNAUTHENTICATED",
-    PermissionDeniedError: "PERMISSION_DENIED",
-    RateLimitedError: "RESOURCE_EXHAUSTED",
-    TooManyStreamsError: "RESOURCE_EXHAUSTED",
-    PayloadTooLargeError: "INVALID_ARGUMENT",
-    DatabaseUnavailableError: "UNAVAILABLE",
-}
-
-
-def grpc_status(err: A2AError) -> str:
-    """The google.rpc status name of an error ([S1.0.1] §5.4): the A2A errors of HTTP 400 that are not
-    about the request's shape are FAILED_PRECONDITION."""
-    for cls in type(err).__mro__:
-        if cls in _GRPC_STATUS:
-            return _GRPC_STATUS[cls]
-    if err.http_status == 404:
-        return "NOT_FOUND"
-    return "INTERNAL" if err.http_status >= 500 else "FAILED_PRECONDITION"
 
 
 def _media(request: Request) -> str:
@@ -124,7 +79,7 @@ def status_error(request: Request, err: A2AError) -> Response:
     body = {
         "error": {
             "code": err.http_status,
-            "status": grpc_status(err),
+            "status": err.grpc_status,
             "message": err.message,
             "details": [error_info(err)],
         }
@@ -146,9 +101,6 @@ def v10_call(request: Request) -> Call:
         )
     call.version = "1.0"
     return call
-
-
-Params = Callable[[Request], Awaitable[dict[str, Any]]]
 
 
 def _with_tenant(request: Request, params: dict[str, Any]) -> dict[str, Any]:
@@ -200,47 +152,16 @@ async def _delete_push(params: Any, call: Call) -> Any:
     return {}
 
 
+@error_path(status_error)
 async def _extended_card(request: Request) -> Response:
     """GetExtendedAgentCard: the card variant for the request's A2A-Version, with its ETag (private)."""
-    try:
-        card = ops_v10.extended(v10_call(request))
-    except A2AError as err:
-        return status_error(request, err)
-    return card_response(request, card, _media(request), public=False)
+    return card_response(request, ops_v10.extended(v10_call(request)), _media(request), public=False)
 
 
-def unary(handler: Handler, params: Params) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        try:
-            call = v10_call(request)
-            result = await handler(await params(request), call)
-        except A2AError as err:
-            return status_error(request, err)
-        except Exception as exc:
-            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
-        return Response(orjson.dumps(result), media_type=_media(request))
+BINDING = RestBinding(v10_call, status_error, _media)
+unary, streaming = BINDING.unary, BINDING.streaming
 
-    return endpoint
-
-
-def streaming(handler: StreamHandler, params: Params) -> Callable[[Request], Awaitable[Response]]:
-    """SSE of bare StreamResponses; the handler validates and stores first, so errors come back as HTTP."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            call = v10_call(request)
-            args = await params(request)
-            items, encode = await open_stream(call, lambda: handler(args, call))
-        except A2AError as err:
-            return status_error(request, err)
-        except Exception as exc:
-            return status_error(request, unexpected(exc, f"{request.method} {request.url.path}"))
-        return sse_response(items, encode, call.c.settings.sse_keepalive_s)
-
-    return endpoint
-
-
-ROUTES: list[tuple[str, list[str], Callable[[Request], Awaitable[Response]]]] = [
+ROUTES: list[tuple[str, list[str], Endpoint]] = [
     ("/message:send", ["POST"], unary(ops_v10.send, _body)),
     ("/message:stream", ["POST"], streaming(ops_v10.stream, _body)),
     ("/tasks", ["GET"], unary(ops_v10.list_tasks, _list_params)),

@@ -1,7 +1,15 @@
-"""A2A errors: each carries its JSON-RPC code, its REST status and its v1.0 `reason`.
+"""A2A errors: each carries every code a binding answers it with, so no binding keeps a table of its own.
 
-Raised anywhere below `api/`; only `api/` turns them into wire errors. The message is always written for
-the client: internals never go into it.
+- `code`: the JSON-RPC error code (both versions);
+- `http_status`: the HTTP status of the v1.0.1 HTTP+JSON binding ([S1.0.1] §5.4), also used by the
+  `/a2a/tasks` aliases and for refusals before any route;
+- `rest_v03_status`: the HTTP status of the v0.3 HTTP+JSON binding, as a2a-python 0.3's REST error handler
+  answers it (PROTOCOL-NOTES §4.2);
+- `grpc_status`: the `google.rpc` status name in a v1.0 `google.rpc.Status` body;
+- `reason`: the v1.0 `google.rpc.ErrorInfo` reason.
+
+A subclass that changes `http_status` sets `rest_v03_status` too. Raised anywhere below `api/`; only `api/`
+turns them into wire errors. The message is always written for the client: internals never go into it.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from typing import Any, ClassVar
 class A2AError(Exception):
     code: ClassVar[int] = -32603
     http_status: ClassVar[int] = 500
+    rest_v03_status: ClassVar[int] = 500
+    grpc_status: ClassVar[str] = "INTERNAL"
     reason: ClassVar[str] = "INTERNAL"
     default_message: ClassVar[str] = "Internal error"
 
@@ -24,6 +34,8 @@ class A2AError(Exception):
 class JSONParseError(A2AError):
     code = -32700
     http_status = 400
+    rest_v03_status = 400
+    grpc_status = "INVALID_ARGUMENT"
     reason = "PARSE_ERROR"
     default_message = "Invalid JSON payload"
 
@@ -31,6 +43,8 @@ class JSONParseError(A2AError):
 class InvalidRequestError(A2AError):
     code = -32600
     http_status = 400
+    rest_v03_status = 400
+    grpc_status = "INVALID_ARGUMENT"
     reason = "INVALID_REQUEST"
     default_message = "Request payload validation error"
 
@@ -38,6 +52,8 @@ class InvalidRequestError(A2AError):
 class MethodNotFoundError(A2AError):
     code = -32601
     http_status = 404
+    rest_v03_status = 404
+    grpc_status = "NOT_FOUND"
     reason = "METHOD_NOT_FOUND"
     default_message = "Method not found"
 
@@ -45,6 +61,8 @@ class MethodNotFoundError(A2AError):
 class InvalidParamsError(A2AError):
     code = -32602
     http_status = 400
+    rest_v03_status = 422
+    grpc_status = "INVALID_ARGUMENT"
     reason = "INVALID_PARAMS"
     default_message = "Invalid parameters"
 
@@ -56,6 +74,8 @@ class InternalError(A2AError):
 class TaskNotFoundError(A2AError):
     code = -32001
     http_status = 404
+    rest_v03_status = 404
+    grpc_status = "NOT_FOUND"
     reason = "TASK_NOT_FOUND"
     default_message = "Task not found"
 
@@ -63,6 +83,8 @@ class TaskNotFoundError(A2AError):
 class TaskNotCancelableError(A2AError):
     code = -32002
     http_status = 400
+    rest_v03_status = 409
+    grpc_status = "FAILED_PRECONDITION"
     reason = "TASK_NOT_CANCELABLE"
     default_message = "Task cannot be canceled"
 
@@ -70,6 +92,8 @@ class TaskNotCancelableError(A2AError):
 class PushNotificationNotSupportedError(A2AError):
     code = -32003
     http_status = 400
+    rest_v03_status = 501
+    grpc_status = "FAILED_PRECONDITION"
     reason = "PUSH_NOTIFICATION_NOT_SUPPORTED"
     default_message = "Push Notification is not supported"
 
@@ -77,6 +101,8 @@ class PushNotificationNotSupportedError(A2AError):
 class UnsupportedOperationError(A2AError):
     code = -32004
     http_status = 400
+    rest_v03_status = 501
+    grpc_status = "FAILED_PRECONDITION"
     reason = "UNSUPPORTED_OPERATION"
     default_message = "This operation is not supported"
 
@@ -84,6 +110,8 @@ class UnsupportedOperationError(A2AError):
 class ContentTypeNotSupportedError(A2AError):
     code = -32005
     http_status = 400
+    rest_v03_status = 415
+    grpc_status = "INVALID_ARGUMENT"
     reason = "CONTENT_TYPE_NOT_SUPPORTED"
     default_message = "Incompatible content types"
 
@@ -91,6 +119,8 @@ class ContentTypeNotSupportedError(A2AError):
 class InvalidAgentResponseError(A2AError):
     code = -32006
     http_status = 500
+    rest_v03_status = 502
+    grpc_status = "INTERNAL"
     reason = "INVALID_AGENT_RESPONSE"
     default_message = "Invalid agent response"
 
@@ -98,6 +128,8 @@ class InvalidAgentResponseError(A2AError):
 class ExtendedAgentCardNotConfiguredError(A2AError):
     code = -32007
     http_status = 400
+    rest_v03_status = 404
+    grpc_status = "FAILED_PRECONDITION"
     reason = "EXTENDED_AGENT_CARD_NOT_CONFIGURED"
     default_message = "Authenticated Extended Card is not configured"
 
@@ -105,6 +137,8 @@ class ExtendedAgentCardNotConfiguredError(A2AError):
 class ExtensionSupportRequiredError(A2AError):
     code = -32008
     http_status = 400
+    rest_v03_status = 400
+    grpc_status = "FAILED_PRECONDITION"
     reason = "EXTENSION_SUPPORT_REQUIRED"
     default_message = "A required extension was not declared by the client"
 
@@ -112,6 +146,8 @@ class ExtensionSupportRequiredError(A2AError):
 class VersionNotSupportedError(A2AError):
     code = -32009
     http_status = 400
+    rest_v03_status = 400
+    grpc_status = "FAILED_PRECONDITION"
     reason = "VERSION_NOT_SUPPORTED"
     default_message = "This protocol version is not supported"
 
@@ -124,6 +160,8 @@ class UnauthenticatedError(A2AError):
 
     code = -32090
     http_status = 401
+    rest_v03_status = 401
+    grpc_status = "UNAUTHENTICATED"
     reason = "UNAUTHENTICATED"
     default_message = "Authentication required"
 
@@ -133,6 +171,8 @@ class PermissionDeniedError(A2AError):
 
     code = -32091
     http_status = 403
+    rest_v03_status = 403
+    grpc_status = "PERMISSION_DENIED"
     reason = "PERMISSION_DENIED"
     default_message = "The credential lacks a required scope"
 
@@ -142,6 +182,8 @@ class RateLimitedError(A2AError):
 
     code = -32092
     http_status = 429
+    rest_v03_status = 429
+    grpc_status = "RESOURCE_EXHAUSTED"
     reason = "RATE_LIMITED"
     default_message = "Too many tasks created; retry later"
 
@@ -149,6 +191,8 @@ class RateLimitedError(A2AError):
 class PayloadTooLargeError(A2AError):
     code = -32093
     http_status = 413
+    rest_v03_status = 413
+    grpc_status = "INVALID_ARGUMENT"
     reason = "PAYLOAD_TOO_LARGE"
     default_message = "Request body too large"
 
@@ -158,6 +202,8 @@ class TooManyStreamsError(A2AError):
 
     code = -32094
     http_status = 429
+    rest_v03_status = 429
+    grpc_status = "RESOURCE_EXHAUSTED"
     reason = "TOO_MANY_STREAMS"
     default_message = "Too many open streams"
 
@@ -168,6 +214,8 @@ class DatabaseUnavailableError(A2AError):
 
     code = -32603
     http_status = 503
+    rest_v03_status = 503
+    grpc_status = "UNAVAILABLE"
     reason = "UNAVAILABLE"
     default_message = "The task database is unreachable right now; retry in a few seconds"
     retry_after_s = 5

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -136,12 +136,8 @@ class Message:
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if p.text is not None)
 
-    def to_store(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "messageId": self.message_id,
-            "role": self.role.value,
-            "parts": [p.to_store() for p in self.parts],
-        }
+    def with_optional(self, out: dict[str, Any]) -> dict[str, Any]:
+        """`out` with the optional fields that are set, named alike in the store and on every wire."""
         if self.context_id:
             out["contextId"] = self.context_id
         if self.task_id:
@@ -152,6 +148,16 @@ class Message:
             out["extensions"] = self.extensions
         if self.metadata:
             out["metadata"] = self.metadata
+        return out
+
+    def to_store(self) -> dict[str, Any]:
+        out = self.with_optional(
+            {
+                "messageId": self.message_id,
+                "role": self.role.value,
+                "parts": [p.to_store() for p in self.parts],
+            }
+        )
         if self.requested_extensions:
             out["requestedExtensions"] = self.requested_extensions
         return out
@@ -204,10 +210,11 @@ class Artifact:
     extensions: list[str] = field(default_factory=list)
 
     def to_store(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "artifactId": self.artifact_id,
-            "parts": [p.to_store() for p in self.parts],
-        }
+        return self.encode(Part.to_store)
+
+    def encode(self, encode_part: Callable[[Part], dict[str, Any]]) -> dict[str, Any]:
+        """The artifact as JSON, the same in the store and on every wire but for how a part looks."""
+        out: dict[str, Any] = {"artifactId": self.artifact_id, "parts": [encode_part(p) for p in self.parts]}
         if self.name is not None:
             out["name"] = self.name
         if self.description is not None:
@@ -245,6 +252,16 @@ class Task:
     artifacts: list[Artifact] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
     transitions: list[StateTransition] = field(default_factory=list)
+
+    def wire_metadata(self, state_names: Mapping[TaskState, str]) -> dict[str, Any] | None:
+        """The task's metadata with its state transitions (`stateTransitions`, states as `state_names` spells
+        them) added; None when there is neither."""
+        metadata = dict(self.metadata or {})
+        if self.transitions:
+            metadata["stateTransitions"] = [
+                {"state": state_names[tr.state], "timestamp": tr.timestamp} for tr in self.transitions
+            ]
+        return metadata or None
 
     def with_history(self, history_length: int | None) -> Task:
         """A shallow copy holding at most the `history_length` most recent messages (None: all)."""

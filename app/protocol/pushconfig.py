@@ -22,6 +22,13 @@ _SCHEME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _header_value(cls: type, v: str | None) -> str | None:
+    """A secret that goes into an HTTP header: no control characters; empty means none."""
+    if v and _CONTROL.search(v):
+        raise ValueError("must not contain control characters")
+    return v or None
+
+
 class _AuthIn(ProtoIn):
     schemes: list[str] = Field(default_factory=list)
     scheme: str | None = None
@@ -41,12 +48,7 @@ class _AuthIn(ProtoIn):
             _check_scheme(v)
         return v or None
 
-    @field_validator("credentials")
-    @classmethod
-    def _credentials(cls, v: str | None) -> str | None:
-        if v and _CONTROL.search(v):
-            raise ValueError("must not contain control characters")
-        return v or None
+    _credentials = field_validator("credentials")(_header_value)
 
 
 class PushConfigIn(ProtoIn):
@@ -56,12 +58,7 @@ class PushConfigIn(ProtoIn):
     authentication: _AuthIn | None = None
     taskId: str | None = None
 
-    @field_validator("token")
-    @classmethod
-    def _token(cls, v: str | None) -> str | None:
-        if v and _CONTROL.search(v):
-            raise ValueError("must not contain control characters")
-        return v or None
+    _token = field_validator("token")(_header_value)
 
     def to_domain(self, version: str) -> PushConfig:
         auth = self.authentication

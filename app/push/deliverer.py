@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.protocol.model import utcnow
 from app.store.outage import OutageLog
 
-from . import guard, payloads
+from . import payloads, ssrf
 from .outbox import Hook, Outbox, Pending, Run, Tally
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ RESPONSE_READ = 65536
 
 @dataclass(slots=True, frozen=True)
 class Options:
-    policy: guard.Policy
+    policy: ssrf.Policy
     max_attempts: int = 8
     backoff_s: float = 1.0
     backoff_max_s: float = 300.0
@@ -222,8 +222,8 @@ class Deliverer:
         run = Run(hook.pk, [], Tally())
         tally = run.tally
         try:
-            target: guard.Target | guard.Refused = await guard.check(hook.url, self.options.policy)
-        except guard.Refused as exc:
+            target: ssrf.Target | ssrf.Refused = await ssrf.check(hook.url, self.options.policy)
+        except ssrf.Refused as exc:
             target = exc
         for row in rows:
             outcome = await self._attempt(hook, target, row)
@@ -299,9 +299,9 @@ class Deliverer:
         ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempts - 1))
         return random.uniform(ceiling / 2, ceiling)
 
-    async def _attempt(self, hook: Hook, target: guard.Target | guard.Refused, row: Pending) -> Outcome:
+    async def _attempt(self, hook: Hook, target: ssrf.Target | ssrf.Refused, row: Pending) -> Outcome:
         self.counters["attempts"] += 1
-        if isinstance(target, guard.Refused):
+        if isinstance(target, ssrf.Refused):
             self.counters["refused"] += 1
             return Outcome(f"refused: {target}")
         body = _body(row)
@@ -361,8 +361,8 @@ def options_from(settings: Any) -> Options:
     return Options(policy=policy_from(settings), **tuning)
 
 
-def policy_from(settings: Any) -> guard.Policy:
-    return guard.Policy(
+def policy_from(settings: Any) -> ssrf.Policy:
+    return ssrf.Policy(
         allow_http=settings.push_notification_allow_http,
         allowed_hosts=settings.push_allowed_hosts,
         allowed_cidrs=settings.push_allowed_cidrs,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.protocol import v03, v10
+from app.protocol import json_v03, protojson_v10
 from app.protocol.model import (
     Artifact,
     ArtifactUpdate,
@@ -120,7 +120,7 @@ class View:
             metadata=self.metadata,
             transitions=self.transitions,
         )
-        return v03.encode_task(task)
+        return json_v03.encode_task(task)
 
 
 class Views:
@@ -157,4 +157,4 @@ class Views:
 
 def v10_body(event: Event) -> dict[str, Any]:
     """The v1.0 StreamResponse for one event."""
-    return v10.encode_event(event)
+    return protojson_v10.encode_event(event)

@@ -54,7 +54,7 @@ from app.protocol.model import (
     status_update,
     utcnow,
 )
-from app.push import guard, payloads
+from app.push import payloads, ssrf
 from app.push.configs import PushConfigs, new_row
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Held, Leases
@@ -159,7 +159,7 @@ class TaskService:
         leases: Leases,
         blocking_timeout_s: float,
         push_configs: PushConfigs | None = None,
-        push_policy: guard.Policy | None = None,
+        push_policy: ssrf.Policy | None = None,
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
         outage_grace_s: float = 120.0,
@@ -168,7 +168,7 @@ class TaskService:
         self.keys = keys
         """Where Idempotency-Keys are kept; None: the header is ignored."""
         self.push_configs = push_configs
-        self.push_policy = push_policy or guard.Policy()
+        self.push_policy = push_policy or ssrf.Policy()
         self.push_ring: Callable[[], None] | None = None
         """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
         self.writer = writer
@@ -907,8 +907,8 @@ class TaskService:
     async def _check_url(self, url: str) -> None:
         """The SSRF guard at registration: a refused URL is the client's error, with the reason."""
         try:
-            await guard.check(url, self.push_policy)
-        except guard.Refused as exc:
+            await ssrf.check(url, self.push_policy)
+        except ssrf.Refused as exc:
             raise InvalidParamsError(f"Push notification URL refused: {exc}", {"url": url}) from None
 
     async def set_push_config(self, owner: str, task_id: str, config: PushConfig) -> PushConfig:

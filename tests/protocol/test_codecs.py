@@ -12,7 +12,7 @@ from a2a.types import StreamResponse as PbStreamResponse
 from a2a.types import Task as PbTask
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from app.protocol import v03, v10
+from app.protocol import json_v03, protojson_v10
 from app.protocol.model import (
     Artifact,
     ArtifactUpdate,
@@ -69,17 +69,17 @@ def rich_task() -> Task:
 
 def test_v10_message_round_trip_through_the_proto():
     original = rich_message()
-    wire = v10.encode_message(original)
+    wire = protojson_v10.encode_message(original)
     proto = ParseDict(wire, PbMessage())  # strict: unknown or misspelt fields fail
-    back, _, _ = v10.decode_send({"message": MessageToDict(proto)})
+    back, _, _ = protojson_v10.decode_send({"message": MessageToDict(proto)})
     assert back == original
 
 
 def test_v10_task_and_events_parse_as_the_proto():
-    task = v10.encode_task(rich_task())
+    task = protojson_v10.encode_task(rich_task())
     assert MessageToDict(ParseDict(task, PbTask())) == task
-    status = v10.encode_event(StatusUpdate("t-1", "c-1", rich_task().status, final=False))
-    artifact = v10.encode_event(
+    status = protojson_v10.encode_event(StatusUpdate("t-1", "c-1", rich_task().status, final=False))
+    artifact = protojson_v10.encode_event(
         ArtifactUpdate("t-1", "c-1", Artifact("a-1", [Part(text="x")]), append=True, last_chunk=True)
     )
     for event in (status, artifact, {"task": task}):
@@ -88,23 +88,24 @@ def test_v10_task_and_events_parse_as_the_proto():
 
 def test_v03_message_round_trip_through_the_schema():
     original = rich_message()
-    wire = v03.encode_message(original)
+    wire = json_v03.encode_message(original)
     v03_valid(wire, "Message")
-    back, _, _ = v03.decode_send({"message": wire})
+    back, _, _ = json_v03.decode_send({"message": wire})
     assert back == original
 
 
 def test_v03_task_and_events_validate_against_the_schema():
-    v03_valid(v03.encode_task(rich_task()), "Task")
+    v03_valid(json_v03.encode_task(rich_task()), "Task")
     v03_valid(
-        v03.encode_event(StatusUpdate("t-1", "c-1", rich_task().status, final=True)), "TaskStatusUpdateEvent"
+        json_v03.encode_event(StatusUpdate("t-1", "c-1", rich_task().status, final=True)),
+        "TaskStatusUpdateEvent",
     )
     update = ArtifactUpdate("t-1", "c-1", Artifact("a-1", [Part(text="x")]), append=True, last_chunk=False)
-    v03_valid(v03.encode_event(update), "TaskArtifactUpdateEvent")
+    v03_valid(json_v03.encode_event(update), "TaskArtifactUpdateEvent")
 
 
 @pytest.mark.parametrize("state", list(TaskState))
 def test_every_state_has_a_name_in_both_versions(state):
     status = TaskStatus(state, "2026-11-25T10:00:00.000Z")
-    v03_valid(v03.encode_status(status), "TaskStatus")
-    assert v10.parse_state(v10.encode_status(status)["state"]) is state
+    v03_valid(json_v03.encode_status(status), "TaskStatus")
+    assert protojson_v10.parse_state(protojson_v10.encode_status(status)["state"]) is state

@@ -8,7 +8,7 @@ import ipaddress
 import httpx
 import pytest
 
-from app.push.guard import Policy, Refused, check, forbidden
+from app.push.ssrf import Policy, Refused, check, forbidden
 from tests.conftest import make_server
 from tests.support.receiver import Receiver
 from tests.support.rpc import result, text_message

@@ -32,19 +32,17 @@ from pydantic import (
     model_validator,
 )
 
+from . import pushconfig
+from .errors import InvalidParamsError
 from .model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
     Message,
     Part,
+    PushConfig,
     Role,
     SendConfig,
-    StatusUpdate,
-    Task,
     TaskState,
-    TaskStatus,
 )
+from .protojson import ProtoJSON, parse_role
 from .validation import validate
 
 STATE_NAMES: dict[TaskState, str] = {
@@ -58,8 +56,6 @@ STATE_NAMES: dict[TaskState, str] = {
     TaskState.AUTH_REQUIRED: "TASK_STATE_AUTH_REQUIRED",
     TaskState.UNKNOWN: "TASK_STATE_UNSPECIFIED",
 }
-ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
-_ROLES_IN: dict[Any, Role] = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
 
 # The AgentCard fields of the v0.3 proto (JSON names): what `GET /v1/card` keeps of the served card.
 _CARD_FIELDS = (
@@ -151,9 +147,7 @@ class _MessageIn(_In):
     @field_validator("role")
     @classmethod
     def _role(cls, v: Any) -> Role:
-        if isinstance(v, str | int) and not isinstance(v, bool) and v in _ROLES_IN:
-            return _ROLES_IN[v]
-        raise ValueError("must be ROLE_USER or ROLE_AGENT")
+        return parse_role(v)
 
 
 class _SendConfigIn(_In):
@@ -235,82 +229,10 @@ def encode_part(p: Part) -> dict[str, Any]:
     return out
 
 
-def encode_message(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"messageId": m.message_id}
-    if m.context_id:
-        out["contextId"] = m.context_id
-    if m.task_id:
-        out["taskId"] = m.task_id
-    out["role"] = ROLE_NAMES[m.role]
-    out["content"] = [encode_part(p) for p in m.parts]
-    if m.metadata:
-        out["metadata"] = m.metadata
-    if m.extensions:
-        out["extensions"] = m.extensions
-    return out
-
-
-def encode_status(s: TaskStatus) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": STATE_NAMES[s.state]}
-    if s.message is not None:
-        out["message"] = encode_message(s.message)
-    out["timestamp"] = s.timestamp
-    return out
-
-
-def encode_artifact(a: Artifact) -> dict[str, Any]:
-    out: dict[str, Any] = {"artifactId": a.artifact_id}
-    if a.name:
-        out["name"] = a.name
-    if a.description:
-        out["description"] = a.description
-    out["parts"] = [encode_part(p) for p in a.parts]
-    if a.metadata:
-        out["metadata"] = a.metadata
-    if a.extensions:
-        out["extensions"] = a.extensions
-    return out
-
-
-def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": t.id, "contextId": t.context_id, "status": encode_status(t.status)}
-    if t.artifacts:
-        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
-    view = t.with_history(history_length)
-    if view.history:
-        out["history"] = [encode_message(m) for m in view.history]
-    metadata = dict(t.metadata or {})
-    if t.transitions:
-        metadata["stateTransitions"] = [
-            {"state": STATE_NAMES[tr.state], "timestamp": tr.timestamp} for tr in t.transitions
-        ]
-    if metadata:
-        out["metadata"] = metadata
-    return out
-
-
-def encode_event(e: Event) -> dict[str, Any]:
-    """A `StreamResponse` holding a status or artifact update."""
-    if isinstance(e, StatusUpdate):
-        body: dict[str, Any] = {
-            "taskId": e.task_id,
-            "contextId": e.context_id,
-            "status": encode_status(e.status),
-        }
-        if e.final:
-            body["final"] = True
-        if e.metadata:
-            body["metadata"] = e.metadata
-        return {"statusUpdate": body}
-    assert isinstance(e, ArtifactUpdate)
-    body = {"taskId": e.task_id, "contextId": e.context_id, "artifact": encode_artifact(e.artifact)}
-    if e.append:
-        body["append"] = True
-    if e.last_chunk:
-        body["lastChunk"] = True
-    if e.metadata:
-        body["metadata"] = e.metadata
-    return {"artifactUpdate": body}
+PRINTER = ProtoJSON(STATE_NAMES, encode_part, "content", reference_task_ids=False, final=True)
+encode_message = PRINTER.encode_message
+encode_task = PRINTER.encode_task
+encode_event = PRINTER.encode_event
 
 
 def encode_card(card: dict[str, Any]) -> dict[str, Any]:
@@ -319,3 +241,22 @@ def encode_card(card: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("capabilities"), dict):
         out["capabilities"] = {k: v for k, v in out["capabilities"].items() if k in _CAPABILITY_FIELDS}
     return out
+
+
+def decode_push_create(params: dict[str, Any]) -> PushConfig:
+    """A `CreateTaskPushNotificationConfigRequest` (`{parent: "tasks/{id}", configId, config: {name,
+    pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificationConfig` or the config
+    beside `parent` → the config, with the task id of `parent`."""
+    body = params
+    config_id = body.get("configId") or body.get("config_id")
+    outer = body.get("config")
+    if isinstance(outer, dict):
+        body = outer
+    inner = body.get("pushNotificationConfig", body.get("push_notification_config", body))
+    if not isinstance(inner, dict):
+        raise InvalidParamsError("Invalid body: config.pushNotificationConfig must be an object")
+    if config_id and not inner.get("id"):
+        inner = {**inner, "id": config_id}
+    cfg = pushconfig.decode(inner, "0.3", "body")
+    cfg.task_id = str(params["parent"]).removeprefix("tasks/")
+    return cfg

@@ -19,10 +19,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.protocol.errors import A2AError, PayloadTooLargeError, UnauthenticatedError
 
+from .admission import http_headers
 from .auth import Authenticator, challenge
 from .deps import PRINCIPAL_KEY
 from .jsonrpc import _error as jsonrpc_error
-from .limits import http_headers
 from .rest import rest_error
 from .rest_v10 import status_error
 from .sanity import NUL, nul_error

@@ -16,18 +16,13 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from .model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
     Message,
     Part,
     Role,
     SendConfig,
-    StatusUpdate,
-    Task,
     TaskState,
-    TaskStatus,
 )
+from .protojson import ProtoJSON, parse_role
 from .validation import ProtoIn, validate
 
 PROTOCOL_VERSION = "1.0"
@@ -56,8 +51,6 @@ _STATE_NUMBERS = {
     8: TaskState.AUTH_REQUIRED,
 }
 STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
-ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
-_ROLES_IN = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
 
 
 def parse_state(value: Any) -> TaskState:
@@ -121,9 +114,7 @@ class _MessageIn(ProtoIn):
     @field_validator("role")
     @classmethod
     def _role(cls, v: Any) -> Role:
-        if isinstance(v, str | int) and not isinstance(v, bool) and v in _ROLES_IN:
-            return _ROLES_IN[v]
-        raise ValueError("must be ROLE_USER or ROLE_AGENT")
+        return parse_role(v)
 
 
 class _SendConfigIn(ProtoIn):
@@ -254,98 +245,8 @@ def decode_list(params: Any) -> ListQuery:
     )
 
 
-def encode_part(p: Part) -> dict[str, Any]:
-    if p.text is not None:
-        out: dict[str, Any] = {"text": p.text}
-    elif p.raw is not None:
-        out = {"raw": base64.b64encode(p.raw).decode()}
-    elif p.url is not None:
-        out = {"url": p.url}
-    else:
-        out = {"data": p.data}
-    if p.media_type:
-        out["mediaType"] = p.media_type
-    if p.filename:
-        out["filename"] = p.filename
-    if p.metadata:
-        out["metadata"] = p.metadata
-    return out
-
-
-def encode_message(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "messageId": m.message_id,
-        "role": ROLE_NAMES[m.role],
-        "parts": [encode_part(p) for p in m.parts],
-    }
-    if m.context_id:
-        out["contextId"] = m.context_id
-    if m.task_id:
-        out["taskId"] = m.task_id
-    if m.reference_task_ids:
-        out["referenceTaskIds"] = m.reference_task_ids
-    if m.extensions:
-        out["extensions"] = m.extensions
-    if m.metadata:
-        out["metadata"] = m.metadata
-    return out
-
-
-def encode_status(s: TaskStatus) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": STATE_NAMES[s.state], "timestamp": s.timestamp}
-    if s.message is not None:
-        out["message"] = encode_message(s.message)
-    return out
-
-
-def encode_artifact(a: Artifact) -> dict[str, Any]:
-    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
-    if a.name is not None:
-        out["name"] = a.name
-    if a.description is not None:
-        out["description"] = a.description
-    if a.metadata:
-        out["metadata"] = a.metadata
-    if a.extensions:
-        out["extensions"] = a.extensions
-    return out
-
-
-def encode_task(t: Task, history_length: int | None = None, include_artifacts: bool = True) -> dict[str, Any]:
-    """A bare Task. `historyLength` 0 leaves `history` out; artifacts only when included."""
-    out: dict[str, Any] = {"id": t.id, "contextId": t.context_id, "status": encode_status(t.status)}
-    if include_artifacts and t.artifacts:
-        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
-    view = t.with_history(history_length)
-    if view.history:
-        out["history"] = [encode_message(m) for m in view.history]
-    metadata = dict(t.metadata or {})
-    if t.transitions:
-        metadata["stateTransitions"] = [
-            {"state": STATE_NAMES[tr.state], "timestamp": tr.timestamp} for tr in t.transitions
-        ]
-    if metadata:
-        out["metadata"] = metadata
-    return out
-
-
-def encode_event(e: Event) -> dict[str, Any]:
-    """A StreamResponse for a status or artifact update."""
-    if isinstance(e, StatusUpdate):
-        body: dict[str, Any] = {
-            "taskId": e.task_id,
-            "contextId": e.context_id,
-            "status": encode_status(e.status),
-        }
-        if e.metadata:
-            body["metadata"] = e.metadata
-        return {"statusUpdate": body}
-    assert isinstance(e, ArtifactUpdate)
-    body = {"taskId": e.task_id, "contextId": e.context_id, "artifact": encode_artifact(e.artifact)}
-    if e.append:
-        body["append"] = True
-    if e.last_chunk:
-        body["lastChunk"] = True
-    if e.metadata:
-        body["metadata"] = e.metadata
-    return {"artifactUpdate": body}
+PRINTER = ProtoJSON(STATE_NAMES, Part.to_store, "parts", reference_task_ids=True, final=False)
+encode_message = PRINTER.encode_message
+encode_status = PRINTER.encode_status
+encode_task = PRINTER.encode_task
+encode_event = PRINTER.encode_event

@@ -23,6 +23,7 @@ from .model import (
     SendConfig,
     StatusUpdate,
     Task,
+    TaskState,
     TaskStatus,
 )
 from .validation import validate
@@ -195,23 +196,14 @@ def encode_part(p: Part) -> dict[str, Any]:
 
 
 def encode_message(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "kind": "message",
-        "messageId": m.message_id,
-        "role": m.role.value,
-        "parts": [encode_part(p) for p in m.parts],
-    }
-    if m.context_id:
-        out["contextId"] = m.context_id
-    if m.task_id:
-        out["taskId"] = m.task_id
-    if m.reference_task_ids:
-        out["referenceTaskIds"] = m.reference_task_ids
-    if m.extensions:
-        out["extensions"] = m.extensions
-    if m.metadata:
-        out["metadata"] = m.metadata
-    return out
+    return m.with_optional(
+        {
+            "kind": "message",
+            "messageId": m.message_id,
+            "role": m.role.value,
+            "parts": [encode_part(p) for p in m.parts],
+        }
+    )
 
 
 def encode_status(s: TaskStatus) -> dict[str, Any]:
@@ -222,16 +214,10 @@ def encode_status(s: TaskStatus) -> dict[str, Any]:
 
 
 def encode_artifact(a: Artifact) -> dict[str, Any]:
-    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
-    if a.name is not None:
-        out["name"] = a.name
-    if a.description is not None:
-        out["description"] = a.description
-    if a.metadata:
-        out["metadata"] = a.metadata
-    if a.extensions:
-        out["extensions"] = a.extensions
-    return out
+    return a.encode(encode_part)
+
+
+STATE_VALUES = {state: state.value for state in TaskState}
 
 
 def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
@@ -244,11 +230,7 @@ def encode_task(t: Task, history_length: int | None = None) -> dict[str, Any]:
         "history": [encode_message(m) for m in view.history],
         "artifacts": [encode_artifact(a) for a in t.artifacts],
     }
-    metadata = dict(t.metadata or {})
-    if t.transitions:
-        metadata["stateTransitions"] = [
-            {"state": tr.state.value, "timestamp": tr.timestamp} for tr in t.transitions
-        ]
+    metadata = t.wire_metadata(STATE_VALUES)
     if metadata:
         out["metadata"] = metadata
     return out
