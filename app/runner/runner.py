@@ -199,8 +199,11 @@ class Runner:
                     self._db_failed_at = asyncio.get_running_loop().time()
                     wait = min(interval, RETRY_S)
             if wakeable:
+                # Not `wait_for`: on Python 3.11 it swallows a cancel that arrives as the wake is set (a run
+                # ending during `aclose`), and this loop would never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 self._wake.clear()
             else:
                 await asyncio.sleep(wait)
