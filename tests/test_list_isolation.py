@@ -11,10 +11,10 @@ import pytest
 from app.agents.echo import EchoAgent
 from app.bus.memory import MemoryBus
 from app.protocol.model import Message, Part, Role, SendConfig
+from app.runner.runner import Runner
 from app.store.db import create_engine
 from app.store.leases import Leases
 from app.store.repo import Repository
-from app.runner.runner import Runner
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService

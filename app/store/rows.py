@@ -3,22 +3,15 @@ columns, so a schema change touches only `store/` and `migrations/`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.protocol.model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
-    EventRecord,
-    Message,
-    StateTransition,
-    Task,
-    TaskStatus,
-    event_kind,
-    fold_artifact,
-)
+from app.protocol.model import Artifact, ArtifactUpdate, event_kind, fold_artifact
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from app.protocol.model import Event, EventRecord, Message, StateTransition, Task, TaskStatus
 
 
 def message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.bus.base import Bus
 from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
@@ -22,12 +22,9 @@ from app.protocol.model import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
     ArtifactUpdate,
-    Event,
     EventRecord,
-    Message,
     StateTransition,
     StatusUpdate,
-    Task,
     TaskState,
     fold_artifact,
     status_update,
@@ -41,6 +38,9 @@ from app.store.repo import Repository
 from app.store.writer import SeqTakenError, Write, Writer
 
 from .state import check_transition
+
+if TYPE_CHECKING:
+    from app.protocol.model import Event, Message, Task
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +142,11 @@ class LiveTasks:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    async def created(
-        self, task: Task, owner: str, write: Write, records: list[EventRecord], hold: bool
-    ) -> None:
-        """A new task's `write` has committed: ring the push worker and the bus; with `hold` (its run
-        starts here) it becomes a live task."""
+    def created(self, task: Task, owner: str, write: Write, hold: bool) -> None:
+        """A new task's `write` has committed (and been published): ring the push worker; with `hold` (its
+        run starts here) it becomes a live task."""
         if write.notifications and self._push_ring is not None:
             self._push_ring()
-        await self._bus.publish(task.id, task.context_id, records)
         if hold:
             self._live[task.id] = LiveTask(task, owner, 1, bool(write.push_configs), artifact_rows=0)
 

@@ -244,11 +244,9 @@ class TaskService:
             history=[message],
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
-        lease_owner, lease_expires_at = (
-            (self._tasks.replica_id, self._leases.expiry(now)) if here else (None, None)
-        )
+        holder, expires = self._tasks.replica_id if here else None, self._leases.expiry(now) if here else None
         write = Write(
-            new_task=rows.new_task(task, owner, now, lease_owner, lease_expires_at, retry),
+            new_task=rows.new_task(task, owner, now, holder, expires, retry),
             messages=[rows.message_row(task_id, owner, message, now)],
             events=rows.event_rows(task_id, first, now),
             idempotency_key=self._copies.row(owner, idem, task_id),
@@ -262,7 +260,8 @@ class TaskService:
             if here:
                 self._executor.release_slot()
             raise
-        await self._tasks.created(task, owner, write, first, here)
+        await self._bus.publish(task_id, context_id, first)
+        self._tasks.created(task, owner, write, here)
         if here:
             self._executor.start(task_id, reserved=True)
         else:
