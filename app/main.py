@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request
@@ -21,20 +18,9 @@ from app.api.fallback import Fallback, http_error
 from app.api.guard import CorsExceptCard, Guard
 from app.api.slashes import StripTrailingSlash
 from app.settings import Settings, get_settings
-from app.wiring import wire
+from app.wiring import lifespan
 
 log = logging.getLogger(__name__)
-
-
-def _tune_gc() -> None:
-    """Freeze what start-up created and collect young objects less often.
-
-    With the defaults, full collections rescanned every module-level object (tens of ms each) and all
-    generations together took about 15% of the CPU under load, showing up as tail latency.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
 
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
@@ -44,19 +30,12 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with wire(settings, agent, authenticator, extra_skills) as components:
-            app.state.components = components
-            _tune_gc()
-            yield
-
     app = FastAPI(
         title="A2A coding-agent server",
         # FastAPI's native OpenTelemetry hooks look up providers on every request; nothing here
         # configures them, so they would only add cost to each call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        lifespan=lifespan,
+        lifespan=lifespan(settings, agent, authenticator, extra_skills),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

@@ -17,23 +17,18 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
 from app.bus.base import Bus
 from app.protocol.errors import InternalError
-from app.protocol.model import (
-    ArtifactUpdate,
-    Event,
-    Message,
-    Part,
-    Role,
-    StatusUpdate,
-    TaskState,
-    status_update,
-)
+from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
 from app.store.leases import Leases
 from app.store.outage import OutageLog, is_unavailable
 from app.tasks.live import LiveTasks, UnrecordedError
+
+if TYPE_CHECKING:
+    from app.protocol.model import Event, Message
 
 log = logging.getLogger(__name__)
 
