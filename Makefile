@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PG_URL = $(shell scripts/pg.sh url)
 TEST_REDIS = $(shell scripts/redis.sh url)
 
-.PHONY: run run-example serve migrate test test-sqlite lint format bench bench-send bench-cluster bench-push \
+.PHONY: run run-example serve migrate test test-unit test-sqlite lint format bench bench-send bench-cluster bench-push \
 	bench-quick bench-scale clean services-stop \
 	cluster cluster-stop
 
@@ -44,6 +44,11 @@ test: $(VENV)/.test-installed
 	scripts/install-deb.sh bwrap bubblewrap
 	scripts/install-clis.sh
 	TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## The in-process tests only (marker `unit`: the room folders of tests/, see docs/testing.md), in under a
+## minute right after cloning: SQLite only, no PostgreSQL, Redis or server process (their cases skip).
+test-unit: $(VENV)/.test-installed
+	env -u TEST_POSTGRES_URL -u TEST_REDIS_URL $(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff format --check .

@@ -48,7 +48,7 @@ def serve() -> None:
 
     settings = _settings()
     try:
-        agent = load_agent(settings.agent_adapter, settings.agent_options)
+        agent = load_agent(settings.agent_adapter, settings.agent_options, settings=settings)
     except AdapterError as exc:
         name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
         sys.exit(f"error: invalid setting {name}: {exc}")

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
     settings = settings or get_settings()
-    agent = agent or load_agent(settings.agent_adapter, settings.agent_options)
+    agent = agent or load_agent(settings.agent_adapter, settings.agent_options, settings=settings)
     # Both raise SettingError for settings that cannot work, before anything starts.
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)

@@ -117,6 +117,7 @@ class Settings(BaseSettings):
     """Comma-separated webhook host names trusted as they are: no DNS check, no address check."""
     push_notification_allowed_cidrs: str = ""
     """Comma-separated networks webhook addresses may be in even when private (e.g. 10.0.0.0/8)."""
+    # push_<option>: the delivery worker's `Options` of the same name (push/deliverer.py `options_from`).
     push_max_attempts: int = Field(default=8, ge=1)
     """Attempts per notification before it is given up (recorded as failed)."""
     push_backoff_s: float = Field(default=1.0, gt=0)

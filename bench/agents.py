@@ -17,9 +17,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from app.agents.base import AgentEvent, AgentRequest, AgentRun, EventAgent
+from app.agents.events import AgentEvent, AgentRun, EventAgent
 from app.agents.scripted import ScriptedRun
-from app.agents.sdk import Skill
+from app.agents.sdk import Request, Skill
 
 from .stamp import STAMP, parse_stamp
 
@@ -66,7 +66,7 @@ class StampAgent(EventAgent):
         ),
     )
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         text = request.message.text()
         if text.startswith(STAMP):
             return StampRun(request)

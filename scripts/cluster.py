@@ -9,7 +9,7 @@ given, applies the migrations, starts the replicas on their own ports with disti
 nginx URL as PUBLIC_URL, then nginx, waits until everything is ready and prints the URLs and PIDs. Ctrl-C
 or SIGTERM stops everything it started (PostgreSQL and Redis only if they were not already running).
 
-`Cluster` is the reusable part (tests/cluster.py builds on it). Only the standard library is used.
+`Cluster` is the reusable part (tests/support/cluster.py builds on it). Only the standard library is used.
 """
 
 from __future__ import annotations

@@ -13,11 +13,27 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.cluster import Cluster
-from tests.own_services import OwnServices
-from tests.server import ServerProcess
+from tests.support.cluster import Cluster
+from tests.support.own_services import OwnServices
+from tests.support.server import ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
+
+TESTS = Path(__file__).resolve().parent
+KINDS = ("e2e", "cluster", "interop", "cli")
+"""Process-level suites: each is a folder of tests/ and a marker (pyproject.toml) of the same name."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by its folder, so nobody has to remember to: tests/e2e/... is `e2e`, and so on for
+    each of KINDS; the room folders (tests/tasks/, tests/store/, ...) are `unit`, but for a test there that
+    carries a kind marker itself (one that starts a server process is `@pytest.mark.e2e`)."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder in KINDS:
+            item.add_marker(folder)
+        elif not any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker("unit")
 
 
 async def _fresh_pg_database(base_url: str) -> str:
@@ -113,8 +129,9 @@ async def cluster(cluster_factory: ClusterFactory) -> Cluster:
 
 @pytest.fixture(scope="session", params=BACKENDS)
 async def auth_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
-    """A server that admits alice and bob by API key (tests/auth.py), with an extended card configured."""
-    from tests.auth import api_keys_env
+    """A server that admits alice and bob by API key (tests/support/auth.py), with an extended card
+    configured."""
+    from tests.support.auth import api_keys_env
 
     skills = '[{"id": "admin", "name": "Admin", "description": "Only for signed-in callers", "tags": ["x"]}]'
     srv = await make_server(

@@ -32,17 +32,9 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
-from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .sdk import Skill
-
-CODING_SKILL = Skill(
-    id="coding",
-    name="Coding",
-    description="Reads, writes and runs code in its workspace: features, fixes, tests, refactors.",
-    tags=("coding", "tests", "refactoring"),
-    examples=("Add unit tests for src/utils/date.ts",),
-)
+from .cli_run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .events import AgentEvent
+from .sdk import Request
 
 
 def _result_text(content: Any) -> str:
@@ -55,7 +47,7 @@ class ClaudeRun(CliRun):
     bin_setting = "CLAUDE_BIN"
     interruptible = True
 
-    def __init__(self, request: AgentRequest, agent: ClaudeAgent) -> None:
+    def __init__(self, request: Request, agent: ClaudeAgent) -> None:
         super().__init__(request, agent)
         self._streamed: set[str] = set()
         self._tools: dict[str, str] = {}
@@ -219,6 +211,4 @@ class ClaudeAgent(CliAgent):
     adapter = "claude-code"
     description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
     skills = (CODING_SKILL,)
-
-    def start(self, request: AgentRequest) -> AgentRun:
-        return ClaudeRun(request, self)
+    run_class = ClaudeRun

@@ -1,6 +1,7 @@
 """What every coding-agent CLI adapter shares: workspace, session memory, approvals, and the run loop.
 
-An adapter is a `CliAgent` subclass whose `start()` returns a `CliRun` subclass implementing:
+An adapter is a `CliAgent` subclass whose `run_class` (what `start()` runs) is a `CliRun` subclass
+implementing:
 
 - `command()`       the argv (binary from settings, flags for AGENT_FORCE / AGENT_MODEL / resume);
 - `environment()`   extra environment variables (optional);
@@ -30,15 +31,31 @@ from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
-from app.settings import Settings, get_settings
+from app.settings import Settings
 
-from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun, EventAgent
 from .egress import EgressProxy, Policy, parse_allow
+from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from .jail import Jail, agent_env, principal_home, principal_root
 from .jail import check as jail_check
 from .process import CliProcess, IdleTimeout, reap_orphans
+from .sdk import Request, Skill
 
 log = logging.getLogger(__name__)
+
+CODING_SKILL = Skill(
+    id="coding",
+    name="Coding",
+    description="Reads, writes and runs code in its workspace: features, fixes, tests, refactors.",
+    tags=("coding", "tests", "refactoring"),
+    examples=("Add unit tests for src/utils/date.ts",),
+)
+
+
+def coding_skill(name: str, cli: str, tag: str) -> Skill:
+    """The coding skill of an adapter whose card names its CLI (`cli`, e.g. "the Codex CLI")."""
+    description = f"Reads, writes and tests code in the task's workspace with {cli}."
+    return Skill("coding", name, description, tags=("coding", tag), examples=CODING_SKILL.examples)
+
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
@@ -131,7 +148,7 @@ class CliRun(AgentRun):
     interruptible = False
     """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
 
-    def __init__(self, request: AgentRequest, agent: CliAgent) -> None:
+    def __init__(self, request: Request, agent: CliAgent) -> None:
         super().__init__(request)
         self.agent = agent
         self.settings = agent.settings
@@ -289,20 +306,25 @@ def _jailed(jail: Jail, workspace: Path, home: Path, argv: list[str], env: Mappi
 
 
 class CliAgent(EventAgent):
-    """An agent backed by a CLI; reads the settings once (the loader builds it with none).
+    """An agent backed by a CLI, run with the settings it is given (the loader passes the app's).
 
     Construction fails (SettingError) when AGENT_SANDBOX=bwrap and bubblewrap cannot run here.
     """
 
     adapter = "cli"
+    run_class: type[CliRun]
+    """What `start` runs for a task: the adapter's `CliRun` subclass."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or get_settings()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.name = f"coding-agent-a2a ({self.adapter})"
         jail_check(self.settings)
         self.egress: EgressProxy | None = None
         self.jail: Jail | None = None
         self._jail_lock = asyncio.Lock()
+
+    def start(self, request: Request) -> AgentRun:
+        return self.run_class(request, self)
 
     async def setup(self) -> None:
         """Start the jail's egress proxy, and kill the CLIs a killed previous life of this replica left

@@ -12,16 +12,16 @@ modes share the thread store in CODEX_HOME, so the thread id serves either.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
-from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
+from .cli_run import approval_decision, coding_skill, describe_tool
 from .codex_events import AppServerParser, ExecParser
-from .sdk import Skill
+from .events import AgentEvent
+from .sdk import Request
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,12 @@ APPROVAL_POLICY = "untrusted"
 SANDBOX = "workspace-write"
 
 
-class CodexExecRun(CliRun):
+class CodexExecRun(HeadlessRun):
     """One unattended `codex exec` turn."""
 
     bin_setting = "CODEX_BIN"
 
-    def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
+    def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
         self.parser = ExecParser(model=self.settings.agent_model)
 
@@ -49,35 +49,16 @@ class CodexExecRun(CliRun):
             argv += ["resume", thread]
         return [*argv, "--", self.request.message.text()]
 
-    async def begin(self) -> None:
-        assert self.proc is not None
-        await self.proc.close_stdin()
 
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        events = self.parser.feed(obj)
-        if obj.get("type") == "thread.started":
-            self.remember_session(self.parser.thread_id)
-        return events
-
-    def on_exit(self, code: int) -> list[AgentEvent]:
-        assert self.proc is not None
-        reason = exit_reason("codex", code, self.proc.stderr_tail())
-        if self.parser.last_error:
-            reason = f"{reason} (last error: {self.parser.last_error})"
-        return [AgentEvent.error(reason)]
-
-
-class CodexAppServerRun(CliRun):
+class CodexAppServerRun(RpcRun):
     """One turn through `codex app-server`, asking the user before commands and file changes."""
 
     bin_setting = "CODEX_BIN"
-    interruptible = True
+    label = "codex app-server"
 
-    def __init__(self, request: AgentRequest, agent: CodexAgent) -> None:
+    def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
         self.parser = AppServerParser()
-        self._ids = itertools.count(1)
-        self._calls: dict[int, str] = {}
         self._pending: list[Any] = []
         """Open approval requests; one answer decides them all (parallel tool calls ask together)."""
         self.thread_id: str | None = None
@@ -86,14 +67,8 @@ class CodexAppServerRun(CliRun):
     def command(self) -> list[str]:
         return [self.settings.codex_bin, "app-server"]
 
-    async def _call(self, method: str, params: dict[str, Any]) -> None:
-        assert self.proc is not None
-        call_id = next(self._ids)
-        self._calls[call_id] = method
-        await self.proc.send({"id": call_id, "method": method, "params": params})
-
     async def begin(self) -> None:
-        await self._call("initialize", {"clientInfo": {"name": "coding-agent-a2a", "version": "0.1.0"}})
+        await self.call("initialize", {"clientInfo": {"name": "coding-agent-a2a", "version": "0.1.0"}})
 
     def _thread_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -105,56 +80,40 @@ class CodexAppServerRun(CliRun):
             params["model"] = self.settings.agent_model
         return params
 
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        method = obj.get("method")
-        params = obj.get("params") if isinstance(obj.get("params"), dict) else {}
-        if "id" in obj and isinstance(method, str):
-            return await self._server_request(obj["id"], method, params)
-        if "id" in obj:
-            return await self._response(obj)
-        if isinstance(method, str):
-            return self.parser.feed(method, params)
-        return []
+    def on_notification(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
+        return self.parser.feed(method, params)
 
-    async def _response(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        assert self.proc is not None
-        method = self._calls.pop(obj["id"], None) if isinstance(obj["id"], int) else None
-        error = obj.get("error")
+    async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if method == "thread/resume" and error is not None:
             log.info("codex: cannot resume thread (%s); starting a new one", error)
-            await self._call("thread/start", self._thread_params())
+            await self.call("thread/start", self._thread_params())
             return []
         if error is not None:
-            message = error.get("message") if isinstance(error, dict) else error
-            return [AgentEvent.error(f"codex app-server: {method} failed: {message}")]
-        result = obj.get("result") if isinstance(obj.get("result"), dict) else {}
+            return self.failed(method, error)
         if method == "initialize":
-            await self.proc.send({"method": "initialized"})
+            await self.send({"method": "initialized"})
             if thread := self.session_id():
-                await self._call("thread/resume", {"threadId": thread, **self._thread_params()})
+                await self.call("thread/resume", {"threadId": thread, **self._thread_params()})
             else:
-                await self._call("thread/start", self._thread_params())
+                await self.call("thread/start", self._thread_params())
         elif method in ("thread/start", "thread/resume"):
             thread = result.get("thread") if isinstance(result.get("thread"), dict) else {}
             self.thread_id = thread.get("id")
             self.remember_session(self.thread_id)
             text = {"type": "text", "text": self.request.message.text()}
-            await self._call("turn/start", {"threadId": self.thread_id, "input": [text]})
+            await self.call("turn/start", {"threadId": self.thread_id, "input": [text]})
             return [AgentEvent.init(model=thread.get("model"), session_id=self.thread_id)]
         elif method == "turn/start":
             turn = result.get("turn") if isinstance(result.get("turn"), dict) else {}
             self.turn_id = turn.get("id")
         return []
 
-    async def _server_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
-        assert self.proc is not None
+    async def on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         if method in APPROVAL_REQUESTS:
             self._pending.append(request_id)
             name, tool_input = self.parser.describe(method, params)
             return [AgentEvent.approval_required(describe_tool(name, tool_input))]
-        log.info("codex: declining unsupported request %s", method)
-        error = {"code": -32601, "message": f"{method} is not supported by this A2A server"}
-        await self.proc.send({"id": request_id, "error": error})
+        await self.refuse(request_id, method)
         return []
 
     async def respond(self, message: Message) -> None:
@@ -163,27 +122,16 @@ class CodexAppServerRun(CliRun):
         decision = "accept" if approval_decision(message) else "decline"
         pending, self._pending = self._pending, []
         for request_id in pending:
-            await self.proc.send({"id": request_id, "result": {"decision": decision}})
+            await self.send({"id": request_id, "result": {"decision": decision}})
 
     async def interrupt(self) -> None:
         if self.thread_id and self.turn_id:
-            await self._call("turn/interrupt", {"threadId": self.thread_id, "turnId": self.turn_id})
+            await self.call("turn/interrupt", {"threadId": self.thread_id, "turnId": self.turn_id})
 
 
-class CodexAgent(CliAgent):
+class CodexAgent(TwoModeAgent):
     adapter = "codex"
     description = "OpenAI Codex CLI working in a workspace: edits files and runs commands."
-    skills = (
-        Skill(
-            id="coding",
-            name="Coding with Codex",
-            description="Reads, writes and tests code in the task's workspace with the Codex CLI.",
-            tags=("coding", "codex"),
-            examples=("Add unit tests for src/utils/date.ts",),
-        ),
-    )
-
-    def start(self, request: AgentRequest) -> AgentRun:
-        if self.settings.agent_force:
-            return CodexExecRun(request, self)
-        return CodexAppServerRun(request, self)
+    skills = (coding_skill("Coding with Codex", "the Codex CLI", "codex"),)
+    headless_run = CodexExecRun
+    rpc_run = CodexAppServerRun

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import AgentEvent
+from .events import AgentEvent, as_text
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +114,6 @@ class ExecParser:
         return out
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 @dataclass(slots=True)
 class AppServerParser:
     """`codex app-server` notifications (method + params). Requests and responses are the adapter's."""
@@ -131,7 +127,7 @@ class AppServerParser:
 
     def feed(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         if method == "item/agentMessage/delta":
-            delta = _text(params.get("delta"))
+            delta = as_text(params.get("delta"))
             self._streamed.add(str(params.get("itemId")))
             return [AgentEvent.thinking(delta)] if delta else []
         if method in ("item/started", "item/completed") and isinstance(params.get("item"), dict):
@@ -142,7 +138,7 @@ class AppServerParser:
             return []
         if method == "error":
             err = params.get("error")
-            self.last_error = _text(err.get("message")) if isinstance(err, dict) else None
+            self.last_error = as_text(err.get("message")) if isinstance(err, dict) else None
             return []
         if method == "turn/completed":
             turn = params.get("turn") if isinstance(params.get("turn"), dict) else {}
@@ -160,7 +156,7 @@ class AppServerParser:
         if kind in _ASSISTANT:
             if not completed:
                 return []
-            text = _text(item.get("text"))
+            text = as_text(item.get("text"))
             self.last_message = text or self.last_message
             if item_id in self._streamed or not text:
                 return []

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import AgentEvent, AgentRequest, AgentRun
-from .claude import CODING_SKILL
-from .cli_run import CliAgent, CliRun
+from .cli_run import CODING_SKILL, CliAgent, CliRun
+from .events import AgentEvent
+from .sdk import Request
 
 
 def _tool(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -48,7 +48,7 @@ def _output(result: Any) -> str:
 class CursorRun(CliRun):
     bin_setting = "CURSOR_BIN"
 
-    def __init__(self, request: AgentRequest, agent: CursorAgent) -> None:
+    def __init__(self, request: Request, agent: CursorAgent) -> None:
         super().__init__(request, agent)
         self._started = False
 
@@ -94,6 +94,4 @@ class CursorAgent(CliAgent):
     adapter = "cursor"
     description = "Cursor's agent CLI (`cursor-agent`) working in a workspace per conversation."
     skills = (CODING_SKILL,)
-
-    def start(self, request: AgentRequest) -> AgentRun:
-        return CursorRun(request, self)
+    run_class = CursorRun

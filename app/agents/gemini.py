@@ -15,19 +15,16 @@ stored session before reading it and then finds nothing to resume ("No previous 
 
 from __future__ import annotations
 
-import itertools
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from app.protocol.model import Message
 
-from .base import AgentEvent, AgentRequest, AgentRun
-from .cli_run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
+from .cli_run import approval_decision, coding_skill, describe_tool
+from .events import AgentEvent
 from .gemini_events import AcpParser, StreamJsonParser
-from .sdk import Skill
-
-log = logging.getLogger(__name__)
+from .sdk import Request
 
 ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
@@ -52,12 +49,12 @@ def pick_option(options: list[Any], allow: bool) -> str | None:
     return None
 
 
-class GeminiHeadlessRun(CliRun):
+class GeminiHeadlessRun(HeadlessRun):
     """One unattended `gemini -p` turn."""
 
     bin_setting = "GEMINI_BIN"
 
-    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+    def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = StreamJsonParser()
 
@@ -70,35 +67,17 @@ class GeminiHeadlessRun(CliRun):
             argv += ["--resume", session]
         return [*argv, f"--prompt={self.request.message.text()}"]
 
-    async def begin(self) -> None:
-        assert self.proc is not None
-        await self.proc.close_stdin()
 
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        events = self.parser.feed(obj)
-        if obj.get("type") == "init":
-            self.remember_session(self.parser.session_id)
-        return events
-
-    def on_exit(self, code: int) -> list[AgentEvent]:
-        assert self.proc is not None
-        reason = exit_reason("gemini", code, self.proc.stderr_tail())
-        if self.parser.last_error:
-            reason = f"{reason} (last error: {self.parser.last_error})"
-        return [AgentEvent.error(reason)]
-
-
-class GeminiAcpRun(CliRun):
+class GeminiAcpRun(RpcRun):
     """One turn through `gemini --acp`, asking the user before each tool that needs permission."""
 
     bin_setting = "GEMINI_BIN"
-    interruptible = True
+    label = "gemini --acp"
+    jsonrpc_field = True
 
-    def __init__(self, request: AgentRequest, agent: GeminiAgent) -> None:
+    def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = AcpParser()
-        self._ids = itertools.count(1)
-        self._calls: dict[int, str] = {}
         self._pending: list[tuple[Any, list[Any]]] = []
         """Open permission requests with their options; one answer decides them all."""
         self.acp_session: str | None = None
@@ -109,41 +88,25 @@ class GeminiAcpRun(CliRun):
             argv += ["--model", self.settings.agent_model]
         return argv
 
-    async def _call(self, method: str, params: dict[str, Any]) -> None:
-        assert self.proc is not None
-        call_id = next(self._ids)
-        self._calls[call_id] = method
-        await self.proc.send({"jsonrpc": "2.0", "id": call_id, "method": method, "params": params})
-
     async def begin(self) -> None:
         capabilities = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
-        await self._call("initialize", {"protocolVersion": ACP_VERSION, "clientCapabilities": capabilities})
+        await self.call("initialize", {"protocolVersion": ACP_VERSION, "clientCapabilities": capabilities})
 
-    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        method = obj.get("method")
-        params = obj.get("params") if isinstance(obj.get("params"), dict) else {}
-        if "id" in obj and isinstance(method, str):
-            return await self._agent_request(obj["id"], method, params)
-        if "id" in obj:
-            return await self._response(obj)
+    def on_notification(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         if method == "session/update" and isinstance(params.get("update"), dict):
             return self.parser.feed(params["update"])
         return []
 
     async def _open_session(self) -> None:
-        await self._call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
+        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
 
-    async def _response(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        method = self._calls.pop(obj["id"], None) if isinstance(obj["id"], int) else None
-        error = obj.get("error")
+    async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if error is not None:
-            message = error.get("message") if isinstance(error, dict) else error
-            return [AgentEvent.error(f"gemini --acp: {method} failed: {message}")]
-        result = obj.get("result") if isinstance(obj.get("result"), dict) else {}
+            return self.failed(method, error)
         if method == "initialize":
             methods = {m.get("id") for m in result.get("authMethods") or () if isinstance(m, dict)}
             if (auth := auth_method(self.proc.env if self.proc else {})) in methods:
-                await self._call("authenticate", {"methodId": auth})
+                await self.call("authenticate", {"methodId": auth})
             else:
                 await self._open_session()
         elif method == "authenticate":
@@ -152,7 +115,7 @@ class GeminiAcpRun(CliRun):
             # Not remembered: an ACP session cannot be resumed (see the module docstring).
             self.acp_session = result.get("sessionId")
             prompt = [{"type": "text", "text": self.request.message.text()}]
-            await self._call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
+            await self.call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
             return [AgentEvent.init(model=self.settings.agent_model, session_id=self.acp_session)]
         elif method == "session/prompt":
             reason = result.get("stopReason")
@@ -162,8 +125,7 @@ class GeminiAcpRun(CliRun):
             return [AgentEvent.error(f"gemini: the turn ended: {reason}")]
         return []
 
-    async def _agent_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
-        assert self.proc is not None
+    async def on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         if method == "session/request_permission":
             call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             options = params.get("options") if isinstance(params.get("options"), list) else []
@@ -172,9 +134,7 @@ class GeminiAcpRun(CliRun):
             use = self.parser.tool_use(call)
             question = describe_tool(str(use.tool_name), call.get("title") or use.tool_input)
             return [*([] if known else [use]), AgentEvent.approval_required(question)]
-        log.info("gemini: refusing unsupported request %s", method)
-        error = {"code": -32601, "message": f"{method} is not supported by this A2A server"}
-        await self.proc.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+        await self.refuse(request_id, method)
         return []
 
     async def respond(self, message: Message) -> None:
@@ -185,28 +145,16 @@ class GeminiAcpRun(CliRun):
         for request_id, options in pending:
             option = pick_option(options, allow)
             outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
-            await self.proc.send({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})
+            await self.send({"id": request_id, "result": {"outcome": outcome}})
 
     async def interrupt(self) -> None:
         if self.proc is not None and self.acp_session:
-            params = {"sessionId": self.acp_session}
-            await self.proc.send({"jsonrpc": "2.0", "method": "session/cancel", "params": params})
+            await self.send({"method": "session/cancel", "params": {"sessionId": self.acp_session}})
 
 
-class GeminiAgent(CliAgent):
+class GeminiAgent(TwoModeAgent):
     adapter = "gemini"
     description = "Google Gemini CLI working in a workspace: edits files and runs commands."
-    skills = (
-        Skill(
-            id="coding",
-            name="Coding with Gemini CLI",
-            description="Reads, writes and tests code in the task's workspace with the Gemini CLI.",
-            tags=("coding", "gemini"),
-            examples=("Add unit tests for src/utils/date.ts",),
-        ),
-    )
-
-    def start(self, request: AgentRequest) -> AgentRun:
-        if self.settings.agent_force:
-            return GeminiHeadlessRun(request, self)
-        return GeminiAcpRun(request, self)
+    skills = (coding_skill("Coding with Gemini CLI", "the Gemini CLI", "gemini"),)
+    headless_run = GeminiHeadlessRun
+    rpc_run = GeminiAcpRun

@@ -8,11 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import AgentEvent
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+from .events import AgentEvent, as_text
 
 
 @dataclass(slots=True)
@@ -30,7 +26,7 @@ class StreamJsonParser:
             self.session_id = obj.get("session_id") or self.session_id
             return [AgentEvent.init(model=obj.get("model"), session_id=self.session_id)]
         if kind == "message" and obj.get("role") == "assistant":
-            text = _text(obj.get("content"))
+            text = as_text(obj.get("content"))
             self._text.append(text)
             return [AgentEvent.thinking(text)] if text else []
         if kind == "tool_use":
@@ -41,19 +37,19 @@ class StreamJsonParser:
             name = self._tools.pop(str(obj.get("tool_id")), None)
             err = obj.get("error")
             if obj.get("status") == "error" or err:
-                message = _text(err.get("message")) if isinstance(err, dict) else _text(err)
+                message = as_text(err.get("message")) if isinstance(err, dict) else as_text(err)
                 return [AgentEvent.tool_result(f"error: {message or 'the tool failed'}", name)]
-            return [AgentEvent.tool_result(_text(obj.get("output")) or "done", name)]
+            return [AgentEvent.tool_result(as_text(obj.get("output")) or "done", name)]
         if kind == "error":
             # Warnings ("Loop detected") and errors alike: the `result` line or the exit decides.
-            self.last_error = _text(obj.get("message")) or self.last_error
+            self.last_error = as_text(obj.get("message")) or self.last_error
             return []
         if kind == "result":
             if obj.get("status") == "success":
                 summary = "".join(self._text) or None
                 return [AgentEvent.done(summary=summary, stats=obj.get("stats") or None)]
             err = obj.get("error")
-            message = _text(err.get("message")) if isinstance(err, dict) else _text(err)
+            message = as_text(err.get("message")) if isinstance(err, dict) else as_text(err)
             return [AgentEvent.error(f"gemini: {message or self.last_error or obj.get('status')}")]
         return []
 
@@ -65,7 +61,7 @@ def _content_text(content: Any) -> str:
         if not isinstance(block, dict):
             continue
         if block.get("type") == "content" and isinstance(block.get("content"), dict):
-            out.append(_text(block["content"].get("text")))
+            out.append(as_text(block["content"].get("text")))
         elif block.get("type") == "diff":
             out.append(f"edited {block.get('path')}")
     return "\n".join(t for t in out if t)
@@ -86,7 +82,7 @@ class AcpParser:
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
             content = update.get("content")
-            text = _text(content.get("text")) if isinstance(content, dict) else ""
+            text = as_text(content.get("text")) if isinstance(content, dict) else ""
             self._text.append(text)
             return [AgentEvent.thinking(text)] if text else []
         if kind == "tool_call":

@@ -7,9 +7,10 @@ import os
 import sys
 from typing import Any
 
-from app.settings import SettingError
+from app.settings import SettingError, Settings
 
 from .claude import ClaudeAgent
+from .cli_run import CliAgent
 from .codex import CodexAgent
 from .cursor import CursorAgent
 from .echo import EchoAgent
@@ -38,16 +39,17 @@ class AdapterError(ValueError):
         self.options = options
 
 
-def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
+def load_agent(spec: str, options: dict[str, Any] | None = None, *, settings: Settings) -> Agent:
     """Instantiate the agent named by `spec`: a built-in name or `package.module:attr`.
 
     `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance; `options`
-    (the `AGENT_OPTIONS` setting) are passed to the class or factory as keyword arguments. Modules
+    (the `AGENT_OPTIONS` setting) are passed to the class or factory as keyword arguments. A CLI
+    adapter (a `CliAgent` subclass) also gets `settings`, the ones the app is created with. Modules
     are found from the working directory too, so `AGENT_ADAPTER=myagent:MyAgent` works beside it.
     """
     options = options or {}
     if spec in BUILTIN:
-        return _create(spec, BUILTIN[spec], options)
+        return _create(spec, BUILTIN[spec], options, settings)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         names = ", ".join(sorted(BUILTIN))
@@ -71,12 +73,15 @@ def load_agent(spec: str, options: dict[str, Any] | None = None) -> Agent:
         raise AdapterError(f"{spec!r} is a class but not an Agent subclass")
     if not callable(target):
         raise AdapterError(f"{spec!r} is not an Agent (got {type(target).__name__})")
-    return _create(spec, target, options)
+    return _create(spec, target, options, settings)
 
 
-def _create(spec: str, factory: Any, options: dict[str, Any]) -> Agent:
+def _create(spec: str, factory: Any, options: dict[str, Any], settings: Settings) -> Agent:
     try:
-        agent = factory(**options)
+        if isinstance(factory, type) and issubclass(factory, CliAgent):
+            agent = factory(settings, **options)
+        else:
+            agent = factory(**options)
     except SettingError:
         raise
     except Exception as exc:

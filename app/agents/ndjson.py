@@ -28,9 +28,9 @@ from typing import Any
 from app.protocol.model import Message
 from app.settings import Settings
 
-from .base import AgentEvent, AgentEventKind, AgentRequest, AgentRun
 from .cli_run import CliAgent, CliRun, approval_decision
-from .sdk import Skill
+from .events import AgentEvent, AgentEventKind
+from .sdk import Request, Skill
 
 
 def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
@@ -60,7 +60,7 @@ def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
 class NdjsonRun(CliRun):
     bin_setting = "AGENT_COMMAND"
 
-    def __init__(self, request: AgentRequest, agent: NdjsonAgent) -> None:
+    def __init__(self, request: Request, agent: NdjsonAgent) -> None:
         super().__init__(request, agent)
 
     def command(self) -> list[str]:
@@ -92,6 +92,7 @@ class NdjsonRun(CliRun):
 class NdjsonAgent(CliAgent):
     adapter = "ndjson"
     description = "A command of your own that prints AgentEvents as NDJSON (AGENT_COMMAND)."
+    run_class = NdjsonRun
     skills = (
         Skill(
             id="command",
@@ -101,10 +102,7 @@ class NdjsonAgent(CliAgent):
         ),
     )
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         if not shlex.split(self.settings.agent_command or ""):
             raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
-
-    def start(self, request: AgentRequest) -> AgentRun:
-        return NdjsonRun(request, self)

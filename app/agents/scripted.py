@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from .base import AgentEvent, AgentRequest, AgentRun, EventAgent
-from .sdk import Skill
+from .events import AgentEvent, AgentRun, EventAgent
+from .sdk import Request, Skill
 
 
 class ScriptedRun(AgentRun):
@@ -72,5 +72,5 @@ class ScriptedAgent(EventAgent):
         ),
     )
 
-    def start(self, request: AgentRequest) -> AgentRun:
+    def start(self, request: Request) -> AgentRun:
         return ScriptedRun(request)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -355,17 +355,10 @@ def _body(row: Pending) -> dict[str, Any] | None:
 
 
 def options_from(settings: Any) -> Options:
-    """The worker's options from the app settings."""
-    return Options(
-        policy=policy_from(settings),
-        max_attempts=settings.push_max_attempts,
-        backoff_s=settings.push_backoff_s,
-        backoff_max_s=settings.push_backoff_max_s,
-        timeout_s=settings.push_timeout_s,
-        claim_ttl_s=settings.push_claim_ttl_s,
-        poll_s=settings.push_poll_s,
-        max_in_flight=settings.push_max_in_flight,
-    )
+    """The worker's options from the app settings: each option but the policy is the setting
+    `PUSH_<OPTION>` (e.g. `max_attempts` is PUSH_MAX_ATTEMPTS)."""
+    tuning = {f.name: getattr(settings, f"push_{f.name}") for f in fields(Options) if f.name != "policy"}
+    return Options(policy=policy_from(settings), **tuning)
 
 
 def policy_from(settings: Any) -> guard.Policy:

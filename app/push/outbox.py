@@ -326,24 +326,20 @@ class Outbox:
 
     async def renew(self, pks: list[int]) -> None:
         """Heartbeat: keep the claims on the webhooks being delivered here."""
-        if not pks:
-            return
-        stmt = (
-            update(_configs)
-            .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
-            .values(claim_expires_at=utcnow() + self.ttl)
-        )
-        async with self._begin() as conn:
-            await conn.execute(stmt)
+        await self._change_claims(pks, claim_expires_at=utcnow() + self.ttl)
 
     async def release(self, pks: list[int]) -> None:
         """Give claims up (shutdown): another replica may deliver at once."""
+        await self._change_claims(pks, claimed_by=None, claim_expires_at=None)
+
+    async def _change_claims(self, pks: list[int], **values: Any) -> None:
+        """Set `values` on the claims this replica still holds among `pks` (one it lost stays lost)."""
         if not pks:
             return
         stmt = (
             update(_configs)
             .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
-            .values(claimed_by=None, claim_expires_at=None)
+            .values(**values)
         )
         async with self._begin() as conn:
             await conn.execute(stmt)

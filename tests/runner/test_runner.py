@@ -9,7 +9,7 @@ import asyncio
 from app.agents.sdk import TaskContext
 from app.protocol.model import TaskState
 from app.store.writer import Writer
-from tests.tasks.harness import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
+from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
 
 
 async def test_a_task_beyond_max_concurrent_waits_submitted_until_a_slot_frees(tmp_path):

@@ -11,7 +11,7 @@ from app.agents.sdk import TaskContext
 from app.protocol.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import EventRecord, PushConfig, Role, StatusUpdate, TaskState
 from app.tasks.live import Snapshot
-from tests.tasks.harness import OWNER, WAIT_S, running, send, status_text, texts, user
+from tests.support.inproc import OWNER, WAIT_S, running, send, status_text, texts, user
 
 
 async def test_send_runs_the_agent_to_completion(tmp_path):

@@ -1,0 +1,171 @@
+"""Agents as event streams: the convenience layer the CLI adapters are written in, on `sdk`.
+
+An `EventAgent` starts one `AgentRun` per task. A run yields `AgentEvent`s; after it yields
+`approval_required` it waits for the user's answer, which arrives through `answer()`. `cancel()` asks the
+run to stop (a CLI adapter terminates its process group). Each event becomes `TaskContext` calls:
+
+| AgentEvent        | TaskContext call → A2A events                                               |
+|-------------------|-----------------------------------------------------------------------------|
+| init              | artifact `session` (model/session id) when known, else status working       |
+| thinking          | `say`: artifact `assistant-response`, one id per task, chunks appended      |
+| tool_use          | `working("Using tool: <name>")`                                             |
+| tool_result       | `working(<output truncated to 200 characters>)`                             |
+| approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
+| done              | artifact `result` with summary/stats when present; `complete()`             |
+| error             | `fail(text)`                                                                |
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from app.protocol.model import Message
+
+from .sdk import Agent, Request, TaskContext, data_part
+
+TOOL_RESULT_LIMIT = 200
+RESULT_ARTIFACT = "result"
+SESSION_ARTIFACT = "session"
+
+
+class AgentEventKind(StrEnum):
+    INIT = "init"
+    THINKING = "thinking"
+    TOOL_USE = "tool_use"
+    TOOL_RESULT = "tool_result"
+    APPROVAL_REQUIRED = "approval_required"
+    DONE = "done"
+    ERROR = "error"
+
+
+@dataclass(slots=True)
+class AgentEvent:
+    """One step of an agent's work. Which fields matter depends on `kind`."""
+
+    kind: AgentEventKind
+    text: str = ""
+    tool_name: str | None = None
+    tool_input: Any = None
+    model: str | None = None
+    session_id: str | None = None
+    summary: str | None = None
+    stats: dict[str, Any] | None = None
+
+    @classmethod
+    def init(cls, model: str | None = None, session_id: str | None = None) -> AgentEvent:
+        return cls(AgentEventKind.INIT, model=model, session_id=session_id)
+
+    @classmethod
+    def thinking(cls, text: str) -> AgentEvent:
+        return cls(AgentEventKind.THINKING, text=text)
+
+    @classmethod
+    def tool_use(cls, name: str, tool_input: Any = None) -> AgentEvent:
+        return cls(AgentEventKind.TOOL_USE, tool_name=name, tool_input=tool_input)
+
+    @classmethod
+    def tool_result(cls, output: str, name: str | None = None) -> AgentEvent:
+        return cls(AgentEventKind.TOOL_RESULT, text=output, tool_name=name)
+
+    @classmethod
+    def approval_required(cls, question: str) -> AgentEvent:
+        return cls(AgentEventKind.APPROVAL_REQUIRED, text=question)
+
+    @classmethod
+    def done(cls, summary: str | None = None, stats: dict[str, Any] | None = None) -> AgentEvent:
+        return cls(AgentEventKind.DONE, summary=summary, stats=stats)
+
+    @classmethod
+    def error(cls, text: str) -> AgentEvent:
+        return cls(AgentEventKind.ERROR, text=text)
+
+
+class AgentRun(ABC):
+    """One run of an agent for one task.
+
+    Subclasses implement `events()`. The default `answer()` queues the user's reply for
+    `wait_answer()`; the default `cancel()` only records the request, because the server also cancels
+    the coroutine iterating `events()`. Adapters that own a process override `cancel()` to stop it.
+    """
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.cancelled = False
+        self._answers: asyncio.Queue[Message] = asyncio.Queue()
+
+    @abstractmethod
+    def events(self) -> AsyncIterator[AgentEvent]:
+        """Yield the run's events; end after `done` or `error`."""
+
+    async def answer(self, message: Message) -> None:
+        await self._answers.put(message)
+
+    async def wait_answer(self) -> Message:
+        return await self._answers.get()
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+
+
+class EventAgent(Agent):
+    """An agent written as a stream of `AgentEvent`s (the CLI adapters' layer), run on the agent API.
+
+    Subclasses implement `start()`; `run()` maps each event to `TaskContext` calls by the table in
+    this module's docstring, so event-based and SDK agents share one path to A2A.
+    """
+
+    @abstractmethod
+    def start(self, request: Request) -> AgentRun:
+        """Begin a run for a task (`request.task_id` is set). Called again with the full history after a
+        restart."""
+
+    async def run(self, task: TaskContext) -> None:
+        run = self.start(task)
+        task.on_cancel(run.cancel)
+        async for ev in run.events():
+            if await _apply(task, run, ev):
+                return
+        await task.fail("The agent stopped without reporting a result.")
+
+
+async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
+    """Say one event through the task context; True once the task has ended."""
+    kind = ev.kind
+    if kind is AgentEventKind.THINKING:
+        await task.say(ev.text)
+    elif kind is AgentEventKind.INIT:
+        info = {k: v for k, v in (("model", ev.model), ("sessionId", ev.session_id)) if v}
+        if info:
+            await task.artifact([data_part(info)], name=SESSION_ARTIFACT, metadata=info, last_chunk=True)
+        else:
+            await task.working()
+    elif kind is AgentEventKind.TOOL_USE:
+        await task.working(f"Using tool: {ev.tool_name}")
+    elif kind is AgentEventKind.TOOL_RESULT:
+        await task.working(truncate(ev.text))
+    elif kind is AgentEventKind.APPROVAL_REQUIRED:
+        await run.answer(await task.ask(ev.text))
+    elif kind is AgentEventKind.ERROR:
+        await task.fail(ev.text or "The agent reported an error")
+        return True
+    else:
+        if ev.summary is not None or ev.stats:
+            data = {"summary": ev.summary, "stats": ev.stats or {}}
+            await task.artifact([data_part(data)], name=RESULT_ARTIFACT, last_chunk=True)
+        await task.complete()
+        return True
+    return False
+
+
+def truncate(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def as_text(value: Any) -> str:
+    """A field of a CLI's JSON as event text: a string as it is, anything else (absent, null) empty."""
+    return value if isinstance(value, str) else ""

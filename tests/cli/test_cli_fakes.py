@@ -1,0 +1,220 @@
+"""The `cursor` and `ndjson` adapters behind the A2A API, each running a fake executable
+(tests/support/fakes/) that prints the documented lines, in a real server process (SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.agents.jail import principal_key
+from app.agents.ndjson import NdjsonAgent
+from app.api.auth import ANONYMOUS
+from app.settings import Settings
+from tests.conftest import make_server
+from tests.support.clis import (
+    FAKES,
+    alive,
+    find_process,
+    response_text,
+    send_message,
+    status_text,
+    wait_for_process,
+    wait_until_stopped,
+)
+from tests.support.rpc import result
+
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+"""The system's python: a jailed fake sees /usr, not the test's virtualenv."""
+NDJSON = shlex.join([PYTHON, str(FAKES / "ndjson_agent.py")])
+
+
+class Served:
+    def __init__(self, client: httpx.AsyncClient, root: Path) -> None:
+        self.client, self.root = client, root
+
+    def workspace(self, task: dict) -> Path:
+        return self.root / "ws" / principal_key(ANONYMOUS) / task["contextId"]
+
+
+async def _serve(tmp: Path, **env: str) -> AsyncIterator[Served]:
+    env = {
+        "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
+        "CANCEL_GRACE_S": "2",
+        "AGENT_SANDBOX_READ": str(FAKES),
+        **env,
+    }
+    server = await make_server("sqlite", tmp, **env)
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            yield Served(client, tmp)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+async def cursor(tmp_path_factory: Any) -> AsyncIterator[Served]:
+    tmp = tmp_path_factory.mktemp("cursor")
+    async for served in _serve(tmp, AGENT_ADAPTER="cursor", CURSOR_BIN=str(FAKES / "cursor_agent.py")):
+        yield served
+
+
+@pytest.fixture(scope="module")
+async def ndjson(tmp_path_factory: Any) -> AsyncIterator[Served]:
+    tmp = tmp_path_factory.mktemp("ndjson")
+    async for served in _serve(tmp, AGENT_ADAPTER="ndjson", AGENT_COMMAND=NDJSON):
+        yield served
+
+
+async def _run(served: Served, text: str, **fields: Any) -> dict:
+    return await wait_until_stopped(served.client, await send_message(served.client, text, **fields))
+
+
+# ---- cursor ---------------------------------------------------------------------------------------
+
+
+async def test_cursor_runs_unattended_with_the_prompt_as_argument(cursor: Served) -> None:
+    task = await _run(cursor, "SHELL: echo from-cursor > c.txt")
+    assert task["status"]["state"] == "completed", status_text(task)
+    ws = cursor.workspace(task)
+    assert (ws / "c.txt").read_text().strip() == "from-cursor"
+    argv = json.loads((ws / "argv.json").read_text())
+    assert argv == ["-p", "--output-format", "stream-json", "--force", "SHELL: echo from-cursor > c.txt"]
+    assert response_text(task) == "Listing the directory. All done."
+    summary = next(a for a in task["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
+    assert summary["summary"] == "Listing the directory. All done."
+
+
+async def test_cursor_next_turn_resumes_its_session(cursor: Served) -> None:
+    first = await _run(cursor, "hello")
+    second = await _run(cursor, "again", contextId=first["contextId"])
+    assert second["status"]["state"] == "completed"
+    argv = json.loads((cursor.workspace(second) / "argv.json").read_text())
+    assert argv[-3:] == ["--resume", "0b6c1d9e-1111-4222-8333-444455556666", "again"]
+
+
+async def test_cursor_failure_without_result_fails_with_stderr(cursor: Served) -> None:
+    task = await _run(cursor, "FAIL")
+    assert task["status"]["state"] == "failed"
+    assert (
+        status_text(task)
+        == "cursor_agent.py exited with status 2: Error: fake cursor could not reach the model"
+    )
+
+
+# ---- ndjson ---------------------------------------------------------------------------------------
+
+
+async def test_ndjson_events_become_the_task(ndjson: Served) -> None:
+    task = await _run(ndjson, "hello")
+    assert task["status"]["state"] == "completed", status_text(task)
+    assert response_text(task) == f"hello from {ndjson.workspace(task)}"
+    session = next(a for a in task["artifacts"] if a.get("name") == "session")
+    assert session["metadata"] == {"model": "fake-ndjson", "sessionId": "s-" + task["contextId"]}
+    summary = next(a for a in task["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
+    assert summary == {"summary": "fake finished", "stats": {"files": 0}}
+
+
+async def test_ndjson_approval_round_trip_over_stdin(ndjson: Served) -> None:
+    task = await _run(ndjson, "ASK")
+    assert task["status"]["state"] == "input-required"
+    assert status_text(task) == "Run make clean?"
+    done = await _run(ndjson, "yes", taskId=task["id"], contextId=task["contextId"])
+    assert done["status"]["state"] == "completed"
+    assert response_text(done) == "approved=True text=yes"
+
+
+async def test_ndjson_long_line_arrives_whole(ndjson: Served) -> None:
+    task = await _run(ndjson, "BIG")
+    assert task["status"]["state"] == "completed"
+    assert response_text(task) == "x" * 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("prompt", "reason"),
+    [
+        ("CRASH", "exited with status 3: Traceback: something broke in the fake agent"),
+        ("SILENT", "exited without a result"),
+    ],
+)
+async def test_ndjson_exit_without_done_fails_with_the_reason(
+    ndjson: Served, prompt: str, reason: str
+) -> None:
+    task = await _run(ndjson, prompt)
+    assert task["status"]["state"] == "failed"
+    assert status_text(task) == f"{Path(PYTHON).name} {reason}"
+
+
+async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) -> None:
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    task = await send_message(ndjson.client, f"SLEEP {marker.split()[1]}", blocking=False)
+    sleeper = await wait_for_process(marker)
+    canceled = await result(ndjson.client, "tasks/cancel", {"id": task["id"]})
+    assert canceled["status"]["state"] == "canceled"
+    assert not alive(sleeper) and find_process(marker) is None
+
+
+async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path: Path) -> None:
+    """Without the jail, SIGKILL gives the server no chance to stop its CLIs; its next start (same
+    replica) kills them, and the task they worked for ends failed as lost."""
+    server = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX="none",
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        REPLICA_ID=f"reaper-{uuid.uuid4().hex[:8]}",
+    )
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            sleeper = await wait_for_process(marker)
+            server.kill()
+            assert alive(sleeper), "the killed server's CLI outlived it (what the next start must fix)"
+            server.start()
+            async with asyncio.timeout(30):
+                while alive(sleeper) or find_process(marker) is not None:
+                    await asyncio.sleep(0.05)
+            after = await result(client, "tasks/get", {"id": task["id"]})
+            assert after["status"]["state"] == "failed"
+    finally:
+        server.stop()
+
+
+async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
+    """In the jail (the default) a SIGKILLed server's CLIs end at once: bwrap dies with its parent and
+    takes the jail's whole pid namespace with it."""
+    server = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX_READ=str(FAKES),
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+    )
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            sleeper = await wait_for_process(marker)
+            server.kill()
+            async with asyncio.timeout(30):
+                while alive(sleeper) or find_process(marker) is not None:
+                    await asyncio.sleep(0.05)
+    finally:
+        server.stop()
+
+
+def test_ndjson_needs_a_command() -> None:
+    with pytest.raises(ValueError, match="AGENT_COMMAND"):
+        NdjsonAgent(Settings(_env_file=None, agent_command="  "))

@@ -1,0 +1,205 @@
+"""SSE over a real socket: message/stream and tasks/resubscribe, read by a real SSE client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from httpx_sse import aconnect_sse
+
+from tests.support.rpc import result, send, sse_data, text_message
+
+
+async def collect(client, method: str, params: Any, rid: int = 1, headers: dict | None = None, until=None):
+    """Read the whole SSE stream; returns (response, [(sse id, json data)])."""
+    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    events: list[tuple[str, dict]] = []
+    async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body, headers=headers or {}) as src:
+        async for sse in src.aiter_sse():
+            data = json.loads(sse.data)
+            assert data["id"] == rid and data["jsonrpc"] == "2.0"
+            events.append((sse.id, data["result"]))
+            if until is not None and until(data["result"]):
+                break
+        return src.response, events
+
+
+async def test_stream_events_in_order_with_kinds_and_ids(client):
+    resp, events = await collect(
+        client, "message/stream", {"message": text_message("tool:Read;chunks:3")}, rid=41
+    )
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.headers["cache-control"] == "no-cache"
+    assert resp.headers["x-accel-buffering"] == "no"
+    kinds = [e["kind"] for _, e in events]
+    assert kinds[0] == "task" and events[0][1]["status"]["state"] == "submitted"
+    assert all(k in {"status-update", "artifact-update"} for k in kinds[1:])
+    seqs = [int(i) for i, _ in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "SSE ids are consecutive sequence numbers"
+    status = [e for _, e in events if e["kind"] == "status-update"]
+    assert [s["status"]["state"] for s in status] == ["working", "working", "working", "completed"]
+    assert [s["final"] for s in status] == [False, False, False, True]
+    assert status[1]["status"]["message"]["parts"][0]["text"] == "Using tool: Read"
+    tool_out = status[2]["status"]["message"]["parts"][0]["text"]
+    assert len(tool_out) == 200
+    chunks = [
+        e
+        for _, e in events
+        if e["kind"] == "artifact-update"
+        and e["artifact"]["artifactId"] == events[-2][1]["artifact"]["artifactId"]
+    ]
+    # The last text chunk carries lastChunk when it arrives with the agent's done; else a closing chunk does.
+    assert len(chunks) in (3, 4)
+    assert [c["append"] for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    assert [c["lastChunk"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert chunks[0]["artifact"]["name"] == "assistant-response"
+    assert "".join(p["text"] for c in chunks for p in c["artifact"]["parts"]) == "chunk-0 chunk-1 chunk-2 "
+    assert all(e["taskId"] == events[0][1]["id"] for _, e in events[1:])
+
+
+async def test_stream_stays_open_through_input_required(client):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "message/stream",
+        "params": {"message": text_message("ask:OK?")},
+    }
+    seen: list[dict] = []
+    async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
+        it = src.aiter_sse()
+        async for sse in it:
+            ev = json.loads(sse.data)["result"]
+            seen.append(ev)
+            if ev["kind"] == "status-update" and ev["status"]["state"] == "input-required":
+                assert ev["final"] is False
+                break
+        task_id = seen[0]["id"]
+        await result(
+            client,
+            "message/send",
+            {"message": text_message("ok", taskId=task_id), "configuration": {"blocking": False}},
+        )
+        async for sse in it:
+            seen.append(json.loads(sse.data)["result"])
+    last = seen[-1]
+    assert last["kind"] == "status-update" and last["status"]["state"] == "completed" and last["final"]
+    texts = [p.get("text") for e in seen if e["kind"] == "artifact-update" for p in e["artifact"]["parts"]]
+    assert "answer:ok" in texts
+
+
+async def test_failed_run_ends_stream_with_error_text(client):
+    _, events = await collect(client, "message/stream", {"message": text_message("fail:no disk")})
+    last = events[-1][1]
+    assert last["status"]["state"] == "failed" and last["final"] is True
+    assert last["status"]["message"]["parts"][0]["text"] == "no disk"
+
+
+async def test_keepalive_comments_while_idle(client):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/stream",
+        "params": {"message": text_message("sleep:2.5")},
+    }
+    comments = 0
+    async with client.stream("POST", "/a2a/jsonrpc", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith(":"):
+                comments += 1
+    assert comments >= 1
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "code"),
+    [
+        ("message/stream", {"message": {"messageId": "x"}}, -32602),
+        ("message/stream", "not an object", -32600),
+        ("tasks/resubscribe", {"id": "missing"}, -32001),
+        ("tasks/resubscribe", {}, -32602),
+    ],
+)
+async def test_v03_stream_errors_before_the_first_event_are_one_event(client, method, params, code):
+    """v0.3 §3.3.1: a streaming method answers text/event-stream; an early error is its one event, then
+    the stream ends."""
+    body = {"jsonrpc": "2.0", "id": "s1", "method": method, "params": params}
+    resp = await client.post("/a2a/jsonrpc", json=body, headers={"Accept": "text/event-stream"})
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    (event,) = sse_data(resp.text)
+    assert event["id"] == "s1" and event["error"]["code"] == code and "result" not in event
+
+
+async def test_v10_stream_errors_before_the_first_event_are_plain_responses(client):
+    """v1.0 answers them as a2a-python 1.x does: an ordinary JSON-RPC response."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "missing"}}
+    resp = await client.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.json()["error"]["code"] == -32001
+
+
+async def test_resubscribe_to_running_task_gets_the_rest(client):
+    task = await send(client, "sleep:0.3;chunks:2", blocking=False)
+    _, events = await collect(client, "tasks/resubscribe", {"id": task["id"]}, rid="r")
+    assert events[0][1]["kind"] == "task"
+    assert events[-1][1]["status"]["state"] == "completed"
+    seqs = [int(i) for i, _ in events]
+    assert seqs == sorted(set(seqs))
+
+
+async def test_resubscribe_to_terminal_task_sends_it_once(client):
+    task = await send(client, "say:x")
+    _, events = await collect(client, "tasks/resubscribe", {"id": task["id"]})
+    assert len(events) == 1
+    assert events[0][1] == task
+
+
+async def test_resubscribe_with_last_event_id_resumes_exactly(client):
+    _, full = await collect(client, "message/stream", {"message": text_message("chunks:4")})
+    task_id = full[0][1]["id"]
+    cut = int(full[3][0])
+    _, rest = await collect(client, "tasks/resubscribe", {"id": task_id}, headers={"Last-Event-ID": str(cut)})
+    assert [int(i) for i, _ in rest] == [int(i) for i, _ in full if int(i) > cut]
+    assert [e for _, e in rest] == [e for i, e in full if int(i) > cut]
+    _, by_meta = await collect(client, "tasks/resubscribe", {"id": task_id, "metadata": {"lastEventId": cut}})
+    assert by_meta == rest
+    _, all_events = await collect(
+        client, "tasks/resubscribe", {"id": task_id}, headers={"Last-Event-ID": "0"}
+    )
+    assert int(all_events[0][0]) == 1
+    assert all_events[-1][1]["status"]["state"] == "completed"
+
+
+async def test_resubscribe_live_with_cursor_while_running(client):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "message/stream",
+        "params": {"message": text_message("say:a;sleep:0.5;say:b")},
+    }
+    first: list[tuple[str, dict]] = []
+    async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
+        async for sse in src.aiter_sse():
+            first.append((sse.id, json.loads(sse.data)["result"]))
+            if first[-1][1]["kind"] == "artifact-update":
+                break  # the client "drops" here, mid-task
+    task_id = first[0][1]["id"]
+    cursor = first[-1][0]
+    _, rest = await collect(client, "tasks/resubscribe", {"id": task_id}, headers={"Last-Event-ID": cursor})
+    seqs = [int(i) for i, _ in first] + [int(i) for i, _ in rest]
+    assert seqs == list(range(1, len(seqs) + 1)), "no event lost or repeated across the reconnect"
+    assert rest[-1][1]["status"]["state"] == "completed"
+
+
+async def test_many_concurrent_streams_get_identical_events(client):
+    task = await send(client, "sleep:0.3;chunks:20", blocking=False)
+    results = await asyncio.gather(
+        *(
+            collect(client, "tasks/resubscribe", {"id": task["id"]}, headers={"Last-Event-ID": "0"})
+            for _ in range(5)
+        )
+    )
+    streams = [[e for _, e in ev] for _, ev in results]
+    assert all(s == streams[0] for s in streams)
+    assert streams[0][-1]["status"]["state"] == "completed"

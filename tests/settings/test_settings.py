@@ -1,0 +1,103 @@
+"""Settings: defaults, and a bad setting fails at start-up with one clear line, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from app.settings import Settings
+from tests.support.server import BIN, ROOT
+
+
+def test_defaults(monkeypatch):
+    for name in ("HOST", "PORT", "PUBLIC_URL", "DATABASE_URL", "REDIS_URL", "AGENT_ADAPTER"):
+        monkeypatch.delenv(name, raising=False)
+    s = Settings(_env_file=None)
+    assert (s.host, s.port) == ("127.0.0.1", 41242)
+    assert s.public_url == "http://localhost:41242"
+    assert s.database_url == "sqlite+aiosqlite:///./data/a2a.db"
+    assert s.redis_url is None and s.agent_adapter == "echo"
+
+
+def test_plain_postgres_url_gets_the_async_driver():
+    s = Settings(_env_file=None, database_url="postgresql://u@h/db")
+    assert s.database_url == "postgresql+asyncpg://u@h/db"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"PORT": "eighty"}, "PORT"),
+        ({"PORT": "70000"}, "PORT"),
+        ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
+        ({"PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
+        ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "nosuchmodule:Agent"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "json:dumps"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.support.agents:nothing"}, "AGENT_ADAPTER"),
+        ({"AGENT_ADAPTER": "tests.support.rpc:call"}, "AGENT_ADAPTER"),
+        ({"AGENT_OPTIONS": "{not json"}, "AGENT_OPTIONS"),
+        ({"AGENT_OPTIONS": '{"colour": "red"}'}, "AGENT_OPTIONS"),
+        (
+            {
+                "AGENT_ADAPTER": "tests.support.agents.capabilities:CapabilitiesAgent",
+                "AGENT_OPTIONS": '{"x": 1}',
+            },
+            "AGENT_OPTIONS",
+        ),
+        ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
+        ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+        ({"AGENT_SANDBOX": "docker"}, "AGENT_SANDBOX"),
+        ({"AGENT_SANDBOX": "none", "AGENT_NETWORK": "egress"}, "AGENT_NETWORK"),
+        ({"AGENT_EGRESS_ALLOW": "api.example.com,a*b.example.com"}, "AGENT_EGRESS_ALLOW"),
+        ({"AGENT_EGRESS_ALLOW": "api.example.com:99999"}, "AGENT_EGRESS_ALLOW"),
+        ({"AGENT_ENV": '["not", "an object"]'}, "AGENT_ENV"),
+    ],
+)
+def test_bad_setting_is_one_clear_line(env, name, tmp_path):
+    proc = subprocess.run(
+        [str(BIN / "a2a-server"), "serve"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/x.db", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: invalid setting {name}:")
+
+
+def test_plugin_agent_by_module_attr():
+    from app.agents.echo import EchoAgent
+    from app.agents.loader import load_agent
+
+    settings = Settings(_env_file=None)
+    assert isinstance(load_agent("app.agents.echo:EchoAgent", settings=settings), EchoAgent)
+    scripted = load_agent("app.agents.scripted:ScriptedAgent", settings=settings)
+    assert isinstance(load_agent("scripted", settings=settings), type(scripted))
+
+
+def test_plugin_agent_gets_its_options():
+    from app.agents.loader import load_agent
+    from tests.support.agents.capabilities import CapabilitiesAgent
+
+    spec = "tests.support.agents.capabilities:CapabilitiesAgent"
+    agent = load_agent(spec, {"greeting": "hey"}, settings=Settings(_env_file=None))
+    assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"
+
+
+@pytest.mark.parametrize("spec", ["ndjson", "app.agents.ndjson:NdjsonAgent"])
+def test_cli_agent_gets_the_apps_settings(spec: str):
+    """A CLI adapter runs with the settings the app is created with, not ones it reads itself."""
+    from app.agents.loader import load_agent
+    from app.agents.ndjson import NdjsonAgent
+
+    settings = Settings(_env_file=None, agent_command="my-cli --json")
+    agent = load_agent(spec, settings=settings)
+    assert isinstance(agent, NdjsonAgent) and agent.settings is settings

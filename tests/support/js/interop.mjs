@@ -1,0 +1,531 @@
+#!/usr/bin/env node
+// Interop: the official JavaScript A2A client (@a2a-js/sdk) drives a running server.
+//
+//   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] [--protocol 0.3|1.0|auto]
+//                             [--stock] [--steps send,stream,...] [--timeout-ms 30000]
+//
+// The client is built the way an SDK user builds one: the SDK's DefaultAgentCardResolver fetches
+// <base-url>/.well-known/agent-card.json (v0.3 cards are translated by the SDK's compat layer), and
+// the SDK's ClientFactory picks the transport from the card's supportedInterfaces:
+//
+//   --transport  the protocol binding to prefer (ClientFactory `preferredTransports`); default JSONRPC
+//                (aliases: jsonrpc, rest, http+json).
+//   --protocol   0.3 or 1.0: keep only the card's interfaces of that version before the factory picks
+//                (the factory itself always prefers 1.0 when a binding is offered in both versions);
+//                auto: let the factory choose. Default auto.
+//   --stock      ignore the options above: `new ClientFactory().createFromUrl(base)` with the SDK's
+//                defaults (v1.0 transports, no v0.3 compat), i.e. the plain client most users write.
+//
+// Every call then goes through the SDK's own request building and response parsing. Each step prints
+// one JSON object on its own line to stdout: {"step": ..., "ok": true|false, "error"?: ..., ...}, with
+// `wire` listing the HTTP requests the step made (method, path, A2A-Version header, JSON-RPC method).
+// The exit status is 0 when every step passed, 1 when a step failed, 2 when no client could be built.
+
+import { randomUUID } from "node:crypto";
+import { parseArgs } from "node:util";
+
+import { Role, roleToJSON, TaskState, taskStateToJSON } from "@a2a-js/sdk";
+import {
+  ClientFactory,
+  ClientFactoryOptions,
+  DefaultAgentCardResolver,
+  JsonRpcTransportFactory,
+  RestTransportFactory,
+} from "@a2a-js/sdk/client";
+import { TaskNotCancelableError, TaskNotFoundError } from "@a2a-js/sdk/errors";
+
+const RESPONSE = "assistant-response";
+const ALL_STEPS = ["send", "stream", "get", "cancel", "cancel_nonblocking", "not_found"];
+const ORDER = [TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING];
+const TERMINAL = new Set([
+  TaskState.TASK_STATE_COMPLETED,
+  TaskState.TASK_STATE_FAILED,
+  TaskState.TASK_STATE_CANCELED,
+  TaskState.TASK_STATE_REJECTED,
+]);
+const BINDINGS = { jsonrpc: "JSONRPC", rest: "HTTP+JSON", "http+json": "HTTP+JSON" };
+
+// ---- arguments ----------------------------------------------------------------------------------
+
+function usage(message) {
+  process.stderr.write(`${message}\nusage: node interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] ` +
+    `[--protocol 0.3|1.0|auto] [--stock] [--steps ${ALL_STEPS.join(",")}] [--timeout-ms N]\n`);
+  process.exit(64);
+}
+
+let args;
+try {
+  args = parseArgs({
+    allowPositionals: true,
+    options: {
+      transport: { type: "string", default: "JSONRPC" },
+      protocol: { type: "string", default: "auto" },
+      stock: { type: "boolean", default: false },
+      steps: { type: "string", default: ALL_STEPS.join(",") },
+      "timeout-ms": { type: "string", default: "30000" },
+    },
+  });
+} catch (err) {
+  usage(err.message);
+}
+if (args.positionals.length !== 1) usage("one base URL is required");
+const BASE_URL = args.positionals[0];
+const TRANSPORT = BINDINGS[args.values.transport.toLowerCase()];
+if (!TRANSPORT) usage(`unknown transport ${args.values.transport}`);
+const PROTOCOL = args.values.protocol;
+if (!["0.3", "1.0", "auto"].includes(PROTOCOL)) usage(`unknown protocol ${PROTOCOL}`);
+const STEPS = args.values.steps.split(",").filter(Boolean);
+for (const s of STEPS) if (!ALL_STEPS.includes(s)) usage(`unknown step ${s}`);
+const WAIT_MS = Number(args.values["timeout-ms"]);
+if (!(WAIT_MS > 0)) usage("--timeout-ms must be a positive number");
+
+// ---- output and the wire record -----------------------------------------------------------------
+
+function emit(obj) {
+  return new Promise((resolve) => process.stdout.write(JSON.stringify(obj) + "\n", resolve));
+}
+
+/**
+ * Every HTTP request the SDK makes: method, path, A2A-Version header, JSON-RPC method if any. The SDK
+ * calls the global `fetch` when no `fetchImpl` is given, so wrapping it records the stock client too.
+ */
+const wire = [];
+const realFetch = globalThis.fetch;
+globalThis.fetch = async function recordingFetch(input, init = {}) {
+  const url = new URL(input instanceof Request ? input.url : String(input));
+  const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined));
+  const entry = { method: init.method ?? "GET", path: url.pathname + url.search };
+  entry.version = headers.get("A2A-Version");
+  if (typeof init.body === "string") {
+    try {
+      const body = JSON.parse(init.body);
+      if (body && typeof body === "object" && typeof body.method === "string") entry.rpc = body.method;
+    } catch {
+      // not JSON: nothing more to record
+    }
+  }
+  wire.push(entry);
+  return realFetch(input, init);
+};
+
+// ---- plain-JSON views of SDK objects ------------------------------------------------------------
+
+const stateName = (s) => (s === undefined ? null : taskStateToJSON(s));
+const textOf = (parts) =>
+  (parts ?? []).filter((p) => p.content?.$case === "text").map((p) => p.content.value).join("");
+
+function viewTask(t) {
+  return {
+    id: t.id,
+    contextId: t.contextId,
+    state: stateName(t.status?.state),
+    statusText: t.status?.message ? textOf(t.status.message.parts) : null,
+    artifacts: (t.artifacts ?? []).map((a) => ({ id: a.artifactId, name: a.name, text: textOf(a.parts) })),
+    history: (t.history ?? []).map((m) => ({ role: roleToJSON(m.role), text: textOf(m.parts), taskId: m.taskId })),
+  };
+}
+
+function viewEvent(ev) {
+  const { $case, value } = ev.payload ?? {};
+  switch ($case) {
+    case "task":
+      return { kind: "task", ...viewTask(value) };
+    case "statusUpdate":
+      return {
+        kind: "status",
+        taskId: value.taskId,
+        contextId: value.contextId,
+        state: stateName(value.status?.state),
+        text: value.status?.message ? textOf(value.status.message.parts) : null,
+      };
+    case "artifactUpdate":
+      return {
+        kind: "artifact",
+        taskId: value.taskId,
+        contextId: value.contextId,
+        artifactId: value.artifact?.artifactId,
+        name: value.artifact?.name,
+        append: value.append,
+        lastChunk: value.lastChunk,
+        text: textOf(value.artifact?.parts),
+      };
+    case "message":
+      return { kind: "message", role: roleToJSON(value.role), text: textOf(value.parts) };
+    default:
+      return { kind: String($case) };
+  }
+}
+
+/** What a client rebuilds from a stream: last state, each artifact's text by name. */
+function fold(events) {
+  let state = null;
+  const names = new Map();
+  const texts = new Map();
+  for (const ev of events) {
+    if (ev.kind === "task") {
+      state = ev.state;
+      for (const a of ev.artifacts) {
+        names.set(a.id, a.name);
+        texts.set(a.id, a.text);
+      }
+    } else if (ev.kind === "status") {
+      state = ev.state;
+    } else if (ev.kind === "artifact") {
+      if (ev.append) {
+        check(texts.has(ev.artifactId), `append to unknown artifact ${ev.artifactId}`);
+        texts.set(ev.artifactId, texts.get(ev.artifactId) + ev.text);
+      } else {
+        names.set(ev.artifactId, ev.name);
+        texts.set(ev.artifactId, ev.text);
+      }
+    }
+  }
+  const artifacts = {};
+  for (const [id, text] of texts) artifacts[names.get(id)] = text;
+  return { state, artifacts };
+}
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+class CheckFailed extends Error {}
+
+function check(cond, message) {
+  if (!cond) throw new CheckFailed(message);
+}
+
+function eq(actual, expected, what) {
+  check(
+    JSON.stringify(actual) === JSON.stringify(expected),
+    `${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`,
+  );
+}
+
+function userMessage(text, { taskId = "", contextId = "" } = {}) {
+  return {
+    messageId: randomUUID(),
+    contextId,
+    taskId,
+    role: Role.ROLE_USER,
+    parts: [{ content: { $case: "text", value: text }, metadata: undefined, filename: "", mediaType: "" }],
+    metadata: undefined,
+    extensions: [],
+    referenceTaskIds: [],
+  };
+}
+
+const call = () => ({ signal: AbortSignal.timeout(WAIT_MS) });
+
+function sendParams(text, { returnImmediately = false } = {}) {
+  return { message: userMessage(text), configuration: { returnImmediately } };
+}
+
+function asTask(result, what) {
+  check(result && "status" in result && !("messageId" in result), `${what}: expected a Task, got a Message`);
+  return viewTask(result);
+}
+
+async function sendForTask(client, text, opts) {
+  return asTask(await client.sendMessage(sendParams(text, opts), call()), `sendMessage(${text})`);
+}
+
+function artifactText(task, name) {
+  const found = task.artifacts.filter((a) => a.name === name);
+  eq(found.length, 1, `artifacts named ${name} in ${JSON.stringify(task.artifacts.map((a) => a.name))}`);
+  return found[0].text;
+}
+
+function errorView(err) {
+  return { name: err?.name, message: err?.message, ...(err?.envelopeCode ? { code: err.envelopeCode } : {}),
+    ...(err?.statusCode ? { status: err.statusCode } : {}) };
+}
+
+async function expectError(promise, cls, what) {
+  try {
+    await promise;
+  } catch (err) {
+    check(err instanceof cls, `${what}: expected ${cls.name}, got ${err?.name}: ${err?.message}`);
+    return errorView(err);
+  }
+  throw new CheckFailed(`${what}: expected ${cls.name}, but the call succeeded`);
+}
+
+/** Reads an SDK event stream step by step and keeps what it read (as plain views). */
+class Stream {
+  constructor(client, params) {
+    this.abort = AbortSignal.timeout(WAIT_MS);
+    this.gen = client.sendMessageStream(params, { signal: this.abort });
+    this.events = [];
+  }
+
+  async next() {
+    const { value, done } = await this.gen.next();
+    check(!done, "the stream ended early");
+    const ev = viewEvent(value);
+    this.events.push(ev);
+    return ev;
+  }
+
+  async until(cond) {
+    for (;;) {
+      const ev = await this.next();
+      if (cond(ev)) return ev;
+    }
+  }
+
+  /** Everything until the server ends the stream. */
+  async rest() {
+    const start = this.events.length;
+    for (;;) {
+      const { value, done } = await this.gen.next();
+      if (done) return this.events.slice(start);
+      this.events.push(viewEvent(value));
+    }
+  }
+
+  async close() {
+    await this.gen.return(undefined).catch(() => {});
+  }
+}
+
+const stateOf = (ev) => (ev.kind === "task" || ev.kind === "status" ? ev.state : null);
+const S = (s) => taskStateToJSON(s);
+
+// ---- the client ---------------------------------------------------------------------------------
+
+async function makeClient() {
+  const out = { baseUrl: BASE_URL, transportWanted: TRANSPORT, protocolWanted: PROTOCOL, stock: args.values.stock };
+  let client;
+  if (args.values.stock) {
+    client = await new ClientFactory().createFromUrl(BASE_URL);
+    out.card = viewCard(client.agentCard);
+  } else {
+    const compat = { legacyCompat: { enabled: true } };
+    const resolver = new DefaultAgentCardResolver(compat);
+    const factory = new ClientFactory(
+      ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+        transports: [new JsonRpcTransportFactory(compat), new RestTransportFactory(compat)],
+        preferredTransports: [TRANSPORT],
+        cardResolver: resolver,
+      }),
+    );
+    const card = await resolver.resolve(BASE_URL);
+    out.card = viewCard(card);
+    let chosen = card;
+    if (PROTOCOL !== "auto") {
+      const matching = (card.supportedInterfaces ?? []).filter(
+        (i) => i.protocolBinding?.toUpperCase() === TRANSPORT && versionIs(i.protocolVersion, PROTOCOL),
+      );
+      if (matching.length === 0) {
+        throw new CheckFailed(
+          `the agent card advertises no ${TRANSPORT} interface of protocol ${PROTOCOL}: ` +
+            JSON.stringify(out.card.interfaces),
+        );
+      }
+      chosen = { ...card, supportedInterfaces: matching };
+    }
+    client = await factory.createFromAgentCard(chosen);
+  }
+  const transport = client.transport;
+  out.transport = transport.protocolName;
+  out.protocolVersion = client.protocolVersion;
+  out.transportClass = transport.constructor.name;
+  out.endpoint = transport.endpoint ?? transport.base?.endpoint ?? null;
+  if (!args.values.stock && PROTOCOL !== "auto") {
+    eq(out.transport, TRANSPORT, "transport the factory picked");
+    check(versionIs(out.protocolVersion, PROTOCOL), `protocol version: wanted ${PROTOCOL}, got ${out.protocolVersion}`);
+  }
+  return { client, out };
+}
+
+/** The card as the SDK sees it (after its v0.3 translation, if any): interfaces and streaming. */
+function viewCard(card) {
+  const interfaces = (card.supportedInterfaces ?? []).map((i) => ({
+    url: i.url,
+    protocolBinding: i.protocolBinding,
+    protocolVersion: i.protocolVersion,
+    tenant: i.tenant || undefined,
+  }));
+  return { interfaces, streaming: card.capabilities?.streaming ?? null };
+}
+
+function versionIs(version, wanted) {
+  // "0.3" matches "0.3", "0.3.0", ...; the SDK treats an empty version as v0.3 as well.
+  if (!version) return wanted === "0.3";
+  const [major, minor = "0"] = version.split(".");
+  const [wMajor, wMinor] = wanted.split(".");
+  return Number(major) === Number(wMajor) && Number(minor) === Number(wMinor);
+}
+
+// ---- the steps ----------------------------------------------------------------------------------
+
+const steps = {
+  /** Blocking send: a completed task whose assistant-response artifact echoes the text. */
+  async send(client, out) {
+    const text = "hello from the official js sdk";
+    const task = await sendForTask(client, text);
+    out.task = task;
+    check(task.id && task.contextId, "the task has an id and a contextId");
+    eq(task.state, S(TaskState.TASK_STATE_COMPLETED), "state");
+    eq(artifactText(task, RESPONSE), text, `${RESPONSE} text`);
+    eq(task.history.filter((m) => m.role === "ROLE_USER").map((m) => m.text), [text], "user messages in history");
+  },
+
+  /** Streaming send: the task first, then status and artifact updates in order, completed last. */
+  async stream(client, out) {
+    const stream = new Stream(client, sendParams("chunks:5"));
+    try {
+      out.events = await stream.rest();
+    } finally {
+      out.events ??= stream.events;
+      await stream.close();
+    }
+    const events = out.events;
+    check(events.length > 0, "the stream delivered events");
+    eq(events[0].kind, "task", "the first event's kind");
+    const taskId = events[0].id;
+    for (const ev of events.slice(1)) {
+      check(ev.kind === "status" || ev.kind === "artifact", `an update after the task, got ${ev.kind}`);
+      eq(ev.taskId, taskId, "every update names the streamed task");
+    }
+    const states = events.map(stateOf).filter((s) => s !== null);
+    const rank = (s) => (ORDER.map(S).includes(s) ? ORDER.map(S).indexOf(s) : ORDER.length);
+    eq(states.map(rank), [...states.map(rank)].sort((a, b) => a - b), `states in order (${states.join(", ")})`);
+    const last = events.at(-1);
+    eq([last.kind, last.state], ["status", S(TaskState.TASK_STATE_COMPLETED)], "the last event");
+    eq(
+      states.filter((s) => TERMINAL.has(TaskState[s])),
+      [S(TaskState.TASK_STATE_COMPLETED)],
+      "terminal states in the stream",
+    );
+    out.folded = fold(events);
+    eq(out.folded.state, S(TaskState.TASK_STATE_COMPLETED), "folded state");
+    eq(out.folded.artifacts[RESPONSE], "chunk-0 chunk-1 chunk-2 chunk-3 chunk-4 ", `folded ${RESPONSE}`);
+  },
+
+  /** getTask by id returns the task the send made, with its history; historyLength cuts it. */
+  async get(client, out) {
+    const sent = await sendForTask(client, "say:hello");
+    const got = viewTask(await client.getTask({ id: sent.id }, call()));
+    out.task = got;
+    eq([got.id, got.contextId], [sent.id, sent.contextId], "id and contextId");
+    eq(got.state, S(TaskState.TASK_STATE_COMPLETED), "state");
+    eq(artifactText(got, RESPONSE), "hello", `${RESPONSE} text`);
+    eq(got.history.map((m) => [m.role, m.text]), [["ROLE_USER", "say:hello"]], "history");
+    const cut = viewTask(await client.getTask({ id: sent.id, historyLength: 0 }, call()));
+    out.historyLength0 = cut.history.length;
+    eq(cut.history.length, 0, "history with historyLength 0");
+  },
+
+  /** A task streaming `sleep:30` is canceled: the call answers canceled, the stream ends canceled. */
+  async cancel(client, out) {
+    const stream = new Stream(client, sendParams("sleep:30"));
+    try {
+      const first = await stream.next();
+      eq(first.kind, "task", "the first event's kind");
+      const taskId = first.id;
+      out.taskId = taskId;
+      if (first.state !== S(TaskState.TASK_STATE_WORKING)) {
+        await stream.until((ev) => stateOf(ev) === S(TaskState.TASK_STATE_WORKING));
+      }
+      const canceled = viewTask(await client.cancelTask({ id: taskId }, call()));
+      out.canceled = canceled;
+      eq([canceled.id, canceled.state], [taskId, S(TaskState.TASK_STATE_CANCELED)], "cancelTask's answer");
+      const after = await stream.rest();
+      check(after.length > 0, "the stream reports the cancel");
+      const last = after.at(-1);
+      eq([last.kind, last.state], ["status", S(TaskState.TASK_STATE_CANCELED)], "the stream's last event");
+    } finally {
+      out.events = stream.events;
+      await stream.close();
+    }
+    const got = viewTask(await client.getTask({ id: out.taskId }, call()));
+    eq(got.state, S(TaskState.TASK_STATE_CANCELED), "getTask after cancel");
+    out.cancelAgain = await expectError(
+      client.cancelTask({ id: out.taskId }, call()),
+      TaskNotCancelableError,
+      "cancelTask on a canceled task",
+    );
+  },
+
+  /** A task started with returnImmediately is canceled. */
+  async cancel_nonblocking(client, out) {
+    const task = await sendForTask(client, "sleep:30", { returnImmediately: true });
+    out.started = task.state;
+    check(
+      [S(TaskState.TASK_STATE_SUBMITTED), S(TaskState.TASK_STATE_WORKING)].includes(task.state),
+      `returnImmediately answers before the end, got ${task.state}`,
+    );
+    const canceled = viewTask(await client.cancelTask({ id: task.id }, call()));
+    eq(canceled.state, S(TaskState.TASK_STATE_CANCELED), "cancelTask's answer");
+    const got = viewTask(await client.getTask({ id: task.id }, call()));
+    out.state = got.state;
+    eq(got.state, S(TaskState.TASK_STATE_CANCELED), "getTask after cancel");
+  },
+
+  /** Unknown task ids are the SDK's TaskNotFoundError for get and cancel, and for a resubscribe (whose
+   * v0.3 JSON-RPC error comes as the stream's one event: the SDK throws it as the `cause` of its error). */
+  async not_found(client, out) {
+    const id = `no-such-task-${randomUUID()}`;
+    out.get = await expectError(client.getTask({ id }, call()), TaskNotFoundError, "getTask(unknown)");
+    out.cancel = await expectError(client.cancelTask({ id }, call()), TaskNotFoundError, "cancelTask(unknown)");
+    try {
+      for await (const _ of client.resubscribeTask({ id }, call())) {
+        throw new CheckFailed("resubscribeTask(unknown) yielded an event");
+      }
+    } catch (err) {
+      if (err instanceof CheckFailed) throw err;
+      const found = err instanceof TaskNotFoundError || err?.cause instanceof TaskNotFoundError;
+      check(found, `resubscribeTask(unknown): expected TaskNotFoundError, got ${err?.name}: ${err?.message}`);
+      out.subscribe = { ...errorView(err), ...(err?.cause ? { cause: err.cause.name } : {}) };
+      return;
+    }
+    throw new CheckFailed("resubscribeTask(unknown): expected TaskNotFoundError, but the stream just ended");
+  },
+};
+
+// ---- main ---------------------------------------------------------------------------------------
+
+function failure(err) {
+  return err instanceof CheckFailed
+    ? { error: err.message }
+    : { error: `${err?.name ?? "Error"}: ${err?.message ?? String(err)}`, stack: err?.stack };
+}
+
+async function main() {
+  const watchdog = setTimeout(async () => {
+    await emit({ step: "watchdog", ok: false, error: `the run took longer than ${WAIT_MS * (STEPS.length + 2)} ms` });
+    process.exit(3);
+  }, WAIT_MS * (STEPS.length + 2));
+  watchdog.unref();
+
+  let made;
+  const start = wire.length;
+  try {
+    made = await makeClient();
+    await emit({ step: "client", ok: true, ...made.out, wire: wire.slice(start) });
+  } catch (err) {
+    await emit({ step: "client", ok: false, ...failure(err), wire: wire.slice(start) });
+    return 2;
+  }
+  let failed = 0;
+  for (const name of STEPS) {
+    const out = {};
+    const from = wire.length;
+    try {
+      await steps[name](made.client, out);
+      await emit({ step: name, ok: true, ...out, wire: wire.slice(from) });
+    } catch (err) {
+      failed += 1;
+      await emit({ step: name, ok: false, ...failure(err), ...out, wire: wire.slice(from) });
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  async (err) => {
+    await emit({ step: "fatal", ok: false, ...failure(err) });
+    process.exit(3);
+  },
+);
