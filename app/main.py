@@ -1,11 +1,8 @@
-"""The app factory: wires store, bus, task service, runner and agent in the lifespan."""
+"""The app factory: routes and middleware; the lifespan runs the components `app.wiring` builds."""
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request
@@ -16,39 +13,14 @@ from starlette.exceptions import HTTPException
 from app.agents.loader import load_agent
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
-from app.api.admission import Limits
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
-from app.api.deps import Components
 from app.api.fallback import Fallback, http_error
 from app.api.slashes import StripTrailingSlash
-from app.bus.base import Bus
-from app.bus.memory import MemoryBus
-from app.bus.redis import RedisBus
-from app.protocol.model import utcnow
-from app.push.configs import PushConfigs
-from app.push.deliverer import Deliverer, options_from
-from app.runner.runner import Runner
 from app.settings import Settings, get_settings
-from app.store.db import create_engine
-from app.store.idempotency import IdempotencyKeys
-from app.store.leases import Leases
-from app.store.repo import Repository
-from app.store.writer import Writer
-from app.tasks.service import TaskService
+from app.wiring import lifespan
 
 log = logging.getLogger(__name__)
-
-
-def _tune_gc() -> None:
-    """Freeze what start-up created and collect young objects less often.
-
-    With the defaults, full collections rescanned every module-level object (tens of ms each) and all
-    generations together took about 15% of the CPU under load, showing up as tail latency.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
 
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
@@ -58,86 +30,12 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
-        writer = Writer(engine)
-        writer.start()
-        bus: Bus = (
-            RedisBus(settings.redis_url, settings.replica_id)
-            if settings.redis_url
-            else MemoryBus(settings.replica_id)
-        )
-        await bus.start()
-        leases = Leases(engine, settings.replica_id, settings.lease_ttl_s)
-        limits = Limits(settings, bus.client if isinstance(bus, RedisBus) else None)
-        await limits.start()
-        push = options_from(settings)
-        service = TaskService(
-            Repository(engine),
-            writer,
-            bus,
-            leases,
-            settings.blocking_timeout_s,
-            push_configs=PushConfigs(engine),
-            push_policy=push.policy,
-            max_history=settings.max_history_length,
-            keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
-            outage_grace_s=settings.db_outage_grace_s,
-        )
-        deliverer = Deliverer(engine, settings.replica_id, push)
-        if settings.push_deliver:
-            service.push_ring = deliverer.ring
-        runner = Runner(
-            service,
-            agent,
-            max_concurrent=settings.max_concurrent_tasks,
-            timeout_s=settings.agent_timeout_s,
-            cancel_grace_s=settings.cancel_grace_s,
-            lease_ttl_s=settings.lease_ttl_s,
-            queue_poll_s=settings.queue_poll_s,
-        )
-        app.state.engine = engine
-        app.state.bus = bus
-        app.state.runner = runner
-        app.state.deliverer = deliverer
-        built_at = utcnow()
-        has_extended = extra_skills is not None
-        app.state.components = Components(
-            settings=settings,
-            service=service,
-            card=card.build_card(settings, agent, built_at, has_extended=has_extended),
-            input_modes=tuple(agent.input_modes),
-            extended_card=(
-                card.build_card(settings, agent, built_at, extra_skills, has_extended)
-                if has_extended
-                else None
-            ),
-            limits=limits,
-        )
-        await agent.setup()
-        await runner.open()
-        if settings.push_deliver:
-            deliverer.start()
-        _tune_gc()
-        try:
-            yield
-        finally:
-            await runner.aclose()
-            await deliverer.stop()
-            await writer.stop()
-            await limits.aclose()
-            await bus.aclose()
-            await agent.aclose()
-            await authenticator.aclose()
-            await engine.dispose()
-
     app = FastAPI(
         title="A2A coding-agent server",
         # FastAPI's native OpenTelemetry hooks look up providers on every request; nothing here
         # configures them, so they would only add cost to each call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        lifespan=lifespan,
+        lifespan=lifespan(settings, agent, authenticator, extra_skills),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,

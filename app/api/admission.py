@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from redis.asyncio import Redis
-
-from app.limits import MemoryStreamSlots, MemoryTaskRate, Slot, StreamSlots, TaskRate
-from app.limits.redis import RedisStreamSlots, RedisTaskRate
+from app.limits import Limits, Slot
 from app.protocol.errors import A2AError, DatabaseUnavailableError, InvalidParamsError, RateLimitedError
 from app.protocol.model import Message
-from app.settings import Settings
 
 from .calls import Call, Item, Stream, accept_message
 
@@ -27,30 +23,6 @@ def http_headers(err: A2AError) -> dict[str, str]:
     if retryable and isinstance(err.data, dict) and "retryAfter" in err.data:
         return {"Retry-After": str(err.data["retryAfter"])}
     return {}
-
-
-class Limits:
-    """The limits of this process: shared through `redis` when given, else its own."""
-
-    def __init__(self, settings: Settings, redis: Redis | None = None) -> None:
-        self.max_parts = settings.max_message_parts
-        self.max_text = settings.max_message_text_chars
-        self.rate: TaskRate
-        self.streams: StreamSlots
-        if redis is None:
-            self.rate = MemoryTaskRate(settings.task_rate_per_min, settings.task_rate_burst)
-            self.streams = MemoryStreamSlots(settings.max_streams_per_principal)
-        else:
-            self.rate = RedisTaskRate(redis, settings.task_rate_per_min, settings.task_rate_burst)
-            self.streams = RedisStreamSlots(
-                redis, settings.max_streams_per_principal, settings.replica_id, settings.stream_slot_ttl_s
-            )
-
-    async def start(self) -> None:
-        await self.streams.start()
-
-    async def aclose(self) -> None:
-        await self.streams.aclose()
 
 
 async def admit(message: Message, call: Call) -> Message:

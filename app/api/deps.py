@@ -1,15 +1,25 @@
-"""What the routers share: the wired-up components, reached through `app.state`, and the caller."""
+"""What the routers share: the wired-up components (`app.state.components`), and the caller."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
 from app.settings import Settings
 from app.tasks.service import TaskService
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app.bus.base import Bus
+    from app.push.deliverer import Deliverer
+    from app.runner.runner import Runner
+
+    from .card import Card
 
 PRINCIPAL_KEY = "a2a.principal"
 """Where the guard middleware leaves the authenticated principal in the ASGI scope."""
@@ -17,14 +27,20 @@ PRINCIPAL_KEY = "a2a.principal"
 
 @dataclass(slots=True)
 class Components:
+    """What `app.wiring.wire` built and runs for the app (health checks read the engine, bus, runner and
+    deliverer; the routers the rest)."""
+
     settings: Settings
     service: TaskService
-    card: Any
-    input_modes: tuple[str, ...] = ("text/plain",)
-    extended_card: Any = None
-    """The authenticated extended card (a `card.Card`), or None when none is configured."""
-    limits: Any = None
-    """The per-principal limits (`limits.Limits`)."""
+    card: Card
+    input_modes: tuple[str, ...]
+    extended_card: Card | None
+    """The authenticated extended card, or None when none is configured."""
+    limits: Limits
+    engine: AsyncEngine
+    bus: Bus
+    runner: Runner
+    deliverer: Deliverer
 
 
 def components(request: Request) -> Components:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from .deps import components
 from .faults import requests_outage
 
 router = APIRouter()
@@ -35,14 +36,13 @@ def head_revision() -> str | None:
 async def healthz(request: Request) -> JSONResponse:
     """Alive, with what an operator wants at a glance: this replica, the agents it runs now, and its
     webhook delivery counters since start (attempts, delivered, retried, failed, refused, in flight)."""
-    settings = request.app.state.components.settings
-    runner = request.app.state.runner
+    c = components(request)
     return JSONResponse(
         {
             "status": "ok",
-            "replica": settings.replica_id,
-            "runningAgents": runner.running,
-            "push": request.app.state.deliverer.stats(),
+            "replica": c.settings.replica_id,
+            "runningAgents": c.runner.running,
+            "push": c.deliverer.stats(),
         }
     )
 
@@ -54,7 +54,7 @@ READY_TIMEOUT_S = 3.0
 @router.get("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> JSONResponse:
     try:
-        async with asyncio.timeout(READY_TIMEOUT_S), request.app.state.engine.connect() as conn:
+        async with asyncio.timeout(READY_TIMEOUT_S), components(request).engine.connect() as conn:
             current = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
     except Exception as exc:
         return _unready(f"database not reachable or not migrated: {type(exc).__name__}")
@@ -64,7 +64,7 @@ async def readyz(request: Request) -> JSONResponse:
         return _unready(f"database at migration {current}, this code needs {head}: run the migrations")
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
-            await request.app.state.bus.ping()
+            await components(request).bus.ping()
     except Exception as exc:
         return _unready(f"redis not reachable: {type(exc).__name__}")
     return JSONResponse({"status": "ok"})

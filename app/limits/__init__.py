@@ -1,7 +1,8 @@
 """Per-principal task-creation rate and open-stream cap behind one interface: in memory (one process) or
-in Redis (every replica shares the same numbers)."""
+in Redis (every replica shares the same numbers); `build` picks them from the settings."""
 
 from .base import Slot, StreamSlots, TaskRate
+from .factory import Limits, build
 from .memory import MemoryStreamSlots, MemoryTaskRate
 
-__all__ = ["MemoryStreamSlots", "MemoryTaskRate", "Slot", "StreamSlots", "TaskRate"]
+__all__ = ["Limits", "MemoryStreamSlots", "MemoryTaskRate", "Slot", "StreamSlots", "TaskRate", "build"]

@@ -17,21 +17,18 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
+from app.bus.base import Bus
 from app.protocol.errors import InternalError
-from app.protocol.model import (
-    ArtifactUpdate,
-    Event,
-    Message,
-    Part,
-    Role,
-    StatusUpdate,
-    TaskState,
-    status_update,
-)
+from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
+from app.store.leases import Leases
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.service import TaskService, UnrecordedError
+from app.tasks.live import LiveTasks, UnrecordedError
+
+if TYPE_CHECKING:
+    from app.protocol.model import Event, Message
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +48,13 @@ class _Entry:
 
 
 class Runner:
+    """Runs the agents of the live tasks held here (`tasks`); the task service's `Executor`."""
+
     def __init__(
         self,
-        service: TaskService,
+        tasks: LiveTasks,
+        leases: Leases,
+        bus: Bus,
         agent: Agent,
         max_concurrent: int,
         timeout_s: float,
@@ -61,8 +62,8 @@ class Runner:
         lease_ttl_s: float = 15.0,
         queue_poll_s: float = 2.0,
     ) -> None:
-        self._service = service
-        self._leases = service.leases
+        self._tasks = tasks
+        self._leases = leases
         self._agent = agent
         self._max = max_concurrent
         self._active = 0
@@ -77,8 +78,7 @@ class Runner:
         self._db_failed_at = -float("inf")
         """When a loop here last found the database away: claims and reaping hold off a lease TTL after it,
         so replicas that were cut off too renew their leases before anyone counts them dead."""
-        service.executor = self
-        service.bus.on_queued(self._wake.set)
+        bus.on_queued(self._wake.set)
 
     @property
     def running(self) -> int:
@@ -156,19 +156,19 @@ class Runner:
         waiting: list[str] = []
         for task_id in list(self._runs):
             await self.stop(task_id)
-            live = self._service.live(task_id)
+            live = self._tasks.get(task_id)
             if live is None:
                 continue
             if live.task.status.state is TaskState.WORKING:
                 try:
-                    await self._service.fail(task_id, "The server shut down while this task was running.")
+                    await self._tasks.fail(task_id, "The server shut down while this task was running.")
                 except Exception:
                     # The database is away: the lease, no longer renewed, lets a reaper end it.
                     log.warning("could not record the end of task %s at shutdown", task_id)
             else:
                 waiting.append(task_id)
         with contextlib.suppress(Exception):
-            await self._service.release(waiting)
+            await self._tasks.release(waiting)
 
     async def _every(
         self,
@@ -194,8 +194,11 @@ class Runner:
                     self._db_failed_at = asyncio.get_running_loop().time()
                     wait = min(interval, RETRY_S)
             if wakeable:
+                # Not `wait_for`: on Python 3.11 it swallows a cancel that arrives as the wake is set (a run
+                # ending during `aclose`), and this loop would never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 self._wake.clear()
             else:
                 await asyncio.sleep(wait)
@@ -211,11 +214,11 @@ class Runner:
         for held in await self._leases.mine():
             if held.state is TaskState.WORKING:
                 reason = "The server restarted while this task was running; its agent was lost."
-                await self._service.end_lost(held, reason)
+                await self._tasks.end_lost(held, reason)
             elif held.state is TaskState.SUBMITTED:
                 await self._start_claimed(held.task_id)
             else:
-                await self._service.release([held.task_id])
+                await self._tasks.release([held.task_id])
 
     async def _claim(self) -> None:
         """Claim queued tasks while there are free slots."""
@@ -229,7 +232,7 @@ class Runner:
     async def _start_claimed(self, task_id: str) -> None:
         if self.reserve():
             try:
-                adopted = await self._service.adopt(task_id)
+                adopted = await self._tasks.adopt(task_id)
             except BaseException:
                 self.release_slot()  # the claim, never renewed, expires and the task is claimed again
                 raise
@@ -237,7 +240,7 @@ class Runner:
                 self.start(task_id, reserved=True)
                 return
             self.release_slot()
-        await self._service.release([task_id])
+        await self._tasks.release([task_id])
 
     async def _reap(self) -> None:
         """End tasks whose replica died mid-run (its lease expired). Queued and waiting tasks with an
@@ -248,7 +251,7 @@ class Runner:
                     f"Replica {held.owner} running this task stopped renewing its lease "
                     "(it died or lost contact); the agent's work was lost."
                 )
-                await self._service.end_lost(held, reason)
+                await self._tasks.end_lost(held, reason)
 
     async def _run(self, task_id: str) -> None:
         try:
@@ -258,7 +261,7 @@ class Runner:
         except UnrecordedError:
             await self._fail_when_back(
                 task_id,
-                f"The database was unreachable for more than {self._service.outage_grace_s:g} s; the agent "
+                f"The database was unreachable for more than {self._tasks.outage_grace_s:g} s; the agent "
                 "was stopped and its output since then could not be recorded.",
             )
         except Exception:
@@ -266,7 +269,7 @@ class Runner:
             log.exception("could not record the end of task %s", task_id)
         finally:
             if not self._closing:
-                self._service.forget(task_id)
+                self._tasks.forget(task_id)
             self._runs.pop(task_id, None)
             self.release_slot()
 
@@ -275,7 +278,7 @@ class Runner:
         delay = 0.2
         while not self._closing:
             try:
-                await self._service.fail(task_id, reason)
+                await self._tasks.fail(task_id, reason)
                 return
             except Exception as exc:
                 if not is_unavailable(exc):
@@ -311,13 +314,13 @@ class Runner:
         return answer
 
     async def _run_agent(self, task_id: str) -> None:
-        live = self._service.live(task_id)
+        live = self._tasks.get(task_id)
         if live is None or live.task.status.state.terminal:
             return
         task = live.task
         last_user = max((i for i, m in enumerate(task.history) if m.role is Role.USER), default=None)
         if last_user is None:
-            await self._service.fail(task_id, "The task has no user message to work on.")
+            await self._tasks.fail(task_id, "The task has no user message to work on.")
             return
         message = task.history[last_user]
         request = self._request(live.owner, message, task.context_id, task.history[:last_user], task_id)
@@ -331,7 +334,7 @@ class Runner:
                 await self._consume(task_id, ctx, queue)
         except TimeoutError:
             await _stop(ctx)
-            await self._service.fail(
+            await self._tasks.fail(
                 task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped.", wait=True
             )
 
@@ -357,7 +360,7 @@ class Runner:
                 await queue.put(exc)
 
         producer = asyncio.create_task(produce(), name=f"agent-{task_id}")
-        live = self._service.live(task_id)
+        live = self._tasks.get(task_id)
         try:
             while True:
                 items = [await queue.get()]
@@ -368,18 +371,18 @@ class Runner:
                     if live is not None and live.task.status.state is TaskState.SUBMITTED:
                         if not _is_working(events[0]):
                             events.insert(0, _working(task_id, live.task.context_id, events))
-                    if await self._service.apply(task_id, events):
+                    if await self._tasks.record(task_id, events):
                         return
                 end = items[-1]
                 if isinstance(end, BaseException):
                     log.error("agent run for task %s failed", task_id, exc_info=end)
                     await _stop(ctx)
-                    await self._service.fail(
+                    await self._tasks.fail(
                         task_id, f"The agent failed: {type(end).__name__}: {end}", wait=True
                     )
                     return
                 if end is None:
-                    await self._service.fail(
+                    await self._tasks.fail(
                         task_id, "The agent stopped without reporting a result.", wait=True
                     )
                     return

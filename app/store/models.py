@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     UniqueConstraint,
 )
@@ -23,6 +24,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 Timestamp = DateTime(timezone=True)
+
+
+RETRY_KEY_UNIQUE = "uq_tasks_owner_retry_key"
+"""A second running task of one first message (per owner): a copy of a request."""
+IDEMPOTENCY_KEY_PKEY = "idempotency_keys_pkey"
+"""An Idempotency-Key in use: a copy of a request."""
+EVENT_SEQ_PKEY = "events_pkey"
+ARTIFACT_SEQ_PKEY = "artifacts_pkey"
+"""An event number (and its artifact chunk) already written: another replica has taken the task over.
+The primary keys carry PostgreSQL's default names, which the migrations left them."""
 
 
 class Base(DeclarativeBase):
@@ -62,7 +73,7 @@ class TaskRow(Base):
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
-        Index("uq_tasks_owner_retry_key", "owner", "retry_key", unique=True),
+        Index(RETRY_KEY_UNIQUE, "owner", "retry_key", unique=True),
     )
 
 
@@ -107,11 +118,13 @@ class ArtifactRow(Base):
 
     __tablename__ = "artifacts"
 
-    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
     artifact_id: Mapped[str] = mapped_column(String(256))
     append: Mapped[bool] = mapped_column(Boolean)
     body: Mapped[dict[str, Any]]
+
+    __table_args__ = (PrimaryKeyConstraint("task_id", "seq", name=ARTIFACT_SEQ_PKEY),)
 
 
 class EventRow(Base):
@@ -119,11 +132,13 @@ class EventRow(Base):
 
     __tablename__ = "events"
 
-    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(16))
     body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+
+    __table_args__ = (PrimaryKeyConstraint("task_id", "seq", name=EVENT_SEQ_PKEY),)
 
 
 class PushConfigRow(Base):
@@ -191,10 +206,12 @@ class IdempotencyKeyRow(Base):
 
     __tablename__ = "idempotency_keys"
 
-    owner: Mapped[str] = mapped_column(String(256), primary_key=True)
-    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    key: Mapped[str] = mapped_column(String(256))
     fingerprint: Mapped[str] = mapped_column(String(64))
     task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
     reply: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+    __table_args__ = (PrimaryKeyConstraint("owner", "key", name=IDEMPOTENCY_KEY_PKEY),)

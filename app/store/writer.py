@@ -19,13 +19,30 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Boolean, bindparam, case, delete, insert, literal, null, select, update
+from sqlalchemy import (
+    Boolean,
+    PrimaryKeyConstraint,
+    UniqueConstraint,
+    bindparam,
+    case,
+    delete,
+    insert,
+    literal,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .models import (
+    ARTIFACT_SEQ_PKEY,
+    EVENT_SEQ_PKEY,
+    IDEMPOTENCY_KEY_PKEY,
+    RETRY_KEY_UNIQUE,
     ArtifactRow,
+    Base,
     EventRow,
     IdempotencyKeyRow,
     MessageRow,
@@ -90,14 +107,52 @@ def _count_upsert(dialect: str) -> Any:
 
 
 class ConflictError(Exception):
-    """A row with the same key is already stored: a repeated request (a retry of a running task's first
-    message, an Idempotency-Key in use), or an event number another writer already used (this replica lost
-    the task's lease)."""
+    """A row with the same key is already stored (a key no subclass names: a bug)."""
 
-    def __init__(self, detail: str = "") -> None:
-        super().__init__(detail)
-        lowered = detail.lower()
-        self.duplicate_request = "retry_key" in lowered or "idempotency_keys" in lowered
+
+class DuplicateError(ConflictError):
+    """A repeated request: a retry of a running task's first message, or an Idempotency-Key in use."""
+
+
+class SeqTakenError(ConflictError):
+    """The task's next event number is already written: another replica has taken the task over."""
+
+
+_CONFLICTS: dict[str, type[ConflictError]] = {
+    RETRY_KEY_UNIQUE: DuplicateError,
+    IDEMPOTENCY_KEY_PKEY: DuplicateError,
+    EVENT_SEQ_PKEY: SeqTakenError,
+    ARTIFACT_SEQ_PKEY: SeqTakenError,
+}
+
+
+def _unique_keys() -> dict[str, str]:
+    """Each unique key's name by SQLite's naming of it ("table.col, table.col"), from the tables."""
+    names: dict[str, str] = {}
+    for table in Base.metadata.tables.values():
+        for key in (*table.constraints, *table.indexes):
+            unique = isinstance(key, PrimaryKeyConstraint | UniqueConstraint) or getattr(key, "unique", False)
+            if unique and isinstance(key.name, str):
+                names[", ".join(f"{table.name}.{c.name}" for c in key.columns)] = key.name
+    return names
+
+
+_BY_COLUMNS = _unique_keys()
+_SQLITE_UNIQUE = "UNIQUE constraint failed: "
+
+
+def _conflict(exc: IntegrityError) -> ConflictError:
+    """The conflict for the unique key `exc` broke, chosen by the key's name: asyncpg reports it
+    (`constraint_name`), SQLite names the columns instead."""
+    orig = exc.orig
+    name = getattr(orig, "constraint_name", None) or getattr(
+        getattr(orig, "__cause__", None), "constraint_name", None
+    )
+    if name is None:
+        text = str(orig)
+        if text.startswith(_SQLITE_UNIQUE):
+            name = _BY_COLUMNS.get(text[len(_SQLITE_UNIQUE) :])
+    return _CONFLICTS.get(name or "", ConflictError)(str(orig))
 
 
 @dataclass(slots=True)
@@ -147,7 +202,8 @@ class Writer:
         self._tasks = []
 
     async def commit(self, write: Write) -> None:
-        """Return once `write` is durable; raise ConflictError when a key is taken."""
+        """Return once `write` is durable; raise a ConflictError (DuplicateError, SeqTakenError) when a
+        key is taken."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((write, fut))
         async with self._wake:
@@ -173,7 +229,7 @@ class Writer:
             await self._flush([w for w, _ in batch], shard)
         except IntegrityError as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], ConflictError(str(exc.orig)))
+                _settle(batch[0][1], _conflict(exc))
                 return
             for item in batch:
                 await self._flush_batch([item], shard)

@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from app.protocol.model import utcnow
 from app.store.db import create_engine
 from app.store.models import EventRow, MessageRow, TaskRow
-from app.store.writer import ConflictError, Write, Writer
+from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
 from tests.conftest import BACKENDS, database_url
 from tests.support.server import BIN, ROOT
 
@@ -69,8 +69,9 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
         writes.append(new_task_write("t-dup", "m7"))
         outcomes = await asyncio.gather(*(writer.commit(w) for w in writes), return_exceptions=True)
         assert outcomes[:50] == [None] * 50
-        assert isinstance(outcomes[50], ConflictError)
-        assert outcomes[50].duplicate_request, "a second running task of one message is a repeated request"
+        assert isinstance(outcomes[50], DuplicateError), (
+            "a second running task of one message is a repeated request"
+        )
         for task_id, state in (("t3", "working"), ("t4", "completed")):
             update = Write(
                 task_update={
@@ -86,6 +87,11 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
                 }
             )
             await writer.commit(update)
+        taken = Write(
+            events=[{"task_id": "t3", "seq": 1, "kind": "status", "body": {}, "created_at": utcnow()}]
+        )
+        with pytest.raises(SeqTakenError):
+            await writer.commit(taken)  # event 1 of t3 is written: another writer took the task
         async with engine.connect() as conn:
             assert await conn.scalar(select(func.count()).select_from(TaskRow)) == 50
             assert await conn.scalar(select(func.count()).select_from(MessageRow)) == 50

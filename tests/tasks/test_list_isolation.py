@@ -8,12 +8,15 @@ import subprocess
 
 import pytest
 
+from app.agents.echo import EchoAgent
 from app.bus.memory import MemoryBus
 from app.protocol.model import Message, Part, Role, SendConfig
+from app.runner.runner import Runner
 from app.store.db import create_engine
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
+from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
 from tests.conftest import BACKENDS, database_url
 from tests.support.server import BIN, ROOT
@@ -27,7 +30,11 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()
-    service = TaskService(Repository(engine), writer, MemoryBus("r"), Leases(engine, "r", 15), 5)
+    repo, bus, leases = Repository(engine), MemoryBus("r"), Leases(engine, "r", 15)
+    tasks = LiveTasks(repo, writer, bus, leases)
+    # No slots: the tasks stay queued, as with no runner at all.
+    runner = Runner(tasks, leases, bus, EchoAgent(), max_concurrent=0, timeout_s=5, cancel_grace_s=1)
+    service = TaskService(tasks, repo, writer, bus, leases, runner, 5)
     try:
         for owner, n in (("alice", 3), ("bob", 2)):
             for i in range(n):

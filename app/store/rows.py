@@ -1,0 +1,120 @@
+"""The rows a `Write` carries, built from the domain model: with `models.py`, the one place that names the
+columns, so a schema change touches only `store/` and `migrations/`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from app.protocol.model import Artifact, ArtifactUpdate, event_kind, fold_artifact
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from app.protocol.model import Event, EventRecord, Message, StateTransition, Task, TaskStatus
+
+
+def message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "owner": owner,
+        "message_id": m.message_id,
+        "role": m.role.value,
+        "body": m.to_store(),
+        "created_at": now,
+    }
+
+
+def transition_rows(transitions: Iterable[StateTransition]) -> list[dict[str, str]]:
+    return [{"state": t.state.value, "timestamp": t.timestamp} for t in transitions]
+
+
+def event_rows(task_id: str, records: list[EventRecord], now: datetime) -> list[dict[str, Any]]:
+    return [
+        {
+            "task_id": task_id,
+            "seq": r.seq,
+            "kind": event_kind(r.event),
+            "body": r.event.to_store(),
+            "created_at": now,
+        }
+        for r in records
+    ]
+
+
+def artifact_rows(task_id: str, records: list[EventRecord]) -> list[dict[str, Any]]:
+    """The artifact chunk of each artifact event, keyed by the event's number."""
+    return [
+        {
+            "task_id": task_id,
+            "seq": r.seq,
+            "artifact_id": r.event.artifact.artifact_id,
+            "append": r.event.append,
+            "body": r.event.artifact.to_store(),
+        }
+        for r in records
+        if isinstance(r.event, ArtifactUpdate)
+    ]
+
+
+def task_update(
+    task_id: str,
+    status: TaskStatus,
+    transitions: Iterable[StateTransition],
+    last_seq: int,
+    now: datetime,
+    lease_owner: str | None,
+    lease_expires_at: datetime | None,
+) -> dict[str, Any]:
+    """The task row's new state after a step (the writer's `Write.task_update`)."""
+    return {
+        "_id": task_id,
+        "state": status.state.value,
+        "status": status.to_store(),
+        "transitions": transition_rows(transitions),
+        "last_seq": last_seq,
+        "updated_at": now,
+        "status_at": status.timestamp,
+        "lease_owner": lease_owner,
+        "lease_expires_at": lease_expires_at,
+    }
+
+
+def new_task(
+    task: Task,
+    owner: str,
+    now: datetime,
+    lease_owner: str | None,
+    lease_expires_at: datetime | None,
+    retry_key: str | None,
+) -> dict[str, Any]:
+    """A new task's row, its first event (`submitted`, number 1) already counted."""
+    return {
+        "id": task.id,
+        "context_id": task.context_id,
+        "owner": owner,
+        "state": task.status.state.value,
+        "status": task.status.to_store(),
+        "transitions": transition_rows(task.transitions),
+        "metadata": None,
+        "last_seq": 1,
+        "created_at": now,
+        "updated_at": now,
+        "status_at": task.status.timestamp,
+        "lease_owner": lease_owner,
+        "lease_expires_at": lease_expires_at,
+        "retry_key": retry_key,
+    }
+
+
+def folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:
+    """A finished task's artifacts as stored from now on: its artifacts with `events` folded in, one row
+    each (folded on copies: the live task is updated only once the write commits)."""
+    folded = [Artifact.from_store(a.to_store()) for a in task.artifacts]
+    for ev in events:
+        if isinstance(ev, ArtifactUpdate):
+            fold_artifact(folded, ev)
+    return [
+        {"task_id": task.id, "seq": i, "artifact_id": a.artifact_id, "append": False, "body": a.to_store()}
+        for i, a in enumerate(folded, start=1)
+    ]

@@ -1,0 +1,91 @@
+"""Control between replicas: a write to a task another replica holds is forwarded to it, and the
+requests other replicas forward here are carried out (cancel, an answer to a waiting task, a new webhook).
+
+`hops` stops forwarding loops: a forwarded request that finds the task held elsewhere again fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.bus.base import Bus
+from app.protocol import errors
+from app.protocol.errors import A2AError, DatabaseUnavailableError, InternalError, InvalidParamsError
+from app.protocol.model import Message
+from app.store.leases import Leases
+from app.store.outage import is_unavailable
+
+from .live import LiveTasks
+
+log = logging.getLogger(__name__)
+
+CONTROL_TIMEOUT_S = 5.0
+
+
+class Control:
+    """Forwards writes to the lease holder and serves the ones forwarded here (`cancel`, `answer`)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        tasks: LiveTasks,
+        leases: Leases,
+        cancel: Callable[[str, str, int], Awaitable[object]],
+        answer: Callable[[str, Message, int], Awaitable[object]],
+    ) -> None:
+        self._bus = bus
+        self._tasks = tasks
+        self._leases = leases
+        self._cancel = cancel
+        self._answer = answer
+        bus.on_control(self.handle)
+
+    async def forward(self, replica_id: str, body: dict[str, Any]) -> None:
+        """Have the replica holding the task do the write; its A2A error becomes ours."""
+        try:
+            reply = await self._bus.request(replica_id, body, CONTROL_TIMEOUT_S)
+        except TimeoutError:
+            raise InternalError(f"Replica {replica_id} running the task did not answer") from None
+        err = reply.get("error")
+        if err:
+            cls = getattr(errors, err.get("type", ""), None)
+            if not (isinstance(cls, type) and issubclass(cls, A2AError)):
+                cls = InternalError
+            raise cls(err.get("message"), err.get("data"))
+
+    async def webhook_added(self, owner: str, task_id: str) -> None:
+        """Tell the task's writer, here or elsewhere, that its events now also go to the push outbox."""
+        live = self._tasks.get(task_id)
+        if live is not None:
+            live.push = True
+            return
+        holder = await self._leases.holder(task_id, owner=owner)
+        if holder is not None and holder != self._tasks.replica_id:
+            try:
+                await self._bus.request(holder, {"op": "push", "task": task_id}, CONTROL_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("replica %s did not hear of task %s's new webhook", holder, task_id)
+
+    async def handle(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request from another replica about a task this one holds."""
+        try:
+            if body.get("op") == "cancel":
+                await self._cancel(body["owner"], body["task"], 1)
+            elif body.get("op") == "push":
+                live = self._tasks.get(body["task"])
+                if live is not None:
+                    live.push = True
+            elif body.get("op") == "answer":
+                await self._answer(body["owner"], Message.from_store(body["message"]), 1)
+            else:
+                raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
+        except A2AError as err:
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            err = DatabaseUnavailableError()
+            return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        return {"ok": True}

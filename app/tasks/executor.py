@@ -1,0 +1,35 @@
+"""What the task service needs of whatever runs agents (the runner implements it)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from app.protocol.model import Message
+
+
+class Executor(Protocol):
+    """Runs agents for tasks: slots, starting and stopping runs, answers, direct replies."""
+
+    def reserve(self) -> bool:
+        """Take one agent slot for a task about to start here; False when all are busy."""
+        ...
+
+    def release_slot(self) -> None:
+        """Give back a slot `reserve` took for a task that did not start."""
+        ...
+
+    def start(self, task_id: str, reserved: bool = False) -> None:
+        """Run the task's agent here (in the slot `reserve` took, when `reserved`)."""
+        ...
+
+    async def stop(self, task_id: str) -> None:
+        """Stop the task's run, if it runs here."""
+        ...
+
+    async def answer(self, task_id: str, message: Message) -> None:
+        """Hand the user's answer to the task's waiting run (or start one)."""
+        ...
+
+    async def reply(self, owner: str, message: Message) -> Message | None:
+        """The agent's direct Message for a new message, when it answers without a task."""
+        ...

@@ -1,0 +1,177 @@
+"""Reading a task as its owner may see it: its snapshot, its head, and following its event log.
+
+A follower subscribes first, then reads the snapshot, then drops what the snapshot already holds; a gap in
+the sequence (lag, a lost doorbell, a resync) is filled from the log. Reads wait out a database outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from app.bus.base import RESYNC, Bus, Subscription
+from app.protocol.errors import TaskNotFoundError
+from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task, TaskState
+from app.store.outage import OutageLog, backoff, is_unavailable
+from app.store.repo import Repository, TaskHead
+
+from .live import STOP_STATES, LiveTasks, Snapshot
+
+_T = TypeVar("_T")
+
+
+class Reader:
+    """Snapshots and event streams of tasks, from the live task when it is held here, else the store."""
+
+    def __init__(self, tasks: LiveTasks, repo: Repository, bus: Bus, max_history: int | None = None) -> None:
+        self._tasks = tasks
+        self._repo = repo
+        self._bus = bus
+        self.max_history = max_history
+        """Most history messages any read returns (None: all)."""
+        self._outage = OutageLog("stream readers")
+
+    def limit(self, history_length: int | None = None) -> int | None:
+        """How many history messages a read returns: the caller's historyLength within the server's cap."""
+        if history_length is None:
+            return self.max_history
+        history_length = max(history_length, 0)
+        return history_length if self.max_history is None else min(history_length, self.max_history)
+
+    def clip(self, task: Task, history_length: int | None = None) -> Task:
+        limit = self.limit(history_length)
+        return task if limit is None else task.with_history(limit)
+
+    async def load(self, owner: str, task_id: str, history_length: int | None = None) -> Snapshot:
+        """The task as its owner may see it; someone else's task does not exist for them."""
+        live = self._tasks.get(task_id)
+        if live is not None:
+            if live.owner != owner:
+                raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+            snap = live.snapshot()
+            return Snapshot(self.clip(snap.task, history_length), snap.seq)
+        stored = await self._repo.get_task(task_id, owner=owner, history=self.limit(history_length))
+        if stored is None or stored.owner != owner:
+            raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+        return Snapshot(stored.task, stored.last_seq)
+
+    async def head(self, owner: str, task_id: str) -> TaskHead:
+        """The task's context, state and last event number: its row only, never its history or artifacts."""
+        live = self._tasks.get(task_id)
+        if live is not None and live.owner == owner:
+            return TaskHead(live.task.context_id, live.task.status.state, live.seq)
+        head = await self._repo.task_head(task_id, owner=owner)
+        if head is None:
+            raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+        return head
+
+    async def wait_stopped(self, owner: str, task_id: str, timeout_s: float) -> Task:
+        """The task once it is terminal or waiting for input (or as it stands at the timeout): a future
+        the live task answers (`live._wake_waiters`), or following it when it runs elsewhere."""
+        live = self._tasks.get(task_id)
+        if live is not None and live.owner == owner:
+            if live.task.status.state in STOP_STATES:
+                return live.snapshot().task
+            fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
+            live.waiters.append(fut)
+            try:
+                return (await asyncio.wait_for(fut, timeout_s)).task
+            except TimeoutError:
+                return (await self.load(owner, task_id)).task
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for item in self.follow(owner, task_id, stop_at=STOP_STATES):
+                    if isinstance(item, EventRecord):
+                        continue
+                    if item.task.status.state in STOP_STATES:
+                        return item.task
+        except TimeoutError:
+            pass
+        return (await self.load(owner, task_id)).task
+
+    async def follow(
+        self,
+        owner: str,
+        task_id: str,
+        after: int | None = None,
+        stop_at: frozenset[TaskState] = TERMINAL_STATES,
+    ) -> AsyncIterator[Snapshot | EventRecord]:
+        """The task's snapshot, then every later event once and in order, until a stop state.
+
+        With `after`, the snapshot is skipped and the events after that sequence number are replayed from
+        the log instead (only the task's row and those events are read).
+        """
+        sub = await self._bus.subscribe(task_id)
+        try:
+            if after is None:
+                snap = await self._reading(lambda: self.load(owner, task_id))
+                context_id = snap.task.context_id
+                yield snap
+                expected = snap.seq + 1
+                if snap.task.status.state in stop_at:
+                    return
+            else:
+                head = await self._reading(lambda: self.head(owner, task_id))
+                context_id = head.context_id
+                expected = after + 1
+                for rec in await self._log_after(owner, task_id, context_id, after):
+                    yield rec
+                    expected = rec.seq + 1
+                    if _stops(rec, stop_at):
+                        return
+                if head.state in stop_at and expected > head.last_seq:
+                    return
+            async for rec in self._tail(sub, owner, task_id, context_id, expected):
+                yield rec
+                if _stops(rec, stop_at):
+                    return
+        finally:
+            await self._bus.unsubscribe(sub)
+
+    async def _tail(
+        self, sub: Subscription, owner: str, task_id: str, context_id: str, expected: int
+    ) -> AsyncIterator[EventRecord]:
+        """Live events from `expected` on: duplicates dropped, gaps and resyncs filled from the log."""
+        while True:
+            rec = await sub.get()
+            if rec is RESYNC:
+                for m in await self._log_after(owner, task_id, context_id, expected - 1):
+                    yield m
+                    expected = m.seq + 1
+                continue
+            if rec.seq < expected:
+                continue
+            if rec.seq > expected:
+                for m in await self._log_after(owner, task_id, context_id, expected - 1):
+                    if m.seq >= rec.seq:
+                        break
+                    yield m
+            yield rec
+            expected = rec.seq + 1
+
+    async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
+        """The log after `after`, waiting while the database is out of reach."""
+        return await self._reading(lambda: self._repo.events_after(task_id, context_id, after, owner=owner))
+
+    async def _reading(self, read: Callable[[], Awaitable[_T]]) -> _T:
+        """A stream's read, retried with backoff while the database is away (a restart, an outage, or a
+        burst of readers resyncing at once after a Redis reconnect exhausting the pool for a moment):
+        the stream stays open on keep-alives meanwhile and goes on, from where it was, once it is back."""
+        delay = 0.05
+        while True:
+            try:
+                result = await read()
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                self._outage.failed(exc)
+                await asyncio.sleep(delay)
+                delay = backoff(delay, cap=2.0)
+                continue
+            self._outage.ok()
+            return result
+
+
+def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
+    return isinstance(rec.event, StatusUpdate) and rec.event.status.state in stop_at

@@ -1,0 +1,355 @@
+"""The tasks this process writes, and the one way to change them.
+
+Every change of a task goes through `LiveTasks.apply` on the task's `LiveTask`: it checks the state machine,
+numbers the events, commits them (with the status, history and artifact rows they imply) through the
+group-commit writer, updates the in-memory snapshot, wakes the requests waiting for it to stop, and only
+then rings the bus. One process writes a task at a time, so the in-memory sequence number is the truth
+between commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.bus.base import Bus
+from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
+from app.protocol.model import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    ArtifactUpdate,
+    EventRecord,
+    StateTransition,
+    StatusUpdate,
+    TaskState,
+    fold_artifact,
+    status_update,
+    utcnow,
+)
+from app.push import payloads
+from app.store import rows
+from app.store.leases import Held, Leases
+from app.store.outage import OutageLog, backoff, is_unavailable
+from app.store.repo import Repository
+from app.store.writer import SeqTakenError, Write, Writer
+
+from .state import check_transition
+
+if TYPE_CHECKING:
+    from app.protocol.model import Event, Message, Task
+
+log = logging.getLogger(__name__)
+
+STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
+"""A blocking send returns once its task is in one of these."""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A task as of event `seq`: what a subscriber shows first before following the log."""
+
+    task: Task
+    seq: int
+
+
+@dataclass(slots=True, eq=False)
+class LiveTask:
+    """A task this process writes: the in-memory truth between commits, serialised by `lock`."""
+
+    task: Task
+    owner: str
+    seq: int
+    push: bool = False
+    """The task has webhooks: its events also go to the push outbox (built only then)."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiters: list[asyncio.Future[Snapshot]] = field(default_factory=list)
+    stalled: bool = False
+    """Its run is waiting for the database to take its events: other writers fail at once, not queue."""
+    artifact_rows: int | None = None
+    """How many artifact rows the task has stored (None: unknown). When it ends with exactly one row per
+    artifact, its rows are already folded and the compaction is skipped."""
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.task.with_history(None), self.seq)
+
+
+class HeldElsewhereError(Exception):
+    """Another replica holds the task's lease: only it may write the task."""
+
+    def __init__(self, replica_id: str) -> None:
+        super().__init__(replica_id)
+        self.replica_id = replica_id
+
+
+class UnrecordedError(Exception):
+    """A run's events could not be committed within the outage grace: the database stayed away."""
+
+
+class LiveTasks:
+    """The tasks held here (by lease), each a `LiveTask`; requests and runs change them through `apply`."""
+
+    def __init__(
+        self,
+        repo: Repository,
+        writer: Writer,
+        bus: Bus,
+        leases: Leases,
+        outage_grace_s: float = 120.0,
+        push_ring: Callable[[], None] | None = None,
+    ) -> None:
+        self._repo = repo
+        self._writer = writer
+        self._bus = bus
+        self._leases = leases
+        self.replica_id = leases.replica_id
+        self.outage_grace_s = outage_grace_s
+        """How long a run's commit waits for a database that is away before the run gives up."""
+        self._push_ring = push_ring
+        """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
+        self._live: dict[str, LiveTask] = {}
+        self._runs_outage = OutageLog("task runs")
+
+    def get(self, task_id: str) -> LiveTask | None:
+        return self._live.get(task_id)
+
+    async def writable(self, owner: str, task_id: str) -> LiveTask:
+        """The task for writing: held here already, or its lease taken now.
+
+        Raises HeldElsewhereError when another live replica holds it. A finished task comes back
+        unregistered (no lease needed) so callers can answer with the right error.
+        """
+        live = self._live.get(task_id)
+        if live is None:
+            # Every query names the owner: another principal's task is neither leased nor revealed.
+            took = await self._leases.take(task_id, owner=owner)
+            if not took:
+                holder = await self._leases.holder(task_id, owner=owner)
+                if holder is not None and holder != self.replica_id:
+                    raise HeldElsewhereError(holder)
+            stored = await self._repo.get_task(task_id, owner=owner, to_write=True)
+            live = self._live.get(task_id)
+            if live is None:
+                if stored is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+                live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+                if took and not stored.task.status.state.terminal:
+                    self._live[task_id] = live
+        if live.owner != owner:
+            raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
+        return live
+
+    def created(self, task: Task, owner: str, write: Write, hold: bool) -> None:
+        """A new task's `write` has committed (and been published): ring the push worker; with `hold` (its
+        run starts here) it becomes a live task."""
+        if write.notifications and self._push_ring is not None:
+            self._push_ring()
+        if hold:
+            self._live[task.id] = LiveTask(task, owner, 1, bool(write.push_configs), artifact_rows=0)
+
+    async def apply(
+        self,
+        live: LiveTask,
+        events: list[Event],
+        messages: Iterable[Message] = (),
+        admit: Callable[[Task], None] | None = None,
+        key_row: dict[str, Any] | None = None,
+        wait: bool = False,
+    ) -> list[EventRecord]:
+        """Commit `events` (and user `messages`, and an Idempotency-Key naming the task) to the task, then
+        publish them. `admit` sees the task under its lock first and may refuse by raising.
+
+        Events for a task that has already ended are dropped: nothing leaves a terminal state. With
+        `wait` (the task's own run) a database that is away is waited for (`_commit`); a request instead
+        fails at once, also when the run is waiting out an outage on this task.
+        """
+        if live.stalled and not wait:
+            raise DatabaseUnavailableError()
+        async with live.lock:
+            task = live.task
+            if admit is not None:
+                admit(task)
+            state = task.status.state
+            if state.terminal:
+                return []
+            now = utcnow()
+            seq = live.seq
+            status = task.status
+            transitions = list(task.transitions)
+            user_messages = list(messages)
+            history_add = list(user_messages)
+            records: list[EventRecord] = []
+            for ev in events:
+                seq += 1
+                records.append(EventRecord(seq, ev))
+                if isinstance(ev, StatusUpdate):
+                    check_transition(state, ev.status.state)
+                    if ev.status.state != state:
+                        transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
+                    state = ev.status.state
+                    status = ev.status
+                    if status.message is not None:
+                        history_add.append(status.message)
+            write = Write(
+                events=rows.event_rows(task.id, records, now),
+                artifacts=rows.artifact_rows(task.id, records),
+                messages=[rows.message_row(task.id, live.owner, m, now) for m in history_add],
+                idempotency_key=key_row,
+            )
+            if live.push:
+                write.notifications = payloads.notifications(task, records, user_messages, now)
+            ended = state.terminal
+            stored = None if live.artifact_rows is None else live.artifact_rows + len(write.artifacts)
+            if ended:
+                folded = rows.folded_rows(task, events)
+                if stored != len(folded):
+                    write.folded_artifacts = folded
+            write.task_update = rows.task_update(
+                task.id,
+                status,
+                transitions,
+                seq,
+                now,
+                None if ended else self.replica_id,
+                None if ended else self._leases.expiry(now),
+            )
+            try:
+                await self._commit(live, write, wait)
+            except SeqTakenError:
+                # Our next event number is taken: another replica took this task over.
+                self._live.pop(task.id, None)
+                log.warning("task %s was taken over by another replica; dropping it here", task.id)
+                raise
+            if write.notifications and self._push_ring is not None:
+                self._push_ring()
+            task.status = status
+            task.transitions = transitions
+            task.history.extend(history_add)
+            for ev in events:
+                if isinstance(ev, ArtifactUpdate):
+                    fold_artifact(task.artifacts, ev)
+            live.seq = seq
+            live.artifact_rows = stored
+            if ended:
+                self._live.pop(task.id, None)
+            _wake_waiters(live)
+        await self._bus.publish(task.id, task.context_id, records)
+        return records
+
+    async def _commit(self, live: LiveTask, write: Write, wait: bool) -> None:
+        """Commit one step of the task. With `wait`, retry while the database is away, with backoff, for
+        up to the outage grace (then UnrecordedError); the caller holds the task's lock, so its steps still
+        commit in order. A retry that hits its own event numbers checks whether the first try did land
+        (its answer lost with the connection) before calling it a conflict."""
+        if not wait:
+            await self._writer.commit(write)
+            return
+        deadline: float | None = None
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    await self._writer.commit(write)
+                    break
+                except SeqTakenError:
+                    if deadline is not None and await self._landed(write):
+                        break
+                    raise
+                except Exception as exc:
+                    if not is_unavailable(exc):
+                        raise
+                    self._runs_outage.failed(exc)
+                    live.stalled = True
+                    now = time.monotonic()
+                    deadline = deadline or now + self.outage_grace_s
+                    if now >= deadline:
+                        raise UnrecordedError(live.task.id) from exc
+                    await asyncio.sleep(min(delay, deadline - now))
+                    delay = backoff(delay)
+            self._runs_outage.ok()
+        finally:
+            live.stalled = False
+
+    async def _landed(self, write: Write) -> bool:
+        """Whether `write` is what the database holds as the task's latest step."""
+        assert write.task_update is not None
+        try:
+            stored = await self._leases.recorded(write.task_update["_id"])
+        except Exception as exc:
+            if is_unavailable(exc):
+                return False
+            raise
+        return stored == (write.task_update["last_seq"], write.task_update["lease_owner"])
+
+    # ---- the runner's side ---------------------------------------------------------------------
+
+    async def record(self, task_id: str, events: list[Event]) -> bool:
+        """Apply events produced by the task's run; True once the task has ended (or left us).
+
+        Waits out a database outage up to the grace; raises UnrecordedError past it."""
+        live = self._live.get(task_id)
+        if live is None:
+            return True
+        try:
+            await self.apply(live, events, wait=True)
+        except SeqTakenError:
+            return True
+        return live.task.status.state.terminal
+
+    async def fail(self, task_id: str, reason: str, wait: bool = False) -> None:
+        """End the task `failed` with `reason` (with `wait`, as its run: waiting out an outage)."""
+        live = self._live.get(task_id)
+        if live is not None:
+            event = status_update(task_id, live.task.context_id, TaskState.FAILED, reason)
+            await self.apply(live, [event], wait=wait)
+
+    def forget(self, task_id: str) -> None:
+        """The task's run ended here without ending the task: stop holding it in memory, so reads come
+        from the database and its lease, no longer renewed, expires for the reaper to act on."""
+        live = self._live.get(task_id)
+        if live is not None and not live.task.status.state.terminal:
+            self._live.pop(task_id, None)
+
+    async def adopt(self, task_id: str) -> bool:
+        """Load a task this replica has just claimed so its run can start; False if it is gone."""
+        if task_id in self._live:
+            return True
+        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        if stored is None or stored.task.status.state.terminal:
+            return False
+        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        return True
+
+    async def end_lost(self, held: Held, reason: str) -> None:
+        """Fail a task whose agent died with its replica, if this replica can take it."""
+        if held.task_id in self._live or not await self._leases.take(held.task_id):
+            return
+        stored = await self._repo.get_task(held.task_id, owner=None, to_write=True)
+        if stored is None or stored.task.status.state.terminal:
+            return
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        self._live[held.task_id] = live
+        event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
+        try:
+            await self.apply(live, [event])
+        except SeqTakenError:
+            pass
+
+    async def release(self, task_ids: list[str]) -> None:
+        """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""
+        for task_id in task_ids:
+            self._live.pop(task_id, None)
+        await self._leases.release(task_ids)
+
+
+def _wake_waiters(live: LiveTask) -> None:
+    """Answer the blocking sends waiting for the task to stop (`follow.Reader.wait_stopped`)."""
+    if live.waiters and live.task.status.state in STOP_STATES:
+        snap = live.snapshot()
+        for fut in live.waiters:
+            if not fut.done():
+                fut.set_result(snap)
+        live.waiters.clear()

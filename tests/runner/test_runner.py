@@ -1,0 +1,95 @@
+"""The runner in process (MemoryBus, SQLite): its slot limit queues what does not fit, an agent that
+raises or overruns its timeout fails its task with the reason, and a restart settles what the replica's
+previous life (or a dead replica) left: adopting queued tasks, failing lost runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.agents.sdk import TaskContext
+from app.protocol.model import TaskState
+from app.store.writer import Writer
+from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
+
+
+async def test_a_task_beyond_max_concurrent_waits_submitted_until_a_slot_frees(tmp_path):
+    started: dict[str, asyncio.Event] = {}
+    release: dict[str, asyncio.Event] = {}
+    now_running = 0
+    most = 0
+
+    async def script(task: TaskContext) -> None:
+        nonlocal now_running, most
+        now_running += 1
+        most = max(most, now_running)
+        started.setdefault(task.text, asyncio.Event()).set()
+        await release.setdefault(task.text, asyncio.Event()).wait()
+        now_running -= 1
+        await task.say(f"done {task.text}")
+
+    async with running(tmp_path, script, max_concurrent_tasks=2) as c:
+        ids = [(await send(c, name, blocking=False)).id for name in ("a", "b", "c")]
+        for name in ("a", "b"):
+            await asyncio.wait_for(started.setdefault(name, asyncio.Event()).wait(), WAIT_S)
+        assert c.runner.running == 2
+        assert (await c.service.get(OWNER, ids[2])).status.state is TaskState.SUBMITTED
+        assert "c" not in started
+        release.setdefault("a", asyncio.Event()).set()
+        assert texts(await until(c, ids[0], TaskState.COMPLETED)) == ["done a"]
+        await asyncio.wait_for(started.setdefault("c", asyncio.Event()).wait(), WAIT_S)
+        release.setdefault("b", asyncio.Event()).set()
+        release.setdefault("c", asyncio.Event()).set()
+        for task_id, name in zip(ids[1:], ("b", "c"), strict=True):
+            assert texts(await until(c, task_id, TaskState.COMPLETED)) == [f"done {name}"]
+        assert most == 2
+
+
+async def test_an_agent_that_raises_fails_its_task_with_the_reason(tmp_path):
+    async def script(task: TaskContext) -> None:
+        await task.say("partial")
+        raise RuntimeError("the model is on fire")
+
+    async with running(tmp_path, script) as c:
+        task = await send(c, "go")
+        assert task.status.state is TaskState.FAILED
+        assert status_text(task) == "The agent failed: RuntimeError: the model is on fire"
+        assert texts(task) == ["partial"]
+        assert c.runner.running == 0
+
+
+async def test_an_agent_past_its_timeout_is_stopped_and_its_task_failed(tmp_path):
+    stopped = asyncio.Event()
+
+    async def script(task: TaskContext) -> None:
+        async def hook() -> None:
+            stopped.set()
+
+        task.on_cancel(hook)
+        await asyncio.Event().wait()
+
+    async with running(tmp_path, script, agent_timeout_s=0.2) as c:
+        task = await send(c, "never ends")
+        assert task.status.state is TaskState.FAILED
+        assert status_text(task) == "The agent did not finish within 0.2 s and was stopped."
+        assert stopped.is_set(), "the agent's cancel hooks ran"
+
+
+async def test_start_up_adopts_queued_tasks_and_ends_lost_runs(tmp_path):
+    async def seed(writer: Writer) -> None:
+        await writer.commit(seeded_write("mine-working", TaskState.WORKING, "r1", 60))
+        await writer.commit(seeded_write("mine-queued", TaskState.SUBMITTED, "r1", 60))
+        await writer.commit(seeded_write("dead-working", TaskState.WORKING, "dead", -60))
+        await writer.commit(seeded_write("alive-working", TaskState.WORKING, "other", 60))
+
+    async def script(task: TaskContext) -> None:
+        await task.say(f"ran {task.id}")
+
+    async with running(tmp_path, script, seed=seed) as c:
+        lost = await until(c, "mine-working", TaskState.FAILED)
+        assert status_text(lost) == "The server restarted while this task was running; its agent was lost."
+        adopted = await until(c, "mine-queued", TaskState.COMPLETED)
+        assert texts(adopted) == ["ran mine-queued"]
+        reaped = await until(c, "dead-working", TaskState.FAILED)
+        assert status_text(reaped).startswith("Replica dead running this task stopped renewing its lease")
+        alive = await c.service.get(OWNER, "alive-working")
+        assert alive.status.state is TaskState.WORKING, "a live lease of another replica is left alone"
