@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 
@@ -45,7 +46,7 @@ def create_engine(url: str, timeout_s: float = 10.0, statement_timeout_s: float 
             cur.close()
 
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         json_serializer=_dumps,
         json_deserializer=orjson.loads,
@@ -55,3 +56,17 @@ def create_engine(url: str, timeout_s: float = 10.0, statement_timeout_s: float 
         pool_timeout=timeout_s,
         connect_args={"timeout": timeout_s, "command_timeout": statement_timeout_s},
     )
+    event.listen(engine.sync_engine, "checkout", _refuse_closed)
+    return engine
+
+
+def _refuse_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    """Never hand out a pooled connection the server has closed (a restart, an idle timeout).
+
+    asyncpg marks a connection closed as soon as its socket sees the server hang up, so this costs no round
+    trip, unlike `pool_pre_ping`. `DisconnectionError` makes the pool drop it and check out another (a
+    fresh connect when every pooled one is dead), so the first calls after a database restart succeed
+    instead of failing on connections the restart killed.
+    """
+    if dbapi_conn.driver_connection.is_closed():
+        raise DisconnectionError("pooled connection closed by the server")
