@@ -14,8 +14,10 @@ from app.bus.base import Bus
 from app.protocol import errors
 from app.protocol.errors import A2AError, DatabaseUnavailableError, InternalError, InvalidParamsError
 from app.protocol.model import Message
+from app.store.idempotency import IdemKey
 from app.store.leases import Leases
 from app.store.outage import is_unavailable
+from app.store.writer import DuplicateError
 
 from .live import LiveTasks
 
@@ -33,7 +35,7 @@ class Control:
         tasks: LiveTasks,
         leases: Leases,
         cancel: Callable[[str, str, int], Awaitable[object]],
-        answer: Callable[[str, Message, int], Awaitable[object]],
+        answer: Callable[[str, Message, int, IdemKey | None], Awaitable[object]],
     ) -> None:
         self._bus = bus
         self._tasks = tasks
@@ -48,12 +50,24 @@ class Control:
             reply = await self._bus.request(replica_id, body, CONTROL_TIMEOUT_S)
         except TimeoutError:
             raise InternalError(f"Replica {replica_id} running the task did not answer") from None
+        if reply.get("duplicate"):
+            raise DuplicateError(f"a copy of this request was stored first on replica {replica_id}")
         err = reply.get("error")
         if err:
             cls = getattr(errors, err.get("type", ""), None)
             if not (isinstance(cls, type) and issubclass(cls, A2AError)):
                 cls = InternalError
             raise cls(err.get("message"), err.get("data"))
+
+    async def forward_answer(
+        self, replica_id: str, owner: str, message: Message, idem: IdemKey | None
+    ) -> None:
+        """An answer to a task the replica `replica_id` holds, with the request's Idempotency-Key, which the
+        holder stores in the answer's own transaction (so a copy that comes after the answer finds it)."""
+        body: dict[str, Any] = {"op": "answer", "owner": owner, "message": message.to_store()}
+        if idem is not None:
+            body["idem"] = {"key": idem.key, "fingerprint": idem.fingerprint}
+        await self.forward(replica_id, body)
 
     async def webhook_added(self, owner: str, task_id: str) -> None:
         """Tell the task's writer, here or elsewhere, that its events now also go to the push outbox."""
@@ -78,11 +92,14 @@ class Control:
                 if live is not None:
                     live.push = True
             elif body.get("op") == "answer":
-                await self._answer(body["owner"], Message.from_store(body["message"]), 1)
+                idem = IdemKey(**body["idem"]) if body.get("idem") else None
+                await self._answer(body["owner"], Message.from_store(body["message"]), 1, idem)
             else:
                 raise InvalidParamsError(f"unknown control op {body.get('op')!r}")
         except A2AError as err:
             return {"error": {"type": type(err).__name__, "message": err.message, "data": err.data}}
+        except DuplicateError:
+            return {"duplicate": True}
         except Exception as exc:
             if not is_unavailable(exc):
                 raise

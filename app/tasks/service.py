@@ -194,6 +194,11 @@ class TaskService:
                 if earlier is not None:
                     return earlier
                 return await self._store(owner, message, push, idem, retry)
+            except UnsupportedOperationError:
+                # A keyed copy applied (and its key stored) between our look-up and our turn at the task.
+                if idem is None or (earlier := await self._copies.earlier(owner, idem, None)) is None:
+                    raise
+                return earlier
             except DuplicateError:
                 rounds += 1
                 running_copy = retry
@@ -279,9 +284,7 @@ class TaskService:
         except HeldElsewhereError as held:
             if hops:
                 raise InternalError() from None
-            body = {"op": "answer", "owner": owner, "message": message.to_store()}
-            await self._control.forward(held.replica_id, body)
-            await self._copies.remember(owner, idem, task_id=message.task_id)
+            await self._control.forward_answer(held.replica_id, owner, message, idem)
             return message.task_id
         task = live.task
         if message.context_id and message.context_id != task.context_id:

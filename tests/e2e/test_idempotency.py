@@ -324,3 +324,27 @@ async def test_keys_retries_and_follow_ups_hold_across_replicas(cluster_factory)
         again = await result(one, "message/send", answer)
         assert again["history"] == taken["history"], "applied once, whichever replica it reached"
         await result(one, "tasks/cancel", {"id": waiting["id"]})
+
+
+async def test_keyed_copies_of_an_answer_that_ends_the_task_all_get_it_on_any_replica(cluster_factory):
+    """Copies of one keyed answer sent at once through the holder and another replica, while the answer
+    ends the task at once: every copy gets the task, none is told the task has finished. The key is stored
+    with the answer (on the holder, also for a forwarded one), so a copy that reaches the task after it
+    ended finds it."""
+    cluster = await cluster_factory(replicas=2)
+    one, two = (httpx.AsyncClient(base_url=url, timeout=WAIT_S) for url in cluster.urls)
+    async with one, two:
+        for _ in range(3):
+            waiting = await send(one, "ask:Go?")
+            key, mid = new_key(), str(uuid.uuid4())
+            params = {"message": text_message("go", taskId=waiting["id"], messageId=mid)}
+            body = {**jsonrpc("message/send"), "params": params}
+            replies = await asyncio.gather(
+                *(c.post("/a2a/jsonrpc", json=body, headers=key) for c in (one, two) * 6)
+            )
+            answers = [r.json() for r in replies]
+            assert [a.get("error") for a in answers if "error" in a] == []
+            assert {a["result"]["id"] for a in answers} == {waiting["id"]}
+            done = await result(one, "tasks/get", {"id": waiting["id"]})
+            assert done["status"]["state"] == "completed"
+            assert [m["messageId"] for m in done["history"] if m["role"] == "user"].count(mid) == 1
