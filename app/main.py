@@ -16,6 +16,7 @@ from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.fallback import Fallback, http_error
+from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
 from app.settings import Settings, get_settings
 from app.wiring import lifespan
@@ -48,6 +49,10 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(rest_v10.router)
     app.include_router(health.router)
     app.include_router(openapi.router)
+    metrics = Metrics() if settings.metrics_enabled else None
+    if metrics is not None:
+        metrics.watch(lambda: getattr(app.state, "components", None))
+        app.include_router(metrics.router())
     app.state.authenticator = authenticator
     # Added last is outermost: CORS answers preflights before the guard asks for a credential.
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
@@ -55,6 +60,9 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
     # Outside the guard and CORS: whatever escapes them is answered in the binding's error shape.
     app.add_middleware(Fallback)
+    # Outside the fallback, so every answer is counted, refusals and faults included.
+    if metrics is not None:
+        app.add_middleware(RequestMetrics, metrics=metrics)
     # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
     app.add_middleware(StripTrailingSlash)
     app.router.redirect_slashes = False

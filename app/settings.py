@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     db_statement_timeout_s: float = Field(default=30.0, gt=0)
     """Longest one database statement may take (PostgreSQL) before it fails."""
     log_level: str = "info"
+    metrics_enabled: bool = True
+    """Serve Prometheus metrics at `/metrics` (no credential, like `/healthz`: restrict it at the proxy)."""
 
     push_notification_allow_http: bool = False
     """Allow plain-http webhook URLs (https only otherwise)."""

@@ -149,4 +149,6 @@ async def wire(
             bus=bus,
             runner=runner,
             deliverer=deliverer,
+            tasks=tasks,
+            writer=writer,
         )

@@ -30,7 +30,7 @@ from .sanity import NUL, nul_error
 log = logging.getLogger(__name__)
 
 CARD_PATHS = frozenset({"/.well-known/agent-card.json", "/.well-known/agent.json"})
-PUBLIC_PATHS = CARD_PATHS | {"/healthz", "/readyz"}
+PUBLIC_PATHS = CARD_PATHS | {"/healthz", "/readyz", "/metrics"}
 JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
 CORS_HEADERS = [
     "Authorization",

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from app.bus.base import Bus
     from app.push.deliverer import Deliverer
     from app.runner.runner import Runner
+    from app.store.writer import Writer
+    from app.tasks.live import LiveTasks
 
     from .card import Card
 
@@ -41,6 +43,8 @@ class Components:
     bus: Bus
     runner: Runner
     deliverer: Deliverer
+    tasks: LiveTasks
+    writer: Writer
 
 
 def components(request: Request) -> Components:

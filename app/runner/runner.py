@@ -84,6 +84,11 @@ class Runner:
     def running(self) -> int:
         return len(self._runs)
 
+    @property
+    def slots(self) -> int:
+        """Agent runs allowed at once here."""
+        return self._max
+
     # ---- slots -----------------------------------------------------------------------------------
 
     def reserve(self) -> bool:

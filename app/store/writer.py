@@ -185,6 +185,14 @@ class Writer:
         self._busy = 0
         self._shard_base = random.randrange(COUNT_SHARDS)
         self._count_upsert = _count_upsert(engine.dialect.name)
+        self.commits = 0
+        """Transactions committed, and the writes they carried (`writes`): read by the metrics."""
+        self.writes = 0
+
+    @property
+    def pending(self) -> int:
+        """Writes queued for the next commit."""
+        return len(self._pending)
 
     def start(self) -> None:
         self._tasks = [
@@ -242,6 +250,8 @@ class Writer:
             for _, fut in batch:
                 _settle(fut, exc)
             return
+        self.commits += 1
+        self.writes += len(batch)
         for _, fut in batch:
             _settle(fut, None)
 

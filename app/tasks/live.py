@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,15 @@ class LiveTasks:
         """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
         self._live: dict[str, LiveTask] = {}
         self._runs_outage = OutageLog("task runs")
+        self.created_total = 0
+        """Tasks created here (read by the metrics at scrape time, like `ended_total`)."""
+        self.ended_total: Counter[str] = Counter()
+        """Tasks that ended while held here, by final state."""
+
+    @property
+    def held(self) -> int:
+        """Unfinished tasks held here."""
+        return len(self._live)
 
     def get(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
@@ -145,6 +155,7 @@ class LiveTasks:
     def created(self, task: Task, owner: str, write: Write, hold: bool) -> None:
         """A new task's `write` has committed (and been published): ring the push worker; with `hold` (its
         run starts here) it becomes a live task."""
+        self.created_total += 1
         if write.notifications and self._push_ring is not None:
             self._push_ring()
         if hold:
@@ -235,6 +246,7 @@ class LiveTasks:
             live.artifact_rows = stored
             if ended:
                 self._live.pop(task.id, None)
+                self.ended_total[state.value] += 1
             _wake_waiters(live)
         await self._bus.publish(task.id, task.context_id, records)
         return records
