@@ -183,6 +183,8 @@ class Cluster:
             PORT=str(replica.port),
             PUBLIC_URL=self.public_url,
             REPLICA_ID=replica.replica_id,
+            # Replicas share one machine: gRPC only when asked for (and then it would need a port each).
+            GRPC_PORT=self.extra_env.get("GRPC_PORT", "0"),
         )
         if self.redis_bus:
             env["REDIS_URL"] = self.redis_url

@@ -21,6 +21,7 @@ TEST_ENV = {
     "AUTH_MODE": "off",
     "TASK_RATE_PER_MIN": "0",
     "MAX_STREAMS_PER_PRINCIPAL": "0",
+    "GRPC_PORT": "0",
 }
 
 
