@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import json_format
 from google.protobuf.descriptor import ServiceDescriptor
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2  # noqa: F401  (ErrorInfo joins the pool for ParseDict)
 
-from app.protocol.errors import A2AError, InvalidRequestError, VersionNotSupportedError
+from app.protocol.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
 from app.settings import SettingError, Settings
 
 from .admission import open_stream
@@ -41,6 +41,7 @@ from .deps import Components
 from .faults import unexpected
 from .jsonrpc import error_info
 from .rest import error_name
+from .sanity import check_json
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ class Service:
             raise ValueError(f"{descriptor.full_name}: no op for, or no RPC named, {sorted(missing)}")
         methods = []
         for m in descriptor.methods:
-            handler, params = ops[m.name] if isinstance(ops[m.name], tuple) else (ops[m.name], same)  # type: ignore[misc]
+            op = ops[m.name]
+            handler, params = op if isinstance(op, tuple) else (op, same)
             methods.append(
                 Method(
                     m.name,
@@ -112,7 +114,7 @@ def _decoder(cls: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
     def decode(raw: bytes) -> Message | _Undecodable:
         try:
             return cls.FromString(raw)
-        except DecodeError:
+        except Exception:  # DecodeError, or whatever else the bytes make the parser raise
             return UNDECODABLE
 
     return decode
@@ -172,9 +174,19 @@ class Binding:
         )
 
     async def _params(self, m: Method, request: Message | _Undecodable) -> dict[str, Any]:
+        """The request's ProtoJSON, checked as the JSON bindings check a body (depth, NUL), as the op's
+        params."""
         if isinstance(request, _Undecodable):
             raise InvalidRequestError(f"The request is not a {m.request.DESCRIPTOR.full_name} message")
-        return m.params(json_format.MessageToDict(request))
+        try:
+            params = json_format.MessageToDict(request)
+        except (
+            json_format.Error,
+            ValueError,
+        ) as exc:  # a value ProtoJSON cannot print (a Timestamp out of range)
+            raise InvalidParamsError(f"Invalid params: {exc}") from None
+        check_json(params)
+        return m.params(params)
 
     def _unary(self, service: Service, m: Method) -> Callable[..., Awaitable[Message]]:
         where = f"gRPC {service.name}/{m.name}"

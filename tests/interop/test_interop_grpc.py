@@ -354,6 +354,23 @@ async def test_errors_carry_the_status_code_and_error_info(grpc_server: ServerPr
         assert error_info(version.value).reason == "VERSION_NOT_SUPPORTED"
 
 
+async def test_what_the_json_bindings_refuse_is_refused_here_too(grpc_server: ServerProcess) -> None:
+    """A NUL character (no database text holds one) and a timestamp ProtoJSON cannot print: INVALID_ARGUMENT,
+    never INTERNAL."""
+    async with channel(address(grpc_server), ALICE) as ch:
+        v10 = a2a_pb2_grpc.A2AServiceStub(ch)
+        nul = a2a_pb2.Message(message_id="m-nul", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="a\x00b")])
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await v10.SendMessage(a2a_pb2.SendMessageRequest(message=nul))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_info(refused.value).reason == "INVALID_REQUEST"
+        far = a2a_pb2.ListTasksRequest()
+        far.status_timestamp_after.seconds = 10**13
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await v10.ListTasks(far)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_no_credential_is_unauthenticated(grpc_server: ServerProcess) -> None:
     async with channel(address(grpc_server)) as ch:
         for call in (
