@@ -173,17 +173,14 @@ class Binding:
             idempotency_key=headers.get("idempotency-key"),
         )
 
-    async def _params(self, m: Method, request: Message | _Undecodable) -> dict[str, Any]:
+    def _params(self, m: Method, request: Message | _Undecodable) -> dict[str, Any]:
         """The request's ProtoJSON, checked as the JSON bindings check a body (depth, NUL), as the op's
         params."""
         if isinstance(request, _Undecodable):
             raise InvalidRequestError(f"The request is not a {m.request.DESCRIPTOR.full_name} message")
         try:
             params = json_format.MessageToDict(request)
-        except (
-            json_format.Error,
-            ValueError,
-        ) as exc:  # a value ProtoJSON cannot print (a Timestamp out of range)
+        except (json_format.Error, ValueError) as exc:  # a value ProtoJSON cannot print (a far Timestamp)
             raise InvalidParamsError(f"Invalid params: {exc}") from None
         check_json(params)
         return m.params(params)
@@ -194,7 +191,7 @@ class Binding:
         async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
             try:
                 call = await self._call(service, context)
-                result = await m.handler(await self._params(m, request), call)
+                result = await m.handler(self._params(m, request), call)
                 return to_proto(result or {}, m.response)
             except A2AError as err:
                 await abort(context, err, service.version)
@@ -211,7 +208,7 @@ class Binding:
         ) -> AsyncIterator[Message]:
             try:
                 call = await self._call(service, context)
-                params = await self._params(m, request)
+                params = self._params(m, request)
                 items, encode = await open_stream(call, lambda: m.handler(params, call))
             except A2AError as err:
                 await abort(context, err, service.version)
