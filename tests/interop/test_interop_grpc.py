@@ -64,6 +64,7 @@ from tests.support.server import ServerProcess, free_port
 
 S = TaskState
 ALICE = {"x-api-key": KEYS["alice"]}
+MAX_BYTES = 256 * 1024
 SKILLS = '[{"id": "admin", "name": "Admin", "description": "Only for signed-in callers", "tags": ["x"]}]'
 
 
@@ -74,7 +75,7 @@ async def grpc_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> 
     srv = await make_server(
         request.param,
         tmp_path_factory.mktemp(f"grpc-{request.param}"),
-        **api_keys_env(EXTENDED_CARD_SKILLS=SKILLS, GRPC_PORT=str(port)),
+        **api_keys_env(EXTENDED_CARD_SKILLS=SKILLS, GRPC_PORT=str(port), MAX_BODY_BYTES=str(MAX_BYTES)),
     )
     srv.grpc_port = port  # type: ignore[attr-defined]
     yield srv
@@ -386,7 +387,7 @@ async def test_no_credential_is_unauthenticated(grpc_server: ServerProcess) -> N
             assert error_info(refused.value).reason == "UNAUTHENTICATED"
 
 
-async def test_undecodable_bytes_are_invalid_argument_and_the_server_keeps_serving(
+async def test_undecodable_or_oversized_requests_are_refused_and_the_server_keeps_serving(
     grpc_server: ServerProcess,
 ) -> None:
     garbage = b"\x0a\xff\xff"  # field 1, length-delimited, longer than what follows
@@ -398,6 +399,14 @@ async def test_undecodable_bytes_are_invalid_argument_and_the_server_keeps_servi
         with pytest.raises(grpc.aio.AioRpcError) as stream:
             await anext(aiter(ch.unary_stream("/lf.a2a.v1.A2AService/SendStreamingMessage")(garbage)))
         assert stream.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        # A message over MAX_BODY_BYTES is refused by gRPC itself, before any of it is read.
+        big = a2a_pb2.Message(
+            message_id="m-big", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="x" * MAX_BYTES)]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as too_big:
+            await a2a_pb2_grpc.A2AServiceStub(ch).SendMessage(a2a_pb2.SendMessageRequest(message=big))
+        assert too_big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
         task = await a2a_pb2_grpc.A2AServiceStub(ch).SendMessage(
             a2a_pb2.SendMessageRequest(
