@@ -153,6 +153,6 @@ async def wire(
         )
         if settings.grpc_port:
             # Started last, stopped first: its calls finish (a short grace) while the service still runs.
-            server = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
-            stack.push_async_callback(server.stop, grpc_server.SHUTDOWN_GRACE_S)
+            served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
+            stack.push_async_callback(served.stop)
         yield components

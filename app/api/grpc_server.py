@@ -18,6 +18,7 @@ clients map back to their error classes. Bytes that are not the request message 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,8 +48,8 @@ log = logging.getLogger(__name__)
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 SHUTDOWN_GRACE_S = 1.0
-"""How long calls in flight get to finish when the server stops; streams are then cut (clients
-subscribe again with `last-event-id`)."""
+"""How long unary calls in flight get to finish when the server stops (streams end at once, saying where
+to resume)."""
 
 Params = Callable[[dict[str, Any]], dict[str, Any]]
 Handler = Callable[[Any, Call], Awaitable[Any]]
@@ -103,6 +104,20 @@ class Service:
         return cls(descriptor.full_name, version, tuple(methods))
 
 
+class ShuttingDownError(A2AError):
+    """A stream the stopping server ends: UNAVAILABLE, so the client subscribes again (elsewhere)."""
+
+    grpc_status = "UNAVAILABLE"
+    reason = "UNAVAILABLE"
+
+    def __init__(self, seq: int | None) -> None:
+        resume = f" with last-event-id {seq}" if seq is not None else ""
+        super().__init__(
+            f"The server is shutting down: subscribe to the task again{resume} to continue",
+            {"lastEventId": seq} if seq is not None else None,
+        )
+
+
 class _Undecodable:
     """What a request that is not its message decodes to: answered INVALID_ARGUMENT, not INTERNAL."""
 
@@ -136,6 +151,14 @@ class Binding:
     def __init__(self, components: Components, authenticator: Authenticator) -> None:
         self.c = components
         self.auth = authenticator
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    def farewell(self) -> None:
+        """End every open stream now, each with UNAVAILABLE naming where to resume (the server stops)."""
+        self._stopping = True
+        for task in self._streams:
+            task.cancel()
 
     def handlers(self, service: Service) -> grpc.GenericRpcHandler:
         table = {}
@@ -215,14 +238,25 @@ class Binding:
             except Exception as exc:
                 await abort(context, unexpected(exc, where), service.version)
             failure: A2AError | None = None
+            task = asyncio.current_task()
+            assert task is not None
+            self._streams.add(task)
+            seq: int | None = None
             try:
                 async for item in items:
                     yield to_proto(encode(item), m.response)
+                    seq = getattr(item, "seq", seq)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                task.uncancel()
+                failure = ShuttingDownError(seq)
             except A2AError as err:
                 failure = err
             except Exception as exc:
                 failure = unexpected(exc, where)
             finally:
+                self._streams.discard(task)
                 await items.aclose()  # type: ignore[attr-defined]
             if failure is not None:
                 await abort(context, failure, service.version)
@@ -254,9 +288,22 @@ def check_port(settings: Settings) -> None:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A started gRPC server and its binding."""
+
+    server: grpc.aio.Server
+    binding: Binding
+
+    async def stop(self) -> None:
+        """Open streams end at once (UNAVAILABLE, with where to resume); other calls get the grace."""
+        self.binding.farewell()
+        await self.server.stop(SHUTDOWN_GRACE_S)
+
+
 async def start(
     components: Components, authenticator: Authenticator, services: tuple[Service, ...]
-) -> grpc.aio.Server:
+) -> Running:
     """The gRPC server listening on GRPC_HOST:GRPC_PORT with `services`; started."""
     settings = components.settings
     server = grpc.aio.server(
@@ -275,4 +322,4 @@ async def start(
         raise SettingError("GRPC_PORT", f"cannot listen on {address}: {exc}") from None
     await server.start()
     log.info("gRPC on %s (A2A v1.0 and v0.3)", address)
-    return server
+    return Running(server, binding)

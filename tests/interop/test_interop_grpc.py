@@ -434,3 +434,34 @@ async def test_owners_are_kept_apart(grpc_server: ServerProcess) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as hidden:
             await a2a_pb2_grpc.A2AServiceStub(bob_ch).GetTask(a2a_pb2.GetTaskRequest(id=sent.task.id))
         assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_stopping_server_ends_streams_saying_where_to_resume(tmp_path) -> None:
+    """SIGTERM while a subscription is open: the stream ends at once with UNAVAILABLE and the resume
+    cursor (`last-event-id`), as the SSE streams end with a comment asking for a resubscribe."""
+    port = free_port()
+    srv = await make_server("sqlite", tmp_path, GRPC_PORT=str(port))
+    try:
+        async with channel(f"127.0.0.1:{port}") as ch:
+            stub = a2a_pb2_grpc.A2AServiceStub(ch)
+            asked = await stub.SendMessage(
+                a2a_pb2.SendMessageRequest(
+                    message=a2a_pb2.Message(
+                        message_id="m-wait", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="ask:Wait?")]
+                    )
+                )
+            )
+            assert asked.task.status.state == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+            stream = stub.SubscribeToTask(a2a_pb2.SubscribeToTaskRequest(id=asked.task.id))
+            async with asyncio.timeout(WAIT_S):
+                first = await stream.read()
+                assert first.WhichOneof("payload") == "task"
+                srv.proc.terminate()  # type: ignore[union-attr]
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    while await stream.read() is not grpc.aio.EOF:
+                        pass
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in ended.value.details() and "last-event-id" in ended.value.details()
+        assert int(error_info(ended.value).metadata["lastEventId"]) > 0
+    finally:
+        srv.stop()
