@@ -13,7 +13,9 @@ checked by the same `Authenticator`), `a2a-version` (optional; another version t
 refused), `a2a-extensions`, `idempotency-key`, `last-event-id`. Every error aborts the call with the
 error's `grpc_status` and a `google.rpc.Status` carrying the ErrorInfo (reason, domain) in the
 `grpc-status-details-bin` trailer; v0.3 messages are `<ErrorClassName>: <message>`, which the v0.3
-clients map back to their error classes. Bytes that are not the request message are INVALID_ARGUMENT.
+clients map back to their error classes. Bytes that are not the request message are INVALID_ARGUMENT;
+a message over MAX_BODY_BYTES is RESOURCE_EXHAUSTED (gRPC's own check). When the server stops, open streams
+end at once with UNAVAILABLE naming the last event sent.
 """
 
 from __future__ import annotations
