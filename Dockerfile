@@ -12,5 +12,5 @@ COPY alembic.ini ./
 COPY migrations ./migrations
 COPY examples ./examples
 ENV HOST=0.0.0.0 PORT=41242
-EXPOSE 41242
+EXPOSE 41242 50051
 CMD ["a2a-server", "serve"]

@@ -54,12 +54,18 @@ def serve() -> None:
         sys.exit(f"error: invalid setting {name}: {exc}")
     except SettingError as exc:
         sys.exit(f"error: invalid setting {exc.name}: {exc}")
+    from app.api.grpc_server import check_port
+
     try:
         app = create_app(settings, agent)
+        if settings.grpc_port:
+            check_port(settings)
     except SettingError as exc:
         sys.exit(f"error: invalid setting {exc.name}: {exc}")
     print(
-        f"a2a-server on {settings.host}:{settings.port}: {app.state.authenticator.describe()}",
+        f"a2a-server on {settings.host}:{settings.port}"
+        + (f" (gRPC {settings.grpc_host}:{settings.grpc_port})" if settings.grpc_port else "")
+        + f": {app.state.authenticator.describe()}",
         file=sys.stderr,
     )
     uvicorn.run(

@@ -6,6 +6,7 @@ import ipaddress
 import socket
 from functools import lru_cache
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,12 @@ class Settings(BaseSettings):
     port: int = Field(default=41242, ge=1, le=65535)
     public_url: str = ""
     """What the agent card advertises; defaults to http://localhost:$PORT."""
+    grpc_port: int = Field(default=50051, ge=0, le=65535)
+    """The gRPC binding's port (both versions on one port); 0: no gRPC."""
+    grpc_host: str = ""
+    """The gRPC bind address; defaults to HOST."""
+    grpc_public_address: str = ""
+    """The `host:port` the card advertises for gRPC; defaults to PUBLIC_URL's host with GRPC_PORT."""
 
     database_url: str = "sqlite+aiosqlite:///./data/a2a.db"
     redis_url: str | None = None
@@ -310,6 +317,12 @@ class Settings(BaseSettings):
     def _default_public_url(self) -> Settings:
         if not self.public_url:
             self.public_url = f"http://localhost:{self.port}"
+        if not self.grpc_host:
+            self.grpc_host = self.host
+        if not self.grpc_public_address and self.grpc_port:
+            host = urlsplit(self.public_url).hostname or "localhost"
+            host = f"[{host}]" if ":" in host else host
+            self.grpc_public_address = f"{host}:{self.grpc_port}"
         if not self.replica_id:
             self.replica_id = f"{socket.gethostname()}:{self.port}"
         return self

@@ -1,6 +1,7 @@
 """Wiring: builds the store, bus, limits, task service, runner and push deliverer for one app, each given
-what it uses, and tears them down in the reverse order (an `AsyncExitStack`, so teardown mirrors setup).
-`lifespan` runs them for the FastAPI app, as `app.state.components`."""
+what it uses, then the gRPC server on them (when GRPC_PORT is set), and tears them down in the reverse
+order (an `AsyncExitStack`, so teardown mirrors setup). `lifespan` runs them for the FastAPI app, as
+`app.state.components`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fastapi import FastAPI
 
 from app import limits
 from app.agents.sdk import Agent
-from app.api import card
+from app.api import card, grpc_server, grpc_v03, grpc_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
 from app.bus.base import Bus
@@ -134,7 +135,7 @@ async def wire(
         stack.push_async_callback(runner.aclose)
         if settings.push_deliver:
             deliverer.start()
-        yield Components(
+        components = Components(
             settings=settings,
             service=service,
             card=card.build_card(settings, agent, built_at, has_extended=has_extended),
@@ -152,3 +153,8 @@ async def wire(
             tasks=tasks,
             writer=writer,
         )
+        if settings.grpc_port:
+            # Started last, stopped first: its calls finish (a short grace) while the service still runs.
+            served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
+            stack.push_async_callback(served.stop)
+        yield components

@@ -135,6 +135,7 @@ class OurServer(Server):
             "AUTH_MODE": "off",
             "TASK_RATE_PER_MIN": "0",
             "MAX_STREAMS_PER_PRINCIPAL": "0",
+            "GRPC_PORT": "0",
         }
 
     def command(self) -> list[str]:

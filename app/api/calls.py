@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +22,10 @@ MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 
 @dataclass(slots=True)
 class Call:
-    """One A2A operation as a handler sees it, whatever the binding (JSON-RPC or REST)."""
+    """One A2A operation as a handler sees it, whatever the binding (JSON-RPC, REST or gRPC)."""
 
-    request: Request
+    headers: Mapping[str, str]
+    """The request's headers (gRPC: its metadata), lower-case names: `Last-Event-ID` is read from here."""
     c: Components
     owner: str
     version: str
@@ -35,7 +36,7 @@ class Call:
     @classmethod
     def of(cls, request: Request) -> Call:
         return cls(
-            request=request,
+            headers=request.headers,
             c=components(request),
             owner=owner_of(request),
             version=requested_version(request),
@@ -83,11 +84,16 @@ class Replies:
 
 
 def requested_version(request: Request) -> str:
-    """The `A2A-Version` header (or query parameter) as `Major.Minor`; missing or empty means 0.3.
+    """The `A2A-Version` header (or query parameter) as `Major.Minor`; missing or empty means 0.3."""
+    return parse_version(request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "")
+
+
+def parse_version(raw: str) -> str:
+    """An `A2A-Version` value as `Major.Minor`; empty means 0.3.
 
     Any 1.x is served as 1.0 (minor versions are compatible); other majors raise VersionNotSupported.
     """
-    raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+    raw = raw.strip()
     if not raw:
         return "0.3"
     major, _, minor = raw.partition(".")
@@ -101,7 +107,12 @@ def requested_version(request: Request) -> str:
 
 def requested_extensions(request: Request) -> list[str]:
     """Extension URIs from `A2A-Extensions` (v1.0) and `X-A2A-Extensions` (v0.3), comma-separated."""
-    values = request.headers.getlist("a2a-extensions") + request.headers.getlist("x-a2a-extensions")
+    headers = request.headers
+    return split_extensions(headers.getlist("a2a-extensions") + headers.getlist("x-a2a-extensions"))
+
+
+def split_extensions(values: list[str]) -> list[str]:
+    """Extension URIs from header values, each comma-separated."""
     return [uri.strip() for v in values for uri in v.split(",") if uri.strip()]
 
 
@@ -129,13 +140,13 @@ def check_parts(message: Message, accepted: tuple[str, ...]) -> None:
             )
 
 
-def last_event_id(request: Request, params: Any) -> int | None:
+def last_event_id(call: Call, params: Any) -> int | None:
     """This server's resume cursor: `Last-Event-ID`, or `metadata.lastEventId` in the params.
 
     A sequence number is a non-negative integer within the database's INTEGER; anything else (a float,
     a boolean, 400 digits, a negative number) is refused here, before the stream starts.
     """
-    raw = request.headers.get("last-event-id")
+    raw = call.headers.get("last-event-id")
     if raw is None and isinstance(params, dict) and isinstance(params.get("metadata"), dict):
         raw = params["metadata"].get("lastEventId")
     if raw is None:

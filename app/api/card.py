@@ -169,6 +169,7 @@ def build_card(
     url = f"{settings.public_url}/a2a/jsonrpc"
     # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
     rest_url = f"{settings.public_url}/a2a/rest"
+    grpc_address = settings.grpc_public_address if settings.grpc_port else ""
     card: dict[str, Any] = {
         "name": agent.name,
         "description": agent.description or f"{agent.name} behind the A2A protocol",
@@ -182,6 +183,11 @@ def build_card(
                 "protocolVersion": protojson_v10.PROTOCOL_VERSION,
             },
             {"url": rest_url, "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
+            # gRPC: `host:port`; the proto package tells the two versions apart on the one port.
+            *(
+                {"url": grpc_address, "protocolBinding": "GRPC", "protocolVersion": version}
+                for version in ((protojson_v10.PROTOCOL_VERSION, "0.3") if grpc_address else ())
+            ),
         ],
         # v0.3: the same endpoints in the fields v0.3 clients read.
         "protocolVersion": json_v03.PROTOCOL_VERSION,
@@ -190,6 +196,7 @@ def build_card(
         "additionalInterfaces": [
             {"url": url, "transport": "JSONRPC"},
             {"url": rest_url, "transport": "HTTP+JSON"},
+            *([{"url": grpc_address, "transport": "GRPC"}] if grpc_address else []),
         ],
         "version": _server_version(),
         "capabilities": {

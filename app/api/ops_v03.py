@@ -93,7 +93,7 @@ async def cancel(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
 async def resubscribe(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
     """The task first, then its events until it ends; a finished task: the task, then the end."""
     task_id, _ = json_v03.decode_task_id(params)
-    after = last_event_id(call.request, params)
+    after = last_event_id(call, params)
     items = await call.c.service.resubscribe(call.owner, task_id, after)
     return items, wire.replies.stream()
 
@@ -130,6 +130,12 @@ async def extended_card(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     if call.c.extended_card is None:
         raise ExtendedAgentCardNotConfiguredError()
     return orjson.loads(call.c.extended_card.hybrid.body)
+
+
+async def agent_card(params: Any, call: Call, wire: Wire = REST) -> Any:
+    """GetAgentCard of the v0.3 proto (REST `GET /v1/card`, gRPC): the authenticated extended card when
+    one is configured, else the public one, as the proto's AgentCard."""
+    return protojson_v03.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
 
 
 METHODS: dict[str, Handler] = {

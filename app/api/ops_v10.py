@@ -85,7 +85,7 @@ async def cancel(params: Any, call: Call) -> Any:
 async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
     task_id = protojson_v10.decode_id(params)
-    after = last_event_id(call.request, params)
+    after = last_event_id(call, params)
     state = (await call.c.service.head(call.owner, task_id)).state
     if state.terminal:
         raise UnsupportedOperationError(
@@ -132,9 +132,9 @@ def extended(call: Call) -> Card:
 
 
 async def extended_card(params: Any, call: Call) -> Any:
-    """`GetExtendedAgentCard`: the variant the call's A2A-Version asks for (1.0 on JSON-RPC, which needs
-    `A2A-Version: 1.x`)."""
-    return orjson.loads(extended(call).for_request(call.request).body)
+    """`GetExtendedAgentCard`: the 1.0 variant (JSON-RPC asks for it with `A2A-Version: 1.x`; gRPC by the
+    service)."""
+    return orjson.loads(extended(call).v10.body)
 
 
 METHODS: dict[str, Handler] = {

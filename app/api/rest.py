@@ -194,7 +194,7 @@ def _json(payload: Any) -> Response:
 
 def _call(request: Request) -> Call:
     """The call of an alias: version-neutral paths, so `A2A-Version` is not read; answers are v0.3."""
-    return Call(request=request, c=components(request), owner=owner_of(request), version="0.3")
+    return Call(headers=request.headers, c=components(request), owner=owner_of(request), version="0.3")
 
 
 @router.get("/a2a/tasks/{task_id}", include_in_schema=False)

@@ -19,13 +19,13 @@ pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificati
 Configs come back as `{name: "tasks/{id}/pushNotificationConfigs/{configId}", pushNotificationConfig}`.
 
 Each route builds the request message from path, query and body and calls the v0.3 operation handlers
-(`ops_v03`) with their `REST` wire, as JSON-RPC calls them with theirs; `GET /v1/card` and `GET /v1/tasks`
-are this binding's own. Payloads are ProtoJSON of the v0.3 proto (`protocol/protojson_v03.py`), not the
-JSON-RPC shapes. Official v0.3 clients append `/v1` to the interface URL themselves, so the card
-advertises `/a2a/rest` for both versions. Errors are `{"code": <JSON-RPC code>, "type": "<ErrorClassName>",
-"message": ...}` (the Python client maps `type`, the JavaScript client `code`), with the HTTP status
-a2a-python 0.3 used (`rest_v03_status`). A request without `A2A-Version` is v0.3; an explicit other version
-is refused (-32009).
+(`ops_v03`) with their `REST` wire, as JSON-RPC calls them with theirs; `GET /v1/card` and `GET /v1/tasks` are
+this binding's own (`ops_v03.agent_card` also answers gRPC's GetAgentCard). Payloads are ProtoJSON of the v0.3
+proto (`protocol/protojson_v03.py`), not the JSON-RPC shapes. Official v0.3 clients append `/v1` to the
+interface URL themselves, so the card advertises `/a2a/rest` for both versions. Errors are `{"code": <JSON-RPC
+code>, "type": "<ErrorClassName>", "message": ...}` (the Python client maps `type`, the JavaScript client
+`code`), with the HTTP status a2a-python 0.3 used (`rest_v03_status`). A request without `A2A-Version` is
+v0.3; an explicit other version is refused (-32009).
 """
 
 from __future__ import annotations
@@ -34,10 +34,8 @@ import functools
 import logging
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import protojson_v03
 from app.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -129,11 +127,6 @@ async def _list_tasks(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
     )
 
 
-async def _card(params: Any, call: Call, wire: ops_v03.Wire) -> Any:
-    """GetAgentCard: the authenticated extended card when one is configured, else the public one."""
-    return protojson_v03.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
-
-
 # ---- endpoints ------------------------------------------------------------------------------------
 
 
@@ -163,7 +156,7 @@ ROUTES: list[tuple[str, list[str], Endpoint]] = [
     ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(ops_v03.list_push, _push_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(ops_v03.get_push, _push_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(_delete_push, _push_params)),
-    ("/card", ["GET"], unary(_card, _none)),
+    ("/card", ["GET"], unary(ops_v03.agent_card, _none)),
 ]
 
 for _path, _methods, _endpoint in ROUTES:

@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import grpc
 import httpx
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
 from httpx_sse import aconnect_sse
 
 from tests.conftest import _fresh_pg_database
+from tests.interop.test_interop_grpc import error_info
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.rpc import text_message
@@ -195,6 +199,7 @@ async def test_streams_survive_replica_redis_and_database_faults(own_services: O
         LEASE_TTL_S="3",
         QUEUE_POLL_S="0.5",
         DB_OUTAGE_GRACE_S="120",
+        grpc=True,
     )
     await asyncio.to_thread(cl.start)
     total = Figures()
@@ -268,7 +273,8 @@ async def test_streams_survive_replica_redis_and_database_faults(own_services: O
 
 async def check_outage_answers(cl: Cluster) -> None:
     """While the database is down: /readyz 503, /healthz 200, and a call gets a clean error naming the cause
-    (JSON-RPC -32603 in HTTP 503 with Retry-After; REST 503 with Retry-After), not a hang."""
+    (JSON-RPC -32603 in HTTP 503 with Retry-After; REST 503 with Retry-After; gRPC UNAVAILABLE with the
+    ErrorInfo reason UNAVAILABLE), not a hang."""
     async with httpx.AsyncClient(base_url=cl.urls[1], timeout=30) as c:
         async with asyncio.timeout(30):
             while (await c.get("/readyz")).status_code != 503:
@@ -294,3 +300,12 @@ async def check_outage_answers(cl: Cluster) -> None:
         rest = await c.get("/a2a/rest/tasks/no-such-task", headers=v10)
         assert rest.status_code == 503 and int(rest.headers["retry-after"]) > 0, rest.text
         assert rest.json()["error"]["status"] == "UNAVAILABLE", rest.text
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{cl.replicas[1].grpc_port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as away:
+            await a2a_pb2_grpc.A2AServiceStub(ch).GetTask(
+                a2a_pb2.GetTaskRequest(id="no-such-task"), timeout=30
+            )
+    assert away.value.code() == grpc.StatusCode.UNAVAILABLE, away.value
+    assert "database" in away.value.details().lower()
+    info = error_info(away.value)
+    assert info.reason == "UNAVAILABLE" and int(info.metadata["retryAfter"]) > 0

@@ -80,6 +80,7 @@ def settings_for(db: Path, **overrides: Any) -> Settings:
         "push_deliver": False,
         "push_notification_allow_http": True,
         "push_notification_allowed_cidrs": "127.0.0.0/8",
+        "grpc_port": 0,
         **overrides,
     }
     return Settings(_env_file=None, **values)

@@ -42,6 +42,8 @@ class ServerProcess:
             "AUTH_MODE": "off",
             "TASK_RATE_PER_MIN": "0",
             "MAX_STREAMS_PER_PRINCIPAL": "0",
+            # No gRPC unless a test asks for it (GRPC_PORT=free_port()): many servers share this machine.
+            "GRPC_PORT": "0",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

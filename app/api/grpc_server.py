@@ -1,0 +1,327 @@
+"""The gRPC binding: one `grpc.aio` server serving both A2A services on one port.
+
+The v1.0 service (`lf.a2a.v1.A2AService`, `grpc_v10.py`) and the v0.3 one (`a2a.v1.A2AService`,
+`grpc_v03.py`) live in different proto packages, so the package of the method picks the version. As for
+the other bindings, a binding extracts params and an op does the work: the request proto becomes its
+ProtoJSON dict (`json_format.MessageToDict`), a method's `params` reshapes it where the proto differs from
+what the op reads (the v0.3 resource names), the same operation handler the REST binding calls runs it,
+and its ProtoJSON answer is parsed into the response proto (`json_format.ParseDict`; a stream: one
+`StreamResponse` per item).
+
+The metadata carries what HTTP headers carry: the credential (`authorization: Bearer ...`, `x-api-key`,
+checked by the same `Authenticator`), `a2a-version` (optional; another version than the service's is
+refused), `a2a-extensions`, `idempotency-key`, `last-event-id`. Every error aborts the call with the
+error's `grpc_status` and a `google.rpc.Status` carrying the ErrorInfo (reason, domain) in the
+`grpc-status-details-bin` trailer; v0.3 messages are `<ErrorClassName>: <message>`, which the v0.3
+clients map back to their error classes. Bytes that are not the request message are INVALID_ARGUMENT;
+a message over MAX_BODY_BYTES is RESOURCE_EXHAUSTED (gRPC's own check). When the server stops, open streams
+end at once with UNAVAILABLE naming the last event sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+from google.rpc import error_details_pb2, status_pb2  # noqa: F401  (ErrorInfo joins the pool for ParseDict)
+
+from app.protocol.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
+from app.settings import SettingError, Settings
+
+from .admission import open_stream
+from .auth import Authenticator
+from .calls import Call, parse_version, split_extensions
+from .deps import Components
+from .faults import unexpected
+from .jsonrpc import error_info
+from .rest import error_name
+from .sanity import check_json
+
+log = logging.getLogger(__name__)
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+SHUTDOWN_GRACE_S = 1.0
+"""How long unary calls in flight get to finish when the server stops (streams end at once, saying where
+to resume)."""
+
+Params = Callable[[dict[str, Any]], dict[str, Any]]
+Handler = Callable[[Any, Call], Awaitable[Any]]
+Op = Handler | tuple[Handler, Params]
+
+
+def same(params: dict[str, Any]) -> dict[str, Any]:
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One RPC: its request and response protos, the op that runs it, and how its params are read."""
+
+    name: str
+    request: type[Message]
+    response: type[Message]
+    handler: Handler
+    params: Params
+    streaming: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """One A2A gRPC service: a protocol version's methods under its full service name."""
+
+    name: str
+    version: str
+    methods: tuple[Method, ...]
+
+    @classmethod
+    def of(cls, descriptor: ServiceDescriptor, version: str, ops: dict[str, Op]) -> Service:
+        """Every RPC of the proto's service with its op (a handler, or a handler and its params); the
+        request and response types come from the proto, so they cannot drift from it."""
+        missing = {m.name for m in descriptor.methods} ^ set(ops)
+        if missing:
+            raise ValueError(f"{descriptor.full_name}: no op for, or no RPC named, {sorted(missing)}")
+        methods = []
+        for m in descriptor.methods:
+            op = ops[m.name]
+            handler, params = op if isinstance(op, tuple) else (op, same)
+            methods.append(
+                Method(
+                    m.name,
+                    GetMessageClass(m.input_type),
+                    GetMessageClass(m.output_type),
+                    handler,
+                    params,
+                    m.server_streaming,
+                )
+            )
+        return cls(descriptor.full_name, version, tuple(methods))
+
+
+class ShuttingDownError(A2AError):
+    """A stream the stopping server ends: UNAVAILABLE, so the client subscribes again (elsewhere)."""
+
+    grpc_status = "UNAVAILABLE"
+    reason = "UNAVAILABLE"
+
+    def __init__(self, seq: int | None) -> None:
+        resume = f" with last-event-id {seq}" if seq is not None else ""
+        super().__init__(
+            f"The server is shutting down: subscribe to the task again{resume} to continue",
+            {"lastEventId": seq} if seq is not None else None,
+        )
+
+
+class _Undecodable:
+    """What a request that is not its message decodes to: answered INVALID_ARGUMENT, not INTERNAL."""
+
+
+UNDECODABLE = _Undecodable()
+
+
+def _decoder(cls: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
+    def decode(raw: bytes) -> Message | _Undecodable:
+        try:
+            return cls.FromString(raw)
+        except Exception:  # DecodeError, or whatever else the bytes make the parser raise
+            return UNDECODABLE
+
+    return decode
+
+
+def to_proto(payload: dict[str, Any], cls: type[Message]) -> Message:
+    """The op's ProtoJSON answer as the response proto. What the JSON bindings carry beyond the proto (a
+    push config's `metadata`, say) has no field here and is left out."""
+    return json_format.ParseDict(payload, cls(), ignore_unknown_fields=True)
+
+
+def _encode(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+class Binding:
+    """The methods of both services over the app's components, with its authenticator."""
+
+    def __init__(self, components: Components, authenticator: Authenticator) -> None:
+        self.c = components
+        self.auth = authenticator
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    def farewell(self) -> None:
+        """End every open stream now, each with UNAVAILABLE naming where to resume (the server stops)."""
+        self._stopping = True
+        for task in self._streams:
+            task.cancel()
+
+    def handlers(self, service: Service) -> grpc.GenericRpcHandler:
+        table = {}
+        for m in service.methods:
+            kind = (
+                grpc.unary_stream_rpc_method_handler if m.streaming else grpc.unary_unary_rpc_method_handler
+            )
+            behaviour = self._stream(service, m) if m.streaming else self._unary(service, m)
+            table[m.name] = kind(
+                behaviour, request_deserializer=_decoder(m.request), response_serializer=_encode
+            )
+        return grpc.method_handlers_generic_handler(service.name, table)
+
+    async def _call(self, service: Service, context: grpc.aio.ServicerContext) -> Call:
+        """The call: the caller's principal from the metadata, the service's version."""
+        headers: dict[str, str] = {}
+        extensions: list[str] = []
+        for key, value in context.invocation_metadata() or ():
+            if isinstance(value, str):
+                headers.setdefault(key, value)
+                if key in ("a2a-extensions", "x-a2a-extensions"):
+                    extensions.append(value)
+        principal = await self.auth.authenticate(headers)
+        raw = headers.get("a2a-version", "").strip()
+        if raw and parse_version(raw) != service.version:
+            raise VersionNotSupportedError(
+                f"A2A-Version {raw} is not served by {service.name} (v{service.version})", {"version": raw}
+            )
+        return Call(
+            headers=headers,
+            c=self.c,
+            owner=principal.name,
+            version=service.version,
+            extensions=split_extensions(extensions),
+            idempotency_key=headers.get("idempotency-key"),
+        )
+
+    def _params(self, m: Method, request: Message | _Undecodable) -> dict[str, Any]:
+        """The request's ProtoJSON, checked as the JSON bindings check a body (depth, NUL), as the op's
+        params."""
+        if isinstance(request, _Undecodable):
+            raise InvalidRequestError(f"The request is not a {m.request.DESCRIPTOR.full_name} message")
+        try:
+            params = json_format.MessageToDict(request)
+        except (json_format.Error, ValueError) as exc:  # a value ProtoJSON cannot print (a far Timestamp)
+            raise InvalidParamsError(f"Invalid params: {exc}") from None
+        check_json(params)
+        return m.params(params)
+
+    def _unary(self, service: Service, m: Method) -> Callable[..., Awaitable[Message]]:
+        where = f"gRPC {service.name}/{m.name}"
+
+        async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
+            try:
+                call = await self._call(service, context)
+                result = await m.handler(self._params(m, request), call)
+                return to_proto(result or {}, m.response)
+            except A2AError as err:
+                await abort(context, err, service.version)
+            except Exception as exc:
+                await abort(context, unexpected(exc, where), service.version)
+
+        return behaviour
+
+    def _stream(self, service: Service, m: Method) -> Callable[..., AsyncIterator[Message]]:
+        where = f"gRPC {service.name}/{m.name}"
+
+        async def behaviour(
+            request: Message | _Undecodable, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Message]:
+            try:
+                call = await self._call(service, context)
+                params = self._params(m, request)
+                items, encode = await open_stream(call, lambda: m.handler(params, call))
+            except A2AError as err:
+                await abort(context, err, service.version)
+            except Exception as exc:
+                await abort(context, unexpected(exc, where), service.version)
+            failure: A2AError | None = None
+            task = asyncio.current_task()
+            assert task is not None
+            self._streams.add(task)
+            seq: int | None = None
+            try:
+                async for item in items:
+                    yield to_proto(encode(item), m.response)
+                    seq = getattr(item, "seq", seq)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                task.uncancel()
+                failure = ShuttingDownError(seq)
+            except A2AError as err:
+                failure = err
+            except Exception as exc:
+                failure = unexpected(exc, where)
+            finally:
+                self._streams.discard(task)
+                await items.aclose()  # type: ignore[attr-defined]
+            if failure is not None:
+                await abort(context, failure, service.version)
+
+        return behaviour
+
+
+async def abort(context: grpc.aio.ServicerContext, err: A2AError, version: str) -> NoReturn:
+    """End the call with the error's status code and its `google.rpc.Status` (with the ErrorInfo)."""
+    message = f"{error_name(err)}: {err.message}" if version == "0.3" else err.message
+    code = grpc.StatusCode[err.grpc_status]
+    status = json_format.ParseDict(
+        {"code": code.value[0], "message": message, "details": [error_info(err)]}, status_pb2.Status()
+    )
+    await context.abort(code, message, trailing_metadata=((STATUS_DETAILS_KEY, status.SerializeToString()),))
+    raise AssertionError("abort returns only by raising")  # pragma: no cover
+
+
+def check_port(settings: Settings) -> None:
+    """Refuse at start-up, in one line, a gRPC port another process holds."""
+    try:
+        infos = socket.getaddrinfo(settings.grpc_host, settings.grpc_port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(infos[0][4])
+    except OSError as exc:
+        raise SettingError(
+            "GRPC_PORT", f"cannot listen on {settings.grpc_host}:{settings.grpc_port}: {exc.strerror or exc}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A started gRPC server and its binding."""
+
+    server: grpc.aio.Server
+    binding: Binding
+
+    async def stop(self) -> None:
+        """Open streams end at once (UNAVAILABLE, with where to resume); other calls get the grace."""
+        self.binding.farewell()
+        await self.server.stop(SHUTDOWN_GRACE_S)
+
+
+async def start(
+    components: Components, authenticator: Authenticator, services: tuple[Service, ...]
+) -> Running:
+    """The gRPC server listening on GRPC_HOST:GRPC_PORT with `services`; started."""
+    settings = components.settings
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            # gRPC shares a port between processes by default; a second server must fail instead.
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    binding = Binding(components, authenticator)
+    server.add_generic_rpc_handlers(tuple(binding.handlers(s) for s in services))
+    address = f"{settings.grpc_host}:{settings.grpc_port}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise SettingError("GRPC_PORT", f"cannot listen on {address}: {exc}") from None
+    await server.start()
+    log.info("gRPC on %s (A2A v1.0 and v0.3)", address)
+    return Running(server, binding)
