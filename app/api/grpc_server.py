@@ -118,6 +118,12 @@ def _decoder(cls: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
     return decode
 
 
+def to_proto(payload: dict[str, Any], cls: type[Message]) -> Message:
+    """The op's ProtoJSON answer as the response proto. What the JSON bindings carry beyond the proto (a
+    push config's `metadata`, say) has no field here and is left out."""
+    return json_format.ParseDict(payload, cls(), ignore_unknown_fields=True)
+
+
 def _encode(message: Message) -> bytes:
     return message.SerializeToString()
 
@@ -177,7 +183,7 @@ class Binding:
             try:
                 call = await self._call(service, context)
                 result = await m.handler(await self._params(m, request), call)
-                return json_format.ParseDict(result or {}, m.response())
+                return to_proto(result or {}, m.response)
             except A2AError as err:
                 await abort(context, err, service.version)
             except Exception as exc:
@@ -202,7 +208,7 @@ class Binding:
             failure: A2AError | None = None
             try:
                 async for item in items:
-                    yield json_format.ParseDict(encode(item), m.response())
+                    yield to_proto(encode(item), m.response)
             except A2AError as err:
                 failure = err
             except Exception as exc:

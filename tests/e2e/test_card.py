@@ -22,6 +22,9 @@ async def test_card_content(client, server):
     assert card["skills"] and card["skills"][0]["id"] == "script"
     for key in ("name", "description", "url", "version", "protocolVersion", "capabilities", "skills"):
         assert card[key] not in (None, "", [])
+    # GRPC_PORT=0 (the harness's default): no gRPC, so the card does not offer it.
+    assert "GRPC" not in {i["protocolBinding"] for i in card["supportedInterfaces"]}
+    assert "GRPC" not in {i["transport"] for i in card["additionalInterfaces"]}
 
 
 async def test_alias_is_identical(client):
@@ -59,17 +62,36 @@ async def test_cors(client):
 
 
 async def test_public_url_setting(tmp_path):
+    """PUBLIC_URL names the HTTP interfaces; the gRPC one (when GRPC_PORT is set) is its host and GRPC_PORT,
+    for v1.0 and v0.3 clients, in both card variants."""
     import httpx
 
     from tests.conftest import make_server
+    from tests.support.server import free_port
 
+    grpc_port = free_port()
     srv = await make_server(
-        "sqlite", tmp_path, PUBLIC_URL="https://agents.example.com/", AGENT_ADAPTER="echo"
+        "sqlite",
+        tmp_path,
+        PUBLIC_URL="https://agents.example.com/",
+        AGENT_ADAPTER="echo",
+        GRPC_PORT=str(grpc_port),
     )
     try:
         async with httpx.AsyncClient(base_url=srv.base_url) as client:
             card = (await client.get("/.well-known/agent-card.json")).json()
+            v10 = (await client.get("/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})).json()
         assert card["url"] == "https://agents.example.com/a2a/jsonrpc"
         assert card["name"] == "Echo Agent"
+        address = f"agents.example.com:{grpc_port}"
+        grpc = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
+        assert grpc == [
+            {"url": address, "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+            {"url": address, "protocolBinding": "GRPC", "protocolVersion": "0.3"},
+        ]
+        assert {"url": address, "transport": "GRPC"} in card["additionalInterfaces"]
+        assert card["preferredTransport"] == "JSONRPC"
+        assert [i for i in v10["supportedInterfaces"] if i["protocolBinding"] == "GRPC"] == grpc
+        assert "additionalInterfaces" not in v10
     finally:
         srv.stop()

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 import pytest
 
 from app.settings import Settings
-from tests.support.server import BIN, ROOT
+from tests.support.server import BIN, ROOT, free_port
 
 
 def test_defaults(monkeypatch):
-    for name in ("HOST", "PORT", "PUBLIC_URL", "DATABASE_URL", "REDIS_URL", "AGENT_ADAPTER"):
+    for name in ("HOST", "PORT", "PUBLIC_URL", "DATABASE_URL", "REDIS_URL", "AGENT_ADAPTER", "GRPC_PORT"):
         monkeypatch.delenv(name, raising=False)
     s = Settings(_env_file=None)
     assert (s.host, s.port) == ("127.0.0.1", 41242)
     assert s.public_url == "http://localhost:41242"
+    assert (s.grpc_host, s.grpc_port, s.grpc_public_address) == ("127.0.0.1", 50051, "localhost:50051")
     assert s.database_url == "sqlite+aiosqlite:///./data/a2a.db"
     assert s.redis_url is None and s.agent_adapter == "echo"
+
+
+def test_grpc_address_follows_public_url_unless_set():
+    s = Settings(_env_file=None, public_url="https://[::1]:8443/a2a", grpc_port=9443, host="0.0.0.0")
+    assert (s.grpc_host, s.grpc_public_address) == ("0.0.0.0", "[::1]:9443")
+    s = Settings(_env_file=None, grpc_public_address="grpc.example.com:443")
+    assert s.grpc_public_address == "grpc.example.com:443"
 
 
 def test_plain_postgres_url_gets_the_async_driver():
@@ -32,6 +41,7 @@ def test_plain_postgres_url_gets_the_async_driver():
     [
         ({"PORT": "eighty"}, "PORT"),
         ({"PORT": "70000"}, "PORT"),
+        ({"GRPC_PORT": "-1"}, "GRPC_PORT"),
         ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
         ({"PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
         ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
@@ -101,3 +111,31 @@ def test_cli_agent_gets_the_apps_settings(spec: str):
     settings = Settings(_env_file=None, agent_command="my-cli --json")
     agent = load_agent(spec, settings=settings)
     assert isinstance(agent, NdjsonAgent) and agent.settings is settings
+
+
+@pytest.mark.e2e
+def test_grpc_port_in_use_is_one_clear_line(tmp_path):
+    """Another process holds GRPC_PORT: start-up stops with one line (gRPC would share the port otherwise)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [str(BIN / "a2a-server"), "serve"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/x.db",
+                "AUTH_MODE": "off",
+                "HOST": "127.0.0.1",
+                "PORT": str(free_port()),
+                "GRPC_PORT": str(port),
+            },
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        f"error: invalid setting GRPC_PORT: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]

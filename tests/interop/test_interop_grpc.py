@@ -1,0 +1,410 @@
+"""Interop: the official Python A2A client (`a2a-sdk` 1.3.0) drives the real server over gRPC.
+
+The server runs with a gRPC port and API keys (alice, bob) and an extended card. The client is made from
+our agent card with only the GRPC binding allowed: in protocol 1.0 its `GrpcTransport`
+(`lf.a2a.v1.A2AService`), in protocol 0.3 (the card filtered to its v0.3 interfaces) its
+`CompatGrpcTransport` (`a2a.v1.A2AService`); both on the one port, the credential in the metadata (a
+channel interceptor). Every call goes through the SDK's own request building, response parsing and error
+mapping (1.0: the ErrorInfo reason; 0.3: the `<ErrorClassName>: ` message). Raw stubs check what the SDK
+hides: the status codes, the `grpc-status-details-bin` trailer, undecodable bytes, a missing credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.transports.grpc import GrpcTransport
+from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
+from a2a.compat.v0_3.grpc_transport import CompatGrpcTransport
+from a2a.helpers import get_message_text
+from a2a.types import (
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    Role,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskNotFoundError,
+    TaskPushNotificationConfig,
+    TaskState,
+    UnsupportedOperationError,
+    a2a_pb2,
+    a2a_pb2_grpc,
+)
+from a2a.utils.constants import TransportProtocol
+from google.rpc import error_details_pb2, status_pb2
+
+from tests.conftest import BACKENDS, make_server
+from tests.interop.test_interop_sdk import (
+    ORDER,
+    RESPONSE,
+    WAIT_S,
+    artifact_named,
+    fold,
+    kind,
+    open_stream,
+    send_for_task,
+    state_of,
+    text_of,
+    user_message,
+)
+from tests.support.auth import KEYS, api_keys_env
+from tests.support.server import ServerProcess, free_port
+
+S = TaskState
+ALICE = {"x-api-key": KEYS["alice"]}
+SKILLS = '[{"id": "admin", "name": "Admin", "description": "Only for signed-in callers", "tags": ["x"]}]'
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+async def grpc_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    """A server with gRPC on a free port, API keys and an extended card, running the scripted agent."""
+    port = free_port()
+    srv = await make_server(
+        request.param,
+        tmp_path_factory.mktemp(f"grpc-{request.param}"),
+        **api_keys_env(EXTENDED_CARD_SKILLS=SKILLS, GRPC_PORT=str(port)),
+    )
+    srv.grpc_port = port  # type: ignore[attr-defined]
+    yield srv
+    srv.stop()
+
+
+class _Metadata:
+    """Adds fixed metadata (the credential) to every call, as an SDK user's channel would."""
+
+    def __init__(self, metadata: dict[str, str]) -> None:
+        self.metadata = list(metadata.items())
+
+    def details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        return details._replace(metadata=[*(details.metadata or []), *self.metadata])  # type: ignore[attr-defined]
+
+
+class _UnaryMetadata(_Metadata, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation: Callable, details: Any, request: Any) -> Any:
+        return await continuation(self.details(details), request)
+
+
+class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation: Callable, details: Any, request: Any) -> Any:
+        return await continuation(self.details(details), request)
+
+
+def channel(url: str, metadata: dict[str, str] | None = None) -> grpc.aio.Channel:
+    """A channel to `url`; `metadata` on every call (grpc.aio takes one interceptor per call kind)."""
+    interceptors = [_UnaryMetadata(metadata), _StreamMetadata(metadata)] if metadata else None
+    return grpc.aio.insecure_channel(url, interceptors=interceptors)
+
+
+@pytest.fixture(params=["1.0", "0.3"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    """The protocol version the SDK client speaks: v1.0 (its preference) or v0.3 (compat mode)."""
+    return request.param
+
+
+@asynccontextmanager
+async def grpc_client(server: ServerProcess, protocol: str, *, streaming: bool) -> AsyncIterator[Client]:
+    """An SDK client made from our agent card that may only use gRPC, signed in as alice."""
+    async with httpx.AsyncClient(timeout=WAIT_S) as http:
+        config = ClientConfig(
+            httpx_client=http,
+            streaming=streaming,
+            supported_protocol_bindings=[TransportProtocol.GRPC],
+            grpc_channel_factory=lambda url: channel(url, ALICE),
+        )
+        card = await A2ACardResolver(http, server.base_url).get_agent_card()
+        if protocol == "0.3":
+            # A client that only knows v0.3 sees just the card's v0.3 interfaces.
+            v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(v03)
+        client = ClientFactory(config).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+@pytest.fixture
+async def sdk(grpc_server: ServerProcess, protocol: str) -> AsyncIterator[Client]:
+    """Non-streaming client: `send_message` is SendMessage, one Task back."""
+    async with grpc_client(grpc_server, protocol, streaming=False) as client:
+        yield client
+
+
+@pytest.fixture
+async def sdk_stream(grpc_server: ServerProcess, protocol: str) -> AsyncIterator[Client]:
+    """Streaming client: `send_message` is SendStreamingMessage."""
+    async with grpc_client(grpc_server, protocol, streaming=True) as client:
+        yield client
+
+
+def address(server: ServerProcess) -> str:
+    return f"127.0.0.1:{server.grpc_port}"  # type: ignore[attr-defined]
+
+
+async def collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    out = []
+    async with asyncio.timeout(WAIT_S):
+        async for ev in events:
+            out.append(ev)
+    return out
+
+
+def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo in the call's `grpc-status-details-bin` trailer."""
+    raw = dict(err.trailing_metadata() or ())["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(raw)
+    assert status.code == err.code().value[0] and status.message == err.details()
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    return info
+
+
+# ---- the SDK ------------------------------------------------------------------------------------
+
+
+async def test_sdk_picks_the_grpc_transport_of_its_protocol(sdk: Client, protocol: str, grpc_server) -> None:
+    transport = sdk._transport  # type: ignore[attr-defined]
+    assert type(transport) is (GrpcTransport if protocol == "1.0" else CompatGrpcTransport)
+    interfaces = {
+        (i.url, i.protocol_binding, i.protocol_version) for i in transport.agent_card.supported_interfaces
+    }
+    assert (f"localhost:{grpc_server.grpc_port}", "GRPC", protocol) in interfaces
+
+    task = await send_for_task(sdk, user_message("hello over grpc"))
+    assert task.status.state == S.TASK_STATE_COMPLETED
+    assert text_of(artifact_named(task, RESPONSE)) == "hello over grpc"
+
+
+async def test_send_non_blocking_then_cancel_and_get(sdk: Client) -> None:
+    task = await send_for_task(sdk, user_message("sleep:30"), return_immediately=True)
+    assert task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING)
+    canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
+    assert canceled.id == task.id and canceled.status.state == S.TASK_STATE_CANCELED
+    got = await sdk.get_task(GetTaskRequest(id=task.id))
+    assert got.status.state == S.TASK_STATE_CANCELED
+
+
+async def test_stream_delivers_task_then_updates_until_completed(sdk_stream: Client) -> None:
+    async with open_stream(sdk_stream, user_message("chunks:5")) as stream:
+        events = await stream.rest()
+
+    assert kind(events[0]) == "task", "the stream opens with the task"
+    assert all(kind(e) in ("status_update", "artifact_update") for e in events[1:])
+    assert all(getattr(e, kind(e)).task_id == events[0].task.id for e in events[1:])
+    states = [s for s in map(state_of, events) if s is not None]
+    assert [ORDER.index(s) for s in states] == sorted(ORDER.index(s) for s in states), states
+    state, texts = fold(events)
+    assert state == S.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "".join(f"chunk-{i} " for i in range(5))
+
+
+async def test_input_required_then_answer_and_get_with_history(sdk: Client) -> None:
+    asked = await send_for_task(sdk, user_message("ask:Proceed?"))
+    assert asked.status.state == S.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(asked.status.message) == "Proceed?"
+
+    done = await send_for_task(sdk, user_message("go ahead", task_id=asked.id))
+    assert (done.id, done.context_id) == (asked.id, asked.context_id)
+    assert text_of(artifact_named(done, RESPONSE)) == "answer:go ahead"
+
+    got = await sdk.get_task(GetTaskRequest(id=asked.id))
+    assert [(m.role, get_message_text(m)) for m in got.history] == [
+        (Role.ROLE_USER, "ask:Proceed?"),
+        (Role.ROLE_AGENT, "Proceed?"),
+        (Role.ROLE_USER, "go ahead"),
+    ]
+    last = await sdk.get_task(GetTaskRequest(id=asked.id, history_length=1))
+    assert [get_message_text(m) for m in last.history] == ["go ahead"]
+
+
+async def test_list_tasks(sdk: Client, protocol: str) -> None:
+    first = await send_for_task(sdk, user_message("say:one"))
+    second = await send_for_task(sdk, user_message("say:two", context_id=first.context_id))
+    request = ListTasksRequest(context_id=first.context_id, page_size=1, include_artifacts=True)
+    if protocol == "0.3":
+        with pytest.raises(NotImplementedError):  # the v0.3 proto has no ListTasks: the SDK does not ask
+            await sdk.list_tasks(request)
+        return
+    page = await sdk.list_tasks(request)
+    assert [t.id for t in page.tasks] == [second.id], "newest status first"
+    assert page.page_size == 1 and page.total_size == 2 and page.next_page_token
+    assert text_of(artifact_named(page.tasks[0], RESPONSE)) == "two"
+    rest = await sdk.list_tasks(
+        ListTasksRequest(context_id=first.context_id, page_size=1, page_token=page.next_page_token)
+    )
+    assert [t.id for t in rest.tasks] == [first.id] and rest.next_page_token == ""
+    none = await sdk.list_tasks(ListTasksRequest(context_id=first.context_id, status=S.TASK_STATE_WORKING))
+    assert (list(none.tasks), none.total_size) == ([], 0)
+
+
+async def test_subscribe_follows_a_waiting_task_to_the_end(sdk_stream: Client, sdk: Client) -> None:
+    asked = await send_for_task(sdk, user_message("ask:Subscribe?;chunks:2"))
+    assert asked.status.state == S.TASK_STATE_INPUT_REQUIRED
+
+    events = sdk_stream.subscribe(SubscribeToTaskRequest(id=asked.id))
+    try:
+        async with asyncio.timeout(WAIT_S):
+            first = await anext(events)
+        assert kind(first) == "task" and first.task.id == asked.id
+        assert first.task.status.state == S.TASK_STATE_INPUT_REQUIRED
+        await send_for_task(sdk, user_message("yes", task_id=asked.id), return_immediately=True)
+        after = await collect(events)
+    finally:
+        await events.aclose()
+    state, texts = fold([first, *after])
+    assert state == S.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "answer:yeschunk-0 chunk-1 "
+
+
+async def test_subscribe_to_a_finished_task(sdk_stream: Client, sdk: Client, protocol: str) -> None:
+    task = await send_for_task(sdk, user_message("say:done"))
+    events = sdk_stream.subscribe(SubscribeToTaskRequest(id=task.id))
+    if protocol == "1.0":
+        with pytest.raises(UnsupportedOperationError):  # nothing left to subscribe to (§3.1.6)
+            await collect(events)
+    else:
+        # The v0.3 proto: "If the task is complete the stream will return the completed task and close".
+        got = await collect(events)
+        assert [kind(e) for e in got] == ["task"] and state_of(got[0]) == S.TASK_STATE_COMPLETED
+
+
+async def test_unknown_task_is_task_not_found(sdk: Client, sdk_stream: Client) -> None:
+    with pytest.raises(TaskNotFoundError):
+        await sdk.get_task(GetTaskRequest(id="no-such-task"))
+    with pytest.raises(TaskNotFoundError):
+        await sdk.cancel_task(CancelTaskRequest(id="no-such-task"))
+    with pytest.raises(TaskNotFoundError):
+        await collect(sdk_stream.subscribe(SubscribeToTaskRequest(id="no-such-task")))
+
+
+async def test_push_configs_round_trip(sdk: Client) -> None:
+    """Create, get, list and delete a webhook (a public address literal: the SSRF guard refuses private
+    ones; deleted at the end so no delivery is left waiting)."""
+    task = await send_for_task(sdk, user_message("say:x"))
+    url = "https://93.184.215.14/hook"
+    created = await sdk.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task.id, id="cfg-1", url=url, token="secret")
+    )
+    assert created.id == "cfg-1" and created.url == url and created.token != "secret"
+    ref = GetTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+    got = await sdk.get_task_push_notification_config(ref)
+    assert got.url == url and got.task_id == task.id
+    listed = await sdk.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    assert [c.id for c in listed.configs] == ["cfg-1"]
+    await sdk.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="cfg-1")
+    )
+    listed = await sdk.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    assert list(listed.configs) == []
+    with pytest.raises(TaskNotFoundError):
+        await sdk.get_task_push_notification_config(ref)
+
+
+async def test_extended_card_with_a_key(sdk: Client) -> None:
+    card = await sdk.get_extended_agent_card(GetExtendedAgentCardRequest())
+    assert "admin" in [s.id for s in card.skills]
+
+
+# ---- raw stubs: what the SDK hides ------------------------------------------------------------------
+
+
+async def test_errors_carry_the_status_code_and_error_info(grpc_server: ServerProcess) -> None:
+    async with channel(address(grpc_server), ALICE) as ch:
+        v10, v03 = a2a_pb2_grpc.A2AServiceStub(ch), a2a_v0_3_pb2_grpc.A2AServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await v10.GetTask(a2a_pb2.GetTaskRequest(id="no-such-task"))
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        info = error_info(missing.value)
+        assert (info.reason, info.domain) == ("TASK_NOT_FOUND", "a2a-protocol.org")
+
+        with pytest.raises(grpc.aio.AioRpcError) as old:
+            await v03.GetTask(a2a_v0_3_pb2.GetTaskRequest(name="tasks/no-such-task"))
+        assert old.value.code() == grpc.StatusCode.NOT_FOUND
+        assert old.value.details().startswith("TaskNotFoundError: ")
+        assert error_info(old.value).reason == "TASK_NOT_FOUND"
+
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await v10.SendMessage(a2a_pb2.SendMessageRequest())  # no message
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_info(bad.value).reason == "INVALID_PARAMS"
+        with pytest.raises(grpc.aio.AioRpcError) as bad_name:
+            await v03.GetTask(a2a_v0_3_pb2.GetTaskRequest(name="not-a-task-name"))
+        assert bad_name.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        with pytest.raises(grpc.aio.AioRpcError) as version:
+            await v10.GetTask(a2a_pb2.GetTaskRequest(id="x"), metadata=[("a2a-version", "0.3")])
+        assert version.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert error_info(version.value).reason == "VERSION_NOT_SUPPORTED"
+
+
+async def test_no_credential_is_unauthenticated(grpc_server: ServerProcess) -> None:
+    async with channel(address(grpc_server)) as ch:
+        for call in (
+            a2a_pb2_grpc.A2AServiceStub(ch).GetTask(a2a_pb2.GetTaskRequest(id="x")),
+            a2a_v0_3_pb2_grpc.A2AServiceStub(ch).GetAgentCard(a2a_v0_3_pb2.GetAgentCardRequest()),
+            a2a_pb2_grpc.A2AServiceStub(ch).GetTask(
+                a2a_pb2.GetTaskRequest(id="x"), metadata=[("x-api-key", "nope")]
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert error_info(refused.value).reason == "UNAUTHENTICATED"
+
+
+async def test_undecodable_bytes_are_invalid_argument_and_the_server_keeps_serving(
+    grpc_server: ServerProcess,
+) -> None:
+    garbage = b"\x0a\xff\xff"  # field 1, length-delimited, longer than what follows
+    async with channel(address(grpc_server), ALICE) as ch:
+        for method in ("/lf.a2a.v1.A2AService/SendMessage", "/a2a.v1.A2AService/GetTask"):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await ch.unary_unary(method)(garbage)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+        with pytest.raises(grpc.aio.AioRpcError) as stream:
+            await anext(aiter(ch.unary_stream("/lf.a2a.v1.A2AService/SendStreamingMessage")(garbage)))
+        assert stream.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        task = await a2a_pb2_grpc.A2AServiceStub(ch).SendMessage(
+            a2a_pb2.SendMessageRequest(
+                message=a2a_pb2.Message(
+                    message_id="m-after", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="still here")]
+                )
+            )
+        )
+        assert task.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+
+
+async def test_owners_are_kept_apart(grpc_server: ServerProcess) -> None:
+    """The authenticated principal owns what a call creates: bob cannot read alice's task."""
+    async with (
+        channel(address(grpc_server), ALICE) as alice_ch,
+        channel(address(grpc_server), {"x-api-key": KEYS["bob"]}) as bob_ch,
+    ):
+        sent = await a2a_pb2_grpc.A2AServiceStub(alice_ch).SendMessage(
+            a2a_pb2.SendMessageRequest(
+                message=a2a_pb2.Message(
+                    message_id="m-own", role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="mine")]
+                )
+            )
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as hidden:
+            await a2a_pb2_grpc.A2AServiceStub(bob_ch).GetTask(a2a_pb2.GetTaskRequest(id=sent.task.id))
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
