@@ -77,11 +77,9 @@ VARIANTS = [
 ]
 
 # @a2a-js/sdk 1.3.0's v0.3 FromProto (shared by its v0.3 REST and gRPC transports) drops `append` from
-# artifact-update events: a streamed artifact cannot be folded back, whatever the server sends. Strict,
-# so a fixed SDK makes this fail loudly.
-JS_V03_STREAM_BUG = pytest.mark.xfail(
-    strict=True, reason="@a2a-js/sdk 1.3.0 v0.3 FromProto drops artifact-update `append`"
-)
+# artifact-update events: a streamed artifact cannot be folded back, whatever the server sends (it sends
+# `append: true` on every chunk after the first). On v0.3 the script's fold check fails for that alone.
+JS_V03_APPEND_BUG = "@a2a-js/sdk 1.3.0 v0.3 FromProto drops artifact-update `append`"
 V03_FOLD_STEPS = ["stream", "resubscribe"]
 
 
@@ -114,9 +112,22 @@ def ops(run: Run, step: dict[str, Any]) -> list[str]:
     return found
 
 
-def xfail_v03_fold(run: Run, request: pytest.FixtureRequest) -> None:
+def folding_step(run: Run, name: str) -> dict[str, Any]:
+    """The step, which must say ok; on v0.3 also one whose only failure is the fold (the SDK bug), so
+    the test still checks everything else before `check_folded`."""
+    step = run.steps.get(name)
+    if run.variant.version == "0.3" and step and step.get("error", "").startswith(f"folded {RESPONSE}:"):
+        return step
+    return run.step(name)
+
+
+def check_folded(run: Run, step: dict[str, Any], want: str) -> None:
+    """The streamed response folds back to `want`; on v0.3 an expected failure until the SDK is fixed."""
+    got = step["folded"]["artifacts"].get(RESPONSE)
     if run.variant.version == "0.3":
-        request.applymarker(JS_V03_STREAM_BUG)
+        assert got != want, f"the v0.3 SDK folds {RESPONSE} now: drop the {JS_V03_APPEND_BUG!r} expectation"
+        pytest.xfail(JS_V03_APPEND_BUG)
+    assert got == want
 
 
 # ---- tests --------------------------------------------------------------------------------------
@@ -157,9 +168,8 @@ def _states_in_order(events: list[dict[str, Any]], order: list[str]) -> list[str
     return states
 
 
-def test_stream_delivers_task_then_updates_until_completed(run: Run, request: pytest.FixtureRequest) -> None:
-    xfail_v03_fold(run, request)
-    step = run.step("stream")
+def test_stream_delivers_task_then_updates_until_completed(run: Run) -> None:
+    step = folding_step(run, "stream")
     events = step["events"]
     assert events[0]["kind"] == "task", "the stream opens with the task"
     assert all(e["kind"] in ("status", "artifact") for e in events[1:]), events
@@ -167,8 +177,9 @@ def test_stream_delivers_task_then_updates_until_completed(run: Run, request: py
     states = _states_in_order(events, [SUBMITTED, WORKING, COMPLETED])
     assert states.count(COMPLETED) == 1
     assert (events[-1]["kind"], events[-1]["state"]) == ("status", COMPLETED), "completed is the last event"
-    assert step["folded"]["artifacts"][RESPONSE] == "chunk-0 chunk-1 chunk-2 chunk-3 chunk-4 "
+    assert step["folded"]["state"] == COMPLETED
     assert ops(run, step) == ["stream"]
+    check_folded(run, step, "chunk-0 chunk-1 chunk-2 chunk-3 chunk-4 ")
 
 
 def test_get_task_by_id_with_history(run: Run) -> None:
@@ -210,9 +221,8 @@ def test_unknown_task_is_task_not_found(run: Run) -> None:
     assert ops(run, step) == ["get", "cancel", "subscribe"]
 
 
-def test_resubscribe_to_a_paused_task_follows_it_to_the_end(run: Run, request: pytest.FixtureRequest) -> None:
-    xfail_v03_fold(run, request)
-    step = run.step("resubscribe")
+def test_resubscribe_to_a_paused_task_follows_it_to_the_end(run: Run) -> None:
+    step = folding_step(run, "resubscribe")
     events = step["events"]
     assert (events[0]["kind"], events[0]["id"], events[0]["state"]) == (
         "task",
@@ -223,8 +233,8 @@ def test_resubscribe_to_a_paused_task_follows_it_to_the_end(run: Run, request: p
     states = _states_in_order(events, [INPUT_REQUIRED, WORKING, COMPLETED])
     assert WORKING in states and states.count(COMPLETED) == 1
     assert (events[-1]["kind"], events[-1]["state"]) == ("status", COMPLETED), "completed is the last event"
-    assert step["folded"]["artifacts"][RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
     assert ops(run, step) == ["send", "subscribe", "send"]
+    check_folded(run, step, "answer:yeschunk-0 chunk-1 chunk-2 ")
 
 
 def test_push_configs_round_trip(run: Run) -> None:
