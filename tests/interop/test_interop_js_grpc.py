@@ -143,7 +143,7 @@ def test_client_is_built_from_the_cards_grpc_interface(run: Run, grpc_server: Se
     ]
     assert advertised == [f"localhost:{grpc_server.env['GRPC_PORT']}"], client["card"]["interfaces"]
     # grpc-js names the channel's target with its resolver scheme.
-    assert client["endpoint"] in advertised or client["endpoint"].removeprefix("dns:") in advertised
+    assert (client["endpoint"] or "").removeprefix("dns:") in advertised, client["endpoint"]
     assert [(c["method"], c["path"]) for c in client["wire"]] == [("GET", "/.well-known/agent-card.json")]
 
 
