@@ -107,6 +107,8 @@ class Replica:
     replica_id: str
     port: int
     log_path: Path
+    grpc_port: int = 0
+    """Its gRPC port; 0: no gRPC."""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -140,6 +142,7 @@ class Cluster:
         public_url: str | None = None,
         redis_bus: bool | None = None,
         env: Mapping[str, str] | None = None,
+        grpc: bool = False,
     ) -> None:
         if replicas < 1:
             raise ValueError("a cluster needs at least one replica")
@@ -156,9 +159,13 @@ class Cluster:
         self.extra_env = dict(env or {})
         ports = replica_ports or [free_port() for _ in range(replicas)]
         self.replicas = [
-            Replica(i, f"a2a-{i + 1}", port, self.workdir / f"replica-{i + 1}.log")
+            Replica(
+                i, f"a2a-{i + 1}", port, self.workdir / f"replica-{i + 1}.log", free_port() if grpc else 0
+            )
             for i, port in enumerate(ports)
         ]
+        self.grpc_port = free_port() if grpc else 0
+        """nginx's gRPC port (0: no gRPC); the card advertises `127.0.0.1:<it>`."""
         self.nginx_dir = self.workdir / "nginx"
         self.nginx: subprocess.Popen[bytes] | None = None
 
@@ -183,9 +190,11 @@ class Cluster:
             PORT=str(replica.port),
             PUBLIC_URL=self.public_url,
             REPLICA_ID=replica.replica_id,
-            # Replicas share one machine: gRPC only when asked for (and then it would need a port each).
-            GRPC_PORT=self.extra_env.get("GRPC_PORT", "0"),
+            # Replicas share one machine: gRPC only when asked for, on a port each, nginx's advertised.
+            GRPC_PORT=str(replica.grpc_port),
         )
+        if self.grpc_port:
+            env["GRPC_PUBLIC_ADDRESS"] = f"127.0.0.1:{self.grpc_port}"
         if self.redis_bus:
             env["REDIS_URL"] = self.redis_url
         else:
@@ -291,7 +300,8 @@ class Cluster:
         if self.nginx is not None and self.nginx.poll() is None:
             return
         upstreams = [f"127.0.0.1:{r.port}" for r in self.replicas]
-        conf = write_local(self.nginx_dir, upstreams, self.nginx_port)
+        grpc = [f"127.0.0.1:{r.grpc_port}" for r in self.replicas if r.grpc_port]
+        conf = write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
         out = open(self.nginx_dir / "nginx.out", "ab")  # the child keeps its own copy
         try:
             self.nginx = subprocess.Popen(

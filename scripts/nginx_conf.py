@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_CONF = ROOT / "deploy" / "nginx.conf"
 COMPOSE_UPSTREAMS = ("a2a-1:41242", "a2a-2:41242", "a2a-3:41242")
 COMPOSE_LISTEN = "8080"
+COMPOSE_GRPC_UPSTREAMS = ("a2a-1:50051", "a2a-2:50051", "a2a-3:50051")
+COMPOSE_GRPC_LISTEN = "50051"
 
 _TEMPLATE = """\
 # {header}
@@ -74,7 +76,30 @@ http {{
             proxy_next_upstream_timeout 10s;
         }}
     }}
-}}
+{grpc}}}
+"""
+
+_GRPC = """
+    upstream a2a_grpc {{
+{servers}
+        keepalive 32;
+    }}
+
+    # gRPC (both A2A services): HTTP/2 in and out; each call goes to any replica, which forwards to the
+    # task's holder as for HTTP.
+    server {{
+        listen {listen} http2;
+
+        location / {{
+            grpc_pass grpc://a2a_grpc;
+            grpc_set_header X-Real-IP $remote_addr;
+            grpc_read_timeout 1h;
+            grpc_send_timeout 1h;
+            grpc_connect_timeout 2s;
+            grpc_next_upstream error timeout;
+            grpc_next_upstream_timeout 10s;
+        }}
+    }}
 """
 
 
@@ -84,8 +109,11 @@ def render(
     prefix: Path | None = None,
     *,
     worker_user: str | None = None,
+    grpc_upstreams: Sequence[str] = (),
+    grpc_listen: str | None = None,
 ) -> str:
-    """The nginx.conf text for these `host:port` upstreams.
+    """The nginx.conf text for these `host:port` upstreams (and, with `grpc_listen`, a gRPC server in
+    front of the replicas' `grpc_upstreams`).
 
     `prefix` None renders for the nginx container (logs to stdout/stderr, the image's own pid and temp
     paths); a prefix directory renders for a local process with the pid, logs and temp files under it.
@@ -93,7 +121,8 @@ def render(
     """
     if not upstreams:
         raise ValueError("at least one upstream is needed")
-    servers = "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
+    servers = _servers(upstreams)
+    grpc = _GRPC.format(servers=_servers(grpc_upstreams), listen=grpc_listen) if grpc_listen else ""
     if prefix is None:
         header = "docker compose: mounted as /etc/nginx/nginx.conf in the nginx service."
         main = "worker_processes auto;\nerror_log /dev/stderr warn;\n"
@@ -113,16 +142,28 @@ def render(
             f"    {name}_temp_path {prefix / 'temp' / name};\n"
             for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         )
-    return _TEMPLATE.format(header=header, main=main, http=http, servers=servers, listen=listen)
+    return _TEMPLATE.format(header=header, main=main, http=http, servers=servers, listen=listen, grpc=grpc)
+
+
+def _servers(upstreams: Sequence[str]) -> str:
+    return "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
 
 
 def render_compose() -> str:
-    """The config docker compose mounts: the three replica services, listening on 8080."""
-    return render(COMPOSE_UPSTREAMS, COMPOSE_LISTEN)
+    """The config docker compose mounts: the three replica services, listening on 8080 (and gRPC on 50051)."""
+    return render(
+        COMPOSE_UPSTREAMS,
+        COMPOSE_LISTEN,
+        grpc_upstreams=COMPOSE_GRPC_UPSTREAMS,
+        grpc_listen=COMPOSE_GRPC_LISTEN,
+    )
 
 
-def write_local(prefix: Path, upstreams: Sequence[str], port: int) -> Path:
-    """Write a loopback config (listening on 127.0.0.1:`port`) under `prefix`; its path.
+def write_local(
+    prefix: Path, upstreams: Sequence[str], port: int, grpc_upstreams: Sequence[str] = (), grpc_port: int = 0
+) -> Path:
+    """Write a loopback config (listening on 127.0.0.1:`port`, and for gRPC on `grpc_port` when set) under
+    `prefix`; its path.
 
     As root, workers run as root too: the prefix usually sits in a private (0700) temp directory that the
     default `nobody` worker could not write request bodies into.
@@ -132,7 +173,17 @@ def write_local(prefix: Path, upstreams: Sequence[str], port: int) -> Path:
         (prefix / "temp" / name).mkdir(parents=True, exist_ok=True)
     user = "root" if os.geteuid() == 0 else None
     conf = prefix / "nginx.conf"
-    conf.write_text(render(upstreams, f"127.0.0.1:{port}", prefix, worker_user=user))
+    grpc_listen = f"127.0.0.1:{grpc_port}" if grpc_port else None
+    conf.write_text(
+        render(
+            upstreams,
+            f"127.0.0.1:{port}",
+            prefix,
+            worker_user=user,
+            grpc_upstreams=grpc_upstreams,
+            grpc_listen=grpc_listen,
+        )
+    )
     return conf
 
 

@@ -65,7 +65,7 @@ def test_sse_safe_failover_settings(text: str | None, tmp_path: Path):
 
 
 def test_nginx_accepts_local_and_compose_conf(tmp_path: Path):
-    local = write_local(tmp_path / "local", ["127.0.0.1:9", "127.0.0.1:10"], 11)
+    local = write_local(tmp_path / "local", ["127.0.0.1:9", "127.0.0.1:10"], 11, ["127.0.0.1:12"], 13)
     done = _nginx_t(local, tmp_path / "local")
     assert done.returncode == 0, done.stderr
 
@@ -100,6 +100,11 @@ def test_compose_topology():
     nginx = services["nginx"]
     assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
     assert any(str(p).endswith("8080:8080") for p in nginx["ports"])
+    # gRPC: nginx's 50051 (HTTP/2, grpc_pass) in front of each replica's, and the card says so.
+    assert any(str(p).endswith("50051:50051") for p in nginx["ports"])
+    assert "listen 50051 http2;" in render_compose() and "grpc_pass grpc://a2a_grpc;" in render_compose()
+    env = services["a2a-1"]["environment"]
+    assert env["GRPC_PORT"] == "50051" and "localhost:50051" in env["GRPC_PUBLIC_ADDRESS"]
     assert all(nginx["depends_on"][r]["condition"] == "service_healthy" for r in replicas)
 
 

@@ -1,7 +1,8 @@
 """A real cluster in subprocesses for tests: N replicas on free ports behind nginx (scripts/cluster.py).
 
-`Cluster(database_url, redis_url, tmp_path, replicas=3, **env)` runs the scripted test agent with short
-keep-alives; `env` overrides any replica setting (LEASE_TTL_S, MAX_CONCURRENT_TASKS, ...). Logs:
+`Cluster(database_url, redis_url, tmp_path, replicas=3, grpc=False, **env)` runs the scripted test agent with
+short keep-alives; `env` overrides any replica setting (LEASE_TTL_S, MAX_CONCURRENT_TASKS, ...); `grpc=True`
+gives each replica a gRPC port and nginx a gRPC server (`cluster.grpc_port`) the card advertises. Logs:
 `tmp_path/replica-<n>.log` and `tmp_path/nginx/`. Every wait polls a condition (/readyz), never a fixed sleep.
 """
 
@@ -21,7 +22,6 @@ TEST_ENV = {
     "AUTH_MODE": "off",
     "TASK_RATE_PER_MIN": "0",
     "MAX_STREAMS_PER_PRINCIPAL": "0",
-    "GRPC_PORT": "0",
 }
 
 
@@ -37,6 +37,7 @@ class Cluster(_Cluster):
         replicas: int = 3,
         *,
         redis_bus: bool | None = None,
+        grpc: bool = False,
         **env: str,
     ) -> None:
         super().__init__(
@@ -46,6 +47,7 @@ class Cluster(_Cluster):
             replicas,
             redis_bus=redis_bus,
             env={**TEST_ENV, **env},
+            grpc=grpc,
         )
 
     def log(self, i: int) -> str:
