@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Interop: the official JavaScript A2A client (@a2a-js/sdk) drives a running server.
 //
-//   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] [--protocol 0.3|1.0|auto]
+//   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] [--protocol 0.3|1.0|auto]
 //                             [--stock] [--steps send,stream,...] [--timeout-ms 30000]
 //
 // The client is built the way an SDK user builds one: the SDK's DefaultAgentCardResolver fetches
@@ -9,7 +9,8 @@
 // the SDK's ClientFactory picks the transport from the card's supportedInterfaces:
 //
 //   --transport  the protocol binding to prefer (ClientFactory `preferredTransports`); default JSONRPC
-//                (aliases: jsonrpc, rest, http+json).
+//                (aliases: jsonrpc, rest, http+json, grpc). GRPC uses the SDK's `@a2a-js/sdk/client/grpc`
+//                transport (with its optional peers @grpc/grpc-js and @bufbuild/protobuf).
 //   --protocol   0.3 or 1.0: keep only the card's interfaces of that version before the factory picks
 //                (the factory itself always prefers 1.0 when a binding is offered in both versions);
 //                auto: let the factory choose. Default auto.
@@ -18,12 +19,15 @@
 //
 // Every call then goes through the SDK's own request building and response parsing. Each step prints
 // one JSON object on its own line to stdout: {"step": ..., "ok": true|false, "error"?: ..., ...}, with
-// `wire` listing the HTTP requests the step made (method, path, A2A-Version header, JSON-RPC method).
+// `wire` listing the HTTP requests the step made (method, path, A2A-Version header, JSON-RPC method), or
+// its gRPC calls (method "GRPC", path `/<package>.A2AService/<Method>`, the a2a-version metadata).
+// --steps defaults to the first six steps; resubscribe, push_config and multi_turn run when named.
 // The exit status is 0 when every step passed, 1 when a step failed, 2 when no client could be built.
 
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 
+import { InterceptingCall } from "@grpc/grpc-js";
 import { Role, roleToJSON, TaskState, taskStateToJSON } from "@a2a-js/sdk";
 import {
   ClientFactory,
@@ -32,10 +36,12 @@ import {
   JsonRpcTransportFactory,
   RestTransportFactory,
 } from "@a2a-js/sdk/client";
+import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
 import { TaskNotCancelableError, TaskNotFoundError } from "@a2a-js/sdk/errors";
 
 const RESPONSE = "assistant-response";
-const ALL_STEPS = ["send", "stream", "get", "cancel", "cancel_nonblocking", "not_found"];
+const DEFAULT_STEPS = ["send", "stream", "get", "cancel", "cancel_nonblocking", "not_found"];
+const ALL_STEPS = [...DEFAULT_STEPS, "resubscribe", "push_config", "multi_turn"];
 const ORDER = [TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING];
 const TERMINAL = new Set([
   TaskState.TASK_STATE_COMPLETED,
@@ -43,12 +49,12 @@ const TERMINAL = new Set([
   TaskState.TASK_STATE_CANCELED,
   TaskState.TASK_STATE_REJECTED,
 ]);
-const BINDINGS = { jsonrpc: "JSONRPC", rest: "HTTP+JSON", "http+json": "HTTP+JSON" };
+const BINDINGS = { jsonrpc: "JSONRPC", rest: "HTTP+JSON", "http+json": "HTTP+JSON", grpc: "GRPC" };
 
 // ---- arguments ----------------------------------------------------------------------------------
 
 function usage(message) {
-  process.stderr.write(`${message}\nusage: node interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON] ` +
+  process.stderr.write(`${message}\nusage: node interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] ` +
     `[--protocol 0.3|1.0|auto] [--stock] [--steps ${ALL_STEPS.join(",")}] [--timeout-ms N]\n`);
   process.exit(64);
 }
@@ -61,7 +67,7 @@ try {
       transport: { type: "string", default: "JSONRPC" },
       protocol: { type: "string", default: "auto" },
       stock: { type: "boolean", default: false },
-      steps: { type: "string", default: ALL_STEPS.join(",") },
+      steps: { type: "string", default: DEFAULT_STEPS.join(",") },
       "timeout-ms": { type: "string", default: "30000" },
     },
   });
@@ -107,6 +113,19 @@ globalThis.fetch = async function recordingFetch(input, init = {}) {
   wire.push(entry);
   return realFetch(input, init);
 };
+
+/** The same record for gRPC: a grpc-js interceptor sees each call's method path and metadata. */
+function recordingInterceptor(options, nextCall) {
+  return new InterceptingCall(nextCall(options), {
+    start(metadata, listener, next) {
+      const version = metadata.get("a2a-version");
+      const entry = { method: "GRPC", path: options.method_definition.path };
+      entry.version = version.length ? String(version[0]) : null;
+      wire.push(entry);
+      next(metadata, listener);
+    },
+  });
+}
 
 // ---- plain-JSON views of SDK objects ------------------------------------------------------------
 
@@ -300,10 +319,15 @@ async function makeClient() {
     out.card = viewCard(client.agentCard);
   } else {
     const compat = { legacyCompat: { enabled: true } };
+    const grpc = { ...compat, grpcCallOptions: { interceptors: [recordingInterceptor] } };
     const resolver = new DefaultAgentCardResolver(compat);
     const factory = new ClientFactory(
       ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-        transports: [new JsonRpcTransportFactory(compat), new RestTransportFactory(compat)],
+        transports: [
+          new JsonRpcTransportFactory(compat),
+          new RestTransportFactory(compat),
+          new GrpcTransportFactory(grpc),
+        ],
         preferredTransports: [TRANSPORT],
         cardResolver: resolver,
       }),
@@ -329,7 +353,9 @@ async function makeClient() {
   out.transport = transport.protocolName;
   out.protocolVersion = client.protocolVersion;
   out.transportClass = transport.constructor.name;
-  out.endpoint = transport.endpoint ?? transport.base?.endpoint ?? null;
+  // The gRPC transports keep no endpoint, only a grpc-js client whose channel names the target it dials.
+  out.endpoint =
+    transport.endpoint ?? transport.base?.endpoint ?? transport.grpcClient?.getChannel().getTarget() ?? null;
   if (!args.values.stock && PROTOCOL !== "auto") {
     eq(out.transport, TRANSPORT, "transport the factory picked");
     check(versionIs(out.protocolVersion, PROTOCOL), `protocol version: wanted ${PROTOCOL}, got ${out.protocolVersion}`);
@@ -413,7 +439,9 @@ const steps = {
     eq(got.history.map((m) => [m.role, m.text]), [["ROLE_USER", "say:hello"]], "history");
     const cut = viewTask(await client.getTask({ id: sent.id, historyLength: 0 }, call()));
     out.historyLength0 = cut.history.length;
-    eq(cut.history.length, 0, "history with historyLength 0");
+    // v0.3 gRPC's history_length is a plain proto3 int32: 0 is "unset", which v0.3 defines as unlimited.
+    const unlimited = client.transport.protocolName === "GRPC" && versionIs(client.protocolVersion, "0.3");
+    eq(cut.history.length, unlimited ? 1 : 0, "history with historyLength 0");
   },
 
   /** A task streaming `sleep:30` is canceled: the call answers canceled, the stream ends canceled. */
@@ -480,6 +508,82 @@ const steps = {
       return;
     }
     throw new CheckFailed("resubscribeTask(unknown): expected TaskNotFoundError, but the stream just ended");
+  },
+
+  /** A task paused at input-required is resubscribed: the task first, then what the answer sets off,
+   * ending completed. The answer is sent only once the subscription delivered, so nothing is missed. */
+  async resubscribe(client, out) {
+    const waiting = await sendForTask(client, "ask:Resume?;chunks:3");
+    out.taskId = waiting.id;
+    eq(waiting.state, S(TaskState.TASK_STATE_INPUT_REQUIRED), "the blocking send's state");
+    const gen = client.resubscribeTask({ id: waiting.id }, call());
+    out.events = [];
+    try {
+      const first = await gen.next();
+      check(!first.done, "the resubscription ended before its first event");
+      out.events.push(viewEvent(first.value));
+      eq([out.events[0].kind, out.events[0].id], ["task", waiting.id], "the first event");
+      eq(out.events[0].state, S(TaskState.TASK_STATE_INPUT_REQUIRED), "the first event's state");
+      const answer = userMessage("yes", { taskId: waiting.id, contextId: waiting.contextId });
+      const answered = asTask(
+        await client.sendMessage({ message: answer, configuration: { returnImmediately: true } }, call()),
+        "the answer",
+      );
+      eq(answered.id, waiting.id, "the answer continues the task");
+      for await (const ev of { [Symbol.asyncIterator]: () => gen }) out.events.push(viewEvent(ev));
+    } finally {
+      await gen.return(undefined).catch(() => {});
+    }
+    const last = out.events.at(-1);
+    eq([last.kind, last.state], ["status", S(TaskState.TASK_STATE_COMPLETED)], "the last event");
+    for (const ev of out.events.slice(1)) eq(ev.taskId, waiting.id, "every update names the task");
+    out.folded = fold(out.events);
+    eq(out.folded.artifacts[RESPONSE], "answer:yeschunk-0 chunk-1 chunk-2 ", `folded ${RESPONSE}`);
+  },
+
+  /** Push configs: create, get, list, delete, then get is TaskNotFoundError. The URL is a public address
+   * literal (the server's SSRF guard refuses private ones) on a finished task, so nothing is delivered. */
+  async push_config(client, out) {
+    const task = await sendForTask(client, "say:x");
+    const url = "https://93.184.215.14/hook";
+    const config = { tenant: "", taskId: task.id, id: "cfg-1", url, token: "secret", authentication: undefined };
+    const created = await client.createTaskPushNotificationConfig(config, call());
+    out.created = { taskId: created.taskId, id: created.id, url: created.url, tokenKept: created.token === "secret" };
+    eq([created.taskId, created.id, created.url], [task.id, "cfg-1", url], "the created config");
+    const ref = { tenant: "", taskId: task.id, id: "cfg-1" };
+    const got = await client.getTaskPushNotificationConfig(ref, call());
+    out.got = { taskId: got.taskId, id: got.id, url: got.url };
+    eq([got.taskId, got.id, got.url], [task.id, "cfg-1", url], "the config read back");
+    const list = { tenant: "", taskId: task.id, pageSize: 0, pageToken: "" };
+    out.listed = (await client.listTaskPushNotificationConfig(list, call())).configs.map((c) => c.id);
+    eq(out.listed, ["cfg-1"], "the configs listed");
+    await client.deleteTaskPushNotificationConfig(ref, call());
+    out.listedAfterDelete = (await client.listTaskPushNotificationConfig(list, call())).configs.map((c) => c.id);
+    eq(out.listedAfterDelete, [], "the configs listed after the delete");
+    out.getAfterDelete = await expectError(
+      client.getTaskPushNotificationConfig(ref, call()),
+      TaskNotFoundError,
+      "getTaskPushNotificationConfig after the delete",
+    );
+  },
+
+  /** Two turns: the agent asks (input-required, the question in the status), the answer completes it. */
+  async multi_turn(client, out) {
+    const waiting = await sendForTask(client, "ask:Proceed?");
+    out.waiting = waiting;
+    eq(waiting.state, S(TaskState.TASK_STATE_INPUT_REQUIRED), "the first turn's state");
+    check((waiting.statusText ?? "").includes("Proceed?"), `the question in the status: ${waiting.statusText}`);
+    const answer = userMessage("yes", { taskId: waiting.id, contextId: waiting.contextId });
+    const done = asTask(await client.sendMessage({ message: answer, configuration: {} }, call()), "the answer");
+    out.done = done;
+    eq([done.id, done.contextId], [waiting.id, waiting.contextId], "the answer's task");
+    eq(done.state, S(TaskState.TASK_STATE_COMPLETED), "the second turn's state");
+    eq(artifactText(done, RESPONSE), "answer:yes", `${RESPONSE} text`);
+    eq(
+      done.history.filter((m) => m.role === "ROLE_USER").map((m) => m.text),
+      ["ask:Proceed?", "yes"],
+      "user messages in history",
+    );
   },
 };
 
