@@ -31,12 +31,13 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
 
+    metrics = Metrics() if settings.metrics_enabled else None
     app = FastAPI(
         title="A2A coding-agent server",
         # FastAPI's native OpenTelemetry hooks look up providers on every request; nothing here
         # configures them, so they would only add cost to each call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        lifespan=lifespan(settings, agent, authenticator, extra_skills),
+        lifespan=lifespan(settings, agent, authenticator, extra_skills, metrics),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -49,7 +50,6 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(rest_v10.router)
     app.include_router(health.router)
     app.include_router(openapi.router)
-    metrics = Metrics() if settings.metrics_enabled else None
     if metrics is not None:
         metrics.watch(lambda: getattr(app.state, "components", None))
         app.include_router(metrics.router())

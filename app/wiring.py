@@ -17,6 +17,7 @@ from app.agents.sdk import Agent
 from app.api import card, grpc_server, grpc_v03, grpc_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.metrics import Metrics
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
@@ -41,12 +42,13 @@ def lifespan(
     agent: Agent,
     authenticator: Authenticator,
     extra_skills: list[dict[str, Any]] | None = None,
+    metrics: Metrics | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The app's lifespan: the components `wire` builds, in `app.state.components` while it serves."""
 
     @asynccontextmanager
     async def serve(app: FastAPI) -> AsyncIterator[None]:
-        async with wire(settings, agent, authenticator, extra_skills) as components:
+        async with wire(settings, agent, authenticator, extra_skills, metrics) as components:
             app.state.components = components
             _tune_gc()
             yield
@@ -71,6 +73,7 @@ async def wire(
     agent: Agent,
     authenticator: Authenticator,
     extra_skills: list[dict[str, Any]] | None = None,
+    metrics: Metrics | None = None,
 ) -> AsyncIterator[Components]:
     """The running components of one app; on exit every one is stopped, the last started first."""
     async with AsyncExitStack() as stack:
@@ -152,6 +155,7 @@ async def wire(
             deliverer=deliverer,
             tasks=tasks,
             writer=writer,
+            metrics=metrics,
         )
         if settings.grpc_port:
             # Started last, stopped first: its calls finish (a short grace) while the service still runs.

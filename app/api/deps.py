@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.tasks.live import LiveTasks
 
     from .card import Card
+    from .metrics import Metrics
 
 PRINCIPAL_KEY = "a2a.principal"
 """Where the guard middleware leaves the authenticated principal in the ASGI scope."""
@@ -45,6 +46,8 @@ class Components:
     deliverer: Deliverer
     tasks: LiveTasks
     writer: Writer
+    metrics: Metrics | None = None
+    """The app's metrics, for the bindings that count their own calls (gRPC); None: turned off."""
 
 
 def components(request: Request) -> Components:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -210,18 +211,30 @@ class Binding:
         check_json(params)
         return m.params(params)
 
+    def _count(self, service: Service, m: Method, code: str, started: float | None = None) -> None:
+        """One answered call in the metrics (a unary call with its duration), when they are on."""
+        metrics = self.c.metrics
+        if metrics is None:
+            return
+        metrics.grpc_calls.labels(service.version, m.name, code).inc()
+        if started is not None:
+            metrics.grpc_duration.labels(service.version, m.name).observe(time.perf_counter() - started)
+
     def _unary(self, service: Service, m: Method) -> Callable[..., Awaitable[Message]]:
         where = f"gRPC {service.name}/{m.name}"
 
         async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
+            started = time.perf_counter()
             try:
                 call = await self._call(service, context)
                 result = await m.handler(self._params(m, request), call)
-                return to_proto(result or {}, m.response)
-            except A2AError as err:
-                await abort(context, err, service.version)
+                answer = to_proto(result or {}, m.response)
             except Exception as exc:
-                await abort(context, unexpected(exc, where), service.version)
+                err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
+                self._count(service, m, err.grpc_status, started)
+                await abort(context, err, service.version)
+            self._count(service, m, "OK", started)
+            return answer
 
         return behaviour
 
@@ -235,10 +248,10 @@ class Binding:
                 call = await self._call(service, context)
                 params = self._params(m, request)
                 items, encode = await open_stream(call, lambda: m.handler(params, call))
-            except A2AError as err:
-                await abort(context, err, service.version)
             except Exception as exc:
-                await abort(context, unexpected(exc, where), service.version)
+                err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
+                self._count(service, m, err.grpc_status)
+                await abort(context, err, service.version)
             failure: A2AError | None = None
             task = asyncio.current_task()
             assert task is not None
@@ -260,6 +273,7 @@ class Binding:
             finally:
                 self._streams.discard(task)
                 await items.aclose()  # type: ignore[attr-defined]
+            self._count(service, m, "OK" if failure is None else failure.grpc_status)
             if failure is not None:
                 await abort(context, failure, service.version)
 

@@ -2,7 +2,8 @@
 
 Two kinds, so a request pays almost nothing for them:
 - counted as they happen, by an ASGI layer (`RequestMetrics`): HTTP requests per binding and status, the
-  duration of every non-streaming answer, the SSE streams open now;
+  duration of every non-streaming answer, the SSE streams open now; gRPC calls by the gRPC binding
+  (`grpc_server.py`) the same way;
 - read when Prometheus scrapes (`_Live`): what the components already count for themselves as plain
   integers (tasks created and ended, the writer's commits, agent runs, webhook deliveries, the database
   pool), so nothing on the send path touches a metric object.
@@ -35,6 +36,7 @@ from .auth_guard import CARD_PATHS, JSONRPC_PATHS
 from .deps import Components
 
 METRICS_PATH = "/metrics"
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _OPS_PATHS = frozenset({"/healthz", "/readyz", METRICS_PATH})
 
 
@@ -71,10 +73,23 @@ class Metrics:
             "Time to the end of a non-streaming answer, by binding.",
             ["binding"],
             registry=self.registry,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            buckets=_BUCKETS,
         )
         self.streams = Gauge(
             "a2a_http_open_streams", "SSE streams open now, by binding.", ["binding"], registry=self.registry
+        )
+        self.grpc_calls = Counter(
+            "a2a_grpc_requests",
+            "gRPC calls answered, by protocol version, method and status code.",
+            ["version", "method", "code"],
+            registry=self.registry,
+        )
+        self.grpc_duration = Histogram(
+            "a2a_grpc_request_duration_seconds",
+            "Time to the end of a unary gRPC call, by protocol version and method.",
+            ["version", "method"],
+            registry=self.registry,
+            buckets=_BUCKETS,
         )
 
     def watch(self, components: Callable[[], Components | None]) -> None:

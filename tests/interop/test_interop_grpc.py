@@ -46,6 +46,7 @@ from a2a.utils.constants import TransportProtocol
 from google.rpc import error_details_pb2, status_pb2
 
 from tests.conftest import BACKENDS, make_server
+from tests.e2e.test_metrics import delta, scrape
 from tests.interop.test_interop_sdk import (
     ORDER,
     RESPONSE,
@@ -289,6 +290,23 @@ async def test_unknown_task_is_task_not_found(sdk: Client, sdk_stream: Client) -
         await sdk.cancel_task(CancelTaskRequest(id="no-such-task"))
     with pytest.raises(TaskNotFoundError):
         await collect(sdk_stream.subscribe(SubscribeToTaskRequest(id="no-such-task")))
+
+
+async def test_metrics_count_grpc_calls_by_version_method_and_code(
+    grpc_server: ServerProcess, sdk: Client, protocol: str
+) -> None:
+    async with httpx.AsyncClient(base_url=grpc_server.base_url, timeout=30) as http:
+        before = await scrape(http)
+        await send_for_task(sdk, user_message("say:counted"))
+        with pytest.raises(TaskNotFoundError):
+            await sdk.get_task(GetTaskRequest(id="no-such-task"))
+        after = await scrape(http)
+    calls = "a2a_grpc_requests_total"
+    assert delta(before, after, calls, version=protocol, method="SendMessage", code="OK") == 1
+    assert delta(before, after, calls, version=protocol, method="GetTask", code="NOT_FOUND") == 1
+    timed = "a2a_grpc_request_duration_seconds_count"
+    assert delta(before, after, timed, version=protocol, method="GetTask") == 1
+    assert delta(before, after, "a2a_tasks_created_total") == 1
 
 
 async def test_push_configs_round_trip(sdk: Client) -> None:
