@@ -1,5 +1,5 @@
 """Prometheus metrics at `/metrics` on a real server: what each call adds, streams, refusals, and the
-switch that removes the path. Figures are compared before and after the calls (the server is shared)."""
+switch that removes the path. Figures are compared before and after the calls."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+import pytest
 from httpx_sse import aconnect_sse
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import make_server
+from tests.conftest import BACKENDS, make_server
 from tests.support.auth import api_keys_env, key_of
 from tests.support.rpc import send, text_message
 
@@ -45,7 +46,18 @@ def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     return after[key] - before[key]
 
 
-async def test_metrics_count_calls_tasks_commits_and_streams(client: httpx.AsyncClient):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_metrics_count_calls_tasks_commits_and_streams(backend: str, tmp_path: Path):
+    """On a server of its own: the shared one may still run other tests' agents."""
+    srv = await make_server(backend, tmp_path)
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
+            await _count_calls(client)
+    finally:
+        srv.stop()
+
+
+async def _count_calls(client: httpx.AsyncClient) -> None:
     before = await scrape(client)
     for i in range(3):
         assert (await send(client, f"say:hi {i}"))["status"]["state"] == "completed"
