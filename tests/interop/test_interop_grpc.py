@@ -33,7 +33,6 @@ from a2a.types import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Role,
-    StreamResponse,
     SubscribeToTaskRequest,
     TaskNotFoundError,
     TaskPushNotificationConfig,
@@ -52,8 +51,10 @@ from tests.interop.test_interop_sdk import (
     RESPONSE,
     WAIT_S,
     artifact_named,
+    collect,
     fold,
     kind,
+    only_v03,
     open_stream,
     send_for_task,
     state_of,
@@ -127,10 +128,7 @@ async def grpc_client(server: ServerProcess, protocol: str, *, streaming: bool) 
         )
         card = await A2ACardResolver(http, server.base_url).get_agent_card()
         if protocol == "0.3":
-            # A client that only knows v0.3 sees just the card's v0.3 interfaces.
-            v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
-            del card.supported_interfaces[:]
-            card.supported_interfaces.extend(v03)
+            card = only_v03(card)
         client = ClientFactory(config).create(card)
         try:
             yield client
@@ -154,14 +152,6 @@ async def sdk_stream(grpc_server: ServerProcess, protocol: str) -> AsyncIterator
 
 def address(server: ServerProcess) -> str:
     return f"127.0.0.1:{server.grpc_port}"  # type: ignore[attr-defined]
-
-
-async def collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
-    out = []
-    async with asyncio.timeout(WAIT_S):
-        async for ev in events:
-            out.append(ev)
-    return out
 
 
 def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:

@@ -20,6 +20,7 @@ from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.helpers import get_message_text, get_text_parts, new_text_message
 from a2a.types import (
+    AgentCard,
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
@@ -95,6 +96,14 @@ def wire(protocol: str) -> Wire:
     return Wire(protocol)
 
 
+def only_v03(card: AgentCard) -> AgentCard:
+    """The card as a client that only knows v0.3 sees it: just its v0.3 interfaces."""
+    v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(v03)
+    return card
+
+
 @asynccontextmanager
 async def sdk_client(server: ServerProcess, wire: Wire, *, streaming: bool) -> AsyncIterator[Client]:
     """An SDK client made from our agent card; `streaming=False` makes `send_message` a plain send."""
@@ -103,12 +112,8 @@ async def sdk_client(server: ServerProcess, wire: Wire, *, streaming: bool) -> A
         if wire.protocol == "1.0":
             client = await factory.create_from_url(server.base_url)
         else:
-            # A client that only knows v0.3 sees just the card's v0.3 interfaces.
             card = await A2ACardResolver(http, server.base_url).get_agent_card()
-            v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
-            del card.supported_interfaces[:]
-            card.supported_interfaces.extend(v03)
-            client = factory.create(card)
+            client = factory.create(only_v03(card))
         try:
             yield client
         finally:

@@ -29,7 +29,6 @@ from a2a.types import (
     ListTasksRequest,
     Role,
     SendMessageRequest,
-    StreamResponse,
     SubscribeToTaskRequest,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -44,8 +43,10 @@ from tests.interop.test_interop_sdk import (
     RESPONSE,
     WAIT_S,
     artifact_named,
+    collect,
     fold,
     kind,
+    only_v03,
     open_stream,
     send_for_task,
     state_of,
@@ -111,12 +112,8 @@ async def rest_client(server: ServerProcess, wire: Wire, *, streaming: bool) -> 
         if wire.protocol == "1.0":
             client = await factory.create_from_url(server.base_url)
         else:
-            # A client that only knows v0.3 sees just the card's v0.3 interfaces.
             card = await A2ACardResolver(http, server.base_url).get_agent_card()
-            v03 = [i for i in card.supported_interfaces if i.protocol_version.startswith("0.3")]
-            del card.supported_interfaces[:]
-            card.supported_interfaces.extend(v03)
-            client = factory.create(card)
+            client = factory.create(only_v03(card))
         try:
             yield client
         finally:
@@ -135,14 +132,6 @@ async def sdk_stream(server: ServerProcess, wire: Wire) -> AsyncIterator[Client]
     """Streaming client: `send_message` is `POST message:stream`, events until the server ends the stream."""
     async with rest_client(server, wire, streaming=True) as client:
         yield client
-
-
-async def collect(events: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
-    out = []
-    async with asyncio.timeout(WAIT_S):
-        async for ev in events:
-            out.append(ev)
-    return out
 
 
 # ---- tests --------------------------------------------------------------------------------------
