@@ -8,6 +8,11 @@ While the database is away a run keeps what its agent emits (up to `RUN_BUFFER` 
 paused, its emit waiting) and commits it in order once the database is back, for up to the outage grace;
 past it the agent is stopped and the task ends `failed` as soon as the database answers. Only runs alive
 here have their leases renewed, so a task whose run is gone is ended by a reaper, never left `working`.
+
+A run whose task was ended or taken over elsewhere (reaped, canceled, its lease taken) is stopped at once,
+its process tree with it: its next commit collides with the other replica's event numbers, a notice comes
+over the bus (`lost`), and the heartbeat finds its lease no longer renewable; each is checked against the
+database under the task's lock before the run is stopped.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from app.protocol.errors import InternalError
 from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
 from app.store.leases import Leases
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.live import LiveTasks, UnrecordedError
+from app.tasks.live import LiveTasks, TaskLostError, UnrecordedError
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
@@ -75,9 +80,8 @@ class Runner:
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
-        self._db_failed_at = -float("inf")
-        """When a loop here last found the database away: claims and reaping hold off a lease TTL after it,
-        so replicas that were cut off too renew their leases before anyone counts them dead."""
+        self._recovered = False
+        self._checks: dict[str, asyncio.Task[None]] = {}
         bus.on_queued(self._wake.set)
 
     @property
@@ -139,25 +143,27 @@ class Runner:
     # ---- life --------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Recover what this replica's previous life left, then claim, heartbeat and watch leases."""
-        await self._recover()
+        """Recover what this replica's previous life left, then claim, heartbeat and watch leases. With the
+        database away, recovery waits in the claims loop: the replica starts and serves meanwhile."""
+        try:
+            await self._recover()
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            log.warning("database unavailable at start-up; recovering this replica's tasks once it is back")
         self._loops = [
-            asyncio.create_task(
-                self._every(self._claim, self._poll_s, wakeable=True, holds_off=True), name="claims"
-            ),
+            asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
             asyncio.create_task(self._every(self._heartbeat, self._ttl_s / 3), name="heartbeat"),
-            asyncio.create_task(
-                self._every(self._reap, min(self._poll_s, self._ttl_s / 5), holds_off=True), name="reaper"
-            ),
+            asyncio.create_task(self._every(self._reap, min(self._poll_s, self._ttl_s / 5)), name="reaper"),
         ]
 
     async def aclose(self) -> None:
         """Stop taking work and stop every run. A task that was working ends failed with the reason;
         tasks waiting for input are released so any replica can take the answer."""
         self._closing = True
-        for loop in self._loops:
+        for loop in (*self._loops, *self._checks.values()):
             loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*self._loops, *self._checks.values(), return_exceptions=True)
         waiting: list[str] = []
         for task_id in list(self._runs):
             await self.stop(task_id)
@@ -180,23 +186,19 @@ class Runner:
         step: Callable[[], Awaitable[object]],
         interval: float,
         wakeable: bool = False,
-        holds_off: bool = False,
     ) -> None:
-        """Run `step` every `interval` for good; with `holds_off`, not within a lease TTL of an outage
-        (claims and reaping: a lease that expired meanwhile may be a live run's, about to be renewed)."""
+        """Run `step` every `interval` for good; after a failure from an outage, within `RETRY_S`."""
         name = getattr(step, "__name__", "step").lstrip("_")
         outage = OutageLog(f"runner {name}")
         while True:
             wait = interval
             try:
-                if not (holds_off and self._just_recovered()):
-                    await step()
-                    outage.ok()
+                await step()
+                outage.ok()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if outage.failed_or_bug(exc, log, "%s failed; retrying", name):
-                    self._db_failed_at = asyncio.get_running_loop().time()
                     wait = min(interval, RETRY_S)
             if wakeable:
                 # Not `wait_for`: on Python 3.11 it swallows a cancel that arrives as the wake is set (a run
@@ -208,25 +210,63 @@ class Runner:
             else:
                 await asyncio.sleep(wait)
 
-    def _just_recovered(self) -> bool:
-        """Within a lease TTL of a loop here having found the database away."""
-        return asyncio.get_running_loop().time() - self._db_failed_at < self._ttl_s
-
     async def _heartbeat(self) -> None:
-        await self._leases.renew(list(self._runs))
+        """Renew the leases of the runs alive here; a run whose lease could not be renewed lost its task."""
+        runs = list(self._runs)
+        renewed = await self._leases.renew(runs)
+        for task_id in runs:
+            if task_id not in renewed:
+                self.lost(task_id)
+
+    def lost(self, task_id: str) -> None:
+        """The task may have been ended or taken over elsewhere: check, and stop its run if so."""
+        if task_id in self._runs and task_id not in self._checks and not self._closing:
+            check = asyncio.create_task(self._check_lost(task_id), name=f"lost-{task_id}")
+            self._checks[task_id] = check
+            check.add_done_callback(lambda _: self._checks.pop(task_id, None))
+
+    async def _check_lost(self, task_id: str) -> None:
+        """Stop the task's run unless the database still has it as this replica's, as the run left it.
+
+        Compared under the task's lock, so no commit of the run is half done: a task ended here, or one
+        whose lease and last event are still ours, is left alone."""
+        live = self._tasks.get(task_id)
+        if live is None:
+            return  # ended here, or already dropped by a commit that collided (the run stops itself)
+        async with live.lock:
+            if live.task.status.state.terminal or self._tasks.get(task_id) is not live:
+                return
+            try:
+                stored = await self._leases.recorded(task_id)
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    log.exception("could not check whether task %s is still held here", task_id)
+                return  # the database is away: the next heartbeat asks again
+            if stored == (live.seq, self._leases.replica_id):
+                return
+            self._tasks.lose(task_id)
+        log.warning(
+            "task %s was ended or taken over by another replica (stored: %s); stopping its agent",
+            task_id,
+            stored,
+        )
+        await self.stop(task_id)
 
     async def _recover(self) -> None:
         for held in await self._leases.mine():
             if held.state is TaskState.WORKING:
                 reason = "The server restarted while this task was running; its agent was lost."
-                await self._tasks.end_lost(held, reason)
+                await self._tasks.end_lost(held, reason, restarted=True)
             elif held.state is TaskState.SUBMITTED:
                 await self._start_claimed(held.task_id)
             else:
                 await self._tasks.release([held.task_id])
+        self._recovered = True
 
     async def _claim(self) -> None:
-        """Claim queued tasks while there are free slots."""
+        """Claim queued tasks while there are free slots (once this replica's own are recovered)."""
+        if not self._recovered:
+            await self._recover()
         while not self._closing and (free := self._max - self._active) > 0:
             claimed = await self._leases.claim_queued(free)
             for task_id in claimed:
@@ -248,8 +288,10 @@ class Runner:
         await self._tasks.release([task_id])
 
     async def _reap(self) -> None:
-        """End tasks whose replica died mid-run (its lease expired). Queued and waiting tasks with an
-        expired lease need nothing: claims and answers treat an expired lease as free."""
+        """End tasks whose replica died mid-run: mark the leases found expired (`Leases.suspect`), end the
+        working tasks whose lease stayed unrenewed a lease TTL after its mark (`Leases.expired`). Queued
+        and waiting tasks need nothing: claims take a void lease, answers an expired one."""
+        await self._leases.suspect()
         for held in await self._leases.expired():
             if held.state is TaskState.WORKING and held.task_id not in self._runs:
                 reason = (
@@ -263,6 +305,8 @@ class Runner:
             await self._run_agent(task_id)
         except asyncio.CancelledError:
             pass
+        except TaskLostError:
+            log.warning("task %s was ended or taken over by another replica; its agent was stopped", task_id)
         except UnrecordedError:
             await self._fail_when_back(
                 task_id,
@@ -284,6 +328,9 @@ class Runner:
         while not self._closing:
             try:
                 await self._tasks.fail(task_id, reason)
+                return
+            except TaskLostError:
+                log.warning("task %s was ended or taken over by another replica meanwhile", task_id)
                 return
             except Exception as exc:
                 if not is_unavailable(exc):
@@ -366,6 +413,7 @@ class Runner:
 
         producer = asyncio.create_task(produce(), name=f"agent-{task_id}")
         live = self._tasks.get(task_id)
+        lost = False
         try:
             while True:
                 items = [await queue.get()]
@@ -376,8 +424,13 @@ class Runner:
                     if live is not None and live.task.status.state is TaskState.SUBMITTED:
                         if not _is_working(events[0]):
                             events.insert(0, _working(task_id, live.task.context_id, events))
-                    if await self._tasks.record(task_id, events):
-                        return
+                    try:
+                        if await self._tasks.record(task_id, events):
+                            return
+                    except TaskLostError:
+                        lost = True
+                        await _stop(ctx)  # at once: no straggler's grace for a task that is not ours
+                        raise
                 end = items[-1]
                 if isinstance(end, BaseException):
                     log.error("agent run for task %s failed", task_id, exc_info=end)
@@ -392,7 +445,7 @@ class Runner:
                     )
                     return
         finally:
-            if not producer.done():
+            if not producer.done() and not lost:
                 # The task ended while the agent still runs (it failed it, or emitted after the end):
                 # give it a moment to return, then stop what it owns before cancelling it.
                 await asyncio.wait({producer}, timeout=STRAGGLER_S)

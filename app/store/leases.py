@@ -2,6 +2,13 @@
 
 The queue is the `tasks` table itself: a `submitted` task nobody holds is waiting to be claimed. Claims use
 `FOR UPDATE SKIP LOCKED` on PostgreSQL so replicas never claim the same task; SQLite serialises writers.
+
+An expired lease is not yet a dead holder: leases also expire while the database is away, and the holder
+renews them once it is back, at a moment other replicas cannot see. So a held lease is taken from its
+holder by a reaper or a claim only once it is *void*: a reaper marked it expired (`suspect`, with the
+database answering) and a whole lease TTL has passed since without the holder renewing it or committing
+(either clears the mark). Requests (`take`) may still take an expired lease: the holder finds out
+(`renew` leaves it out) and stops its run.
 """
 
 from __future__ import annotations
@@ -9,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
-from sqlalchemy import and_, or_, select, true, update
+from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import TERMINAL_STATES, TaskState, utcnow
@@ -28,6 +36,14 @@ class Held:
     owner: str
 
 
+@dataclass(slots=True, frozen=True)
+class Seized:
+    """A lease a reaper has taken from a holder that left it void, and the task's last event then."""
+
+    task_id: str
+    last_seq: int
+
+
 class Leases:
     def __init__(self, engine: AsyncEngine, replica_id: str, ttl_s: float) -> None:
         self._engine = engine
@@ -38,12 +54,21 @@ class Leases:
     def expiry(self, now: datetime | None = None) -> datetime:
         return (now or utcnow()) + self.ttl
 
+    def _void(self, now: datetime) -> ColumnElement[bool]:
+        """A held lease its holder has left: expired, marked so with the database answering, and still not
+        renewed a lease TTL after that mark."""
+        return and_(
+            _tasks.c.lease_expires_at < now,
+            _tasks.c.lease_suspect_at.is_not(None),
+            _tasks.c.lease_suspect_at < now - self.ttl,
+        )
+
     async def claim_queued(self, limit: int) -> list[str]:
         """Claim up to `limit` queued tasks, oldest first; their ids."""
         if limit <= 0:
             return []
         now = utcnow()
-        free = or_(_tasks.c.lease_owner.is_(None), _tasks.c.lease_expires_at < now)
+        free = or_(_tasks.c.lease_owner.is_(None), self._void(now))
         pick = (
             select(_tasks.c.id)
             .where(_tasks.c.state == TaskState.SUBMITTED.value, free)
@@ -55,7 +80,7 @@ class Leases:
         stmt = (
             update(_tasks)
             .where(_tasks.c.id.in_(pick.scalar_subquery()), free)
-            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now))
+            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
             .returning(_tasks.c.id)
         )
         async with self._engine.begin() as conn:
@@ -66,12 +91,20 @@ class Leases:
 
         With `owner`, only that principal's task: a call for someone else's task changes nothing.
         """
+        return (await self.take_from(task_id, owner=owner)) is not False
+
+    async def take_from(self, task_id: str, *, owner: str | None = None) -> str | Literal[False] | None:
+        """`take`, telling from whom: False when not taken, else the replica whose expired lease this
+        replaced (None when nobody held it, or this replica did), which must stop its run."""
         now = utcnow()
+        row = _tasks.c.id == task_id, _tasks.c.owner == owner if owner is not None else true()
+        before = select(_tasks.c.lease_owner).where(*row)
+        if self._pg:
+            before = before.with_for_update()
         stmt = (
             update(_tasks)
             .where(
-                _tasks.c.id == task_id,
-                _tasks.c.owner == owner if owner is not None else true(),
+                *row,
                 _tasks.c.state.not_in(_ENDED),
                 or_(
                     _tasks.c.lease_owner.is_(None),
@@ -79,11 +112,34 @@ class Leases:
                     _tasks.c.lease_expires_at < now,
                 ),
             )
-            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now))
+            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
             .returning(_tasks.c.id)
         )
         async with self._engine.begin() as conn:
-            return (await conn.execute(stmt)).first() is not None
+            previous = (await conn.execute(before)).scalar()
+            if (await conn.execute(stmt)).first() is None:
+                return False
+        return None if previous == self.replica_id else previous
+
+    async def seize(self, held: Held) -> Seized | None:
+        """Take a working task's lease from `held.owner` for a reaper, only if that holder left it void;
+        with the task's last event number as of the take, so that a holder that commits after it makes the
+        reaper's write collide instead of ending a task that was alive."""
+        now = utcnow()
+        stmt = (
+            update(_tasks)
+            .where(
+                _tasks.c.id == held.task_id,
+                _tasks.c.lease_owner == held.owner,
+                _tasks.c.state == TaskState.WORKING.value,
+                self._void(now),
+            )
+            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
+            .returning(_tasks.c.last_seq)
+        )
+        async with self._engine.begin() as conn:
+            last_seq = (await conn.execute(stmt)).scalar()
+        return None if last_seq is None else Seized(held.task_id, last_seq)
 
     async def holder(self, task_id: str, *, owner: str) -> str | None:
         """The replica holding a live lease on the owner's task, if any."""
@@ -93,14 +149,15 @@ class Leases:
         async with self._engine.connect() as conn:
             return (await conn.execute(stmt)).scalar()
 
-    async def renew(self, task_ids: Collection[str]) -> int:
-        """Heartbeat: extend this replica's leases on the given unfinished tasks, the runs alive here.
+    async def renew(self, task_ids: Collection[str]) -> set[str]:
+        """Heartbeat: extend this replica's leases on the given unfinished tasks, the runs alive here; the
+        ids renewed. One left out was ended or taken over elsewhere: its run must stop.
 
         Only those: a task whose run died in this process (or never started) must see its lease expire,
         so the reaper (here or on another replica) ends it instead of it staying `working` for good.
         """
         if not task_ids:
-            return 0
+            return set()
         stmt = (
             update(_tasks)
             .where(
@@ -108,10 +165,11 @@ class Leases:
                 _tasks.c.lease_owner == self.replica_id,
                 _tasks.c.state.not_in(_ENDED),
             )
-            .values(lease_expires_at=self.expiry())
+            .values(lease_expires_at=self.expiry(), lease_suspect_at=None)
+            .returning(_tasks.c.id)
         )
         async with self._engine.begin() as conn:
-            return (await conn.execute(stmt)).rowcount
+            return set((await conn.execute(stmt)).scalars())
 
     async def recorded(self, task_id: str) -> tuple[int, str | None] | None:
         """The task's last event number and lease holder as stored: whether a commit whose answer was
@@ -128,21 +186,37 @@ class Leases:
         stmt = (
             update(_tasks)
             .where(_tasks.c.id.in_(task_ids), _tasks.c.lease_owner == self.replica_id)
-            .values(lease_owner=None, lease_expires_at=None)
+            .values(lease_owner=None, lease_expires_at=None, lease_suspect_at=None)
         )
         async with self._engine.begin() as conn:
             await conn.execute(stmt)
 
+    async def suspect(self) -> int:
+        """Mark the held leases found expired now, with the database answering: each holder has a lease TTL
+        from here to renew (or commit) before its lease is void. How many were marked."""
+        now = utcnow()
+        stmt = (
+            update(_tasks)
+            .where(
+                _tasks.c.lease_owner.is_not(None),
+                _tasks.c.lease_expires_at < now,
+                _tasks.c.lease_suspect_at.is_(None),
+                _tasks.c.state.not_in(_ENDED),
+            )
+            .values(lease_suspect_at=now)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount
+
     async def expired(self, limit: int = 100) -> list[Held]:
-        """Unfinished tasks whose holder stopped renewing (it died, hung, or was cut off)."""
+        """Unfinished tasks whose holder left its lease void (it died, hung, or stayed cut off for a
+        lease TTL after the database was back)."""
         stmt = (
             select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner)
             .where(
-                and_(
-                    _tasks.c.lease_owner.is_not(None),
-                    _tasks.c.lease_expires_at < utcnow(),
-                    _tasks.c.state.not_in(_ENDED),
-                )
+                _tasks.c.lease_owner.is_not(None),
+                self._void(utcnow()),
+                _tasks.c.state.not_in(_ENDED),
             )
             .limit(limit)
         )

@@ -61,6 +61,9 @@ class TaskRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(256))
     """The replica that may write this task (runs its agent); NULL: nobody, queued or idle."""
     lease_expires_at: Mapped[datetime | None]
+    lease_suspect_at: Mapped[datetime | None]
+    """When a reaper first saw the lease expired (the database answering); any renewal or commit by the
+    holder clears it. The task is ended as lost only a lease TTL after this mark (`leases.py`)."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;

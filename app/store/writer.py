@@ -68,6 +68,8 @@ _update_task = (
         status_at=bindparam("status_at"),
         lease_owner=bindparam("lease_owner"),
         lease_expires_at=bindparam("lease_expires_at"),
+        # Any step of the task is its holder alive: a reaper's suspicion mark goes.
+        lease_suspect_at=null(),
         # A retry of the first message attaches only while the task runs: the key goes when it stops.
         retry_key=case((bindparam("running", type_=Boolean()), _tasks.c.retry_key), else_=null()),
     )

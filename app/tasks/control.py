@@ -1,5 +1,6 @@
 """Control between replicas: a write to a task another replica holds is forwarded to it, and the
-requests other replicas forward here are carried out (cancel, an answer to a waiting task, a new webhook).
+requests other replicas forward here are carried out (cancel, an answer to a waiting task, a new webhook,
+and "the task you run was ended or taken over here": `lost`, which stops the run).
 
 `hops` stops forwarding loops: a forwarded request that finds the task held elsewhere again fails.
 """
@@ -36,12 +37,14 @@ class Control:
         leases: Leases,
         cancel: Callable[[str, str, int], Awaitable[object]],
         answer: Callable[[str, Message, int, IdemKey | None], Awaitable[object]],
+        lost: Callable[[str], object],
     ) -> None:
         self._bus = bus
         self._tasks = tasks
         self._leases = leases
         self._cancel = cancel
         self._answer = answer
+        self._lost = lost
         bus.on_control(self.handle)
 
     async def forward(self, replica_id: str, body: dict[str, Any]) -> None:
@@ -91,6 +94,8 @@ class Control:
                 live = self._tasks.get(body["task"])
                 if live is not None:
                     live.push = True
+            elif body.get("op") == "lost":
+                self._lost(body["task"])
             elif body.get("op") == "answer":
                 idem = IdemKey(**body["idem"]) if body.get("idem") else None
                 await self._answer(body["owner"], Message.from_store(body["message"]), 1, idem)

@@ -26,6 +26,11 @@ class Executor(Protocol):
         """Stop the task's run, if it runs here."""
         ...
 
+    def lost(self, task_id: str) -> None:
+        """Another replica says it ended or took over this task: if its run is here and the database agrees
+        the task is no longer this replica's, stop the run."""
+        ...
+
     async def answer(self, task_id: str, message: Message) -> None:
         """Hand the user's answer to the task's waiting run (or start one)."""
         ...

@@ -16,7 +16,7 @@ from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task,
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository, TaskHead
 
-from .live import STOP_STATES, LiveTasks, Snapshot
+from .live import STOP_STATES, HeldElsewhereError, LiveTasks, Snapshot
 
 _T = TypeVar("_T")
 
@@ -75,10 +75,14 @@ class Reader:
                 return live.snapshot().task
             fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
             live.waiters.append(fut)
+            deadline = asyncio.get_running_loop().time() + timeout_s
             try:
                 return (await asyncio.wait_for(fut, timeout_s)).task
             except TimeoutError:
                 return (await self.load(owner, task_id)).task
+            except HeldElsewhereError:
+                # Ended or taken over by another replica meanwhile (`LiveTasks.lose`): follow the log.
+                timeout_s = max(deadline - asyncio.get_running_loop().time(), 0.0)
         try:
             async with asyncio.timeout(timeout_s):
                 async for item in self.follow(owner, task_id, stop_at=STOP_STATES):

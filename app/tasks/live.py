@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 """A blocking send returns once its task is in one of these."""
+LOST_NOTICE_S = 2.0
+"""How long a notice to a replica that lost a task waits for its acknowledgement."""
 
 
 @dataclass(slots=True)
@@ -86,6 +88,10 @@ class HeldElsewhereError(Exception):
         self.replica_id = replica_id
 
 
+class TaskLostError(Exception):
+    """The task was ended or taken over by another replica while its run was here: the run must stop."""
+
+
 class UnrecordedError(Exception):
     """A run's events could not be committed within the outage grace: the database stayed away."""
 
@@ -112,6 +118,7 @@ class LiveTasks:
         self._push_ring = push_ring
         """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
         self._live: dict[str, LiveTask] = {}
+        self._notices: set[asyncio.Task[None]] = set()
         self._runs_outage = OutageLog("task runs")
         self.created_total = 0
         """Tasks created here (read by the metrics at scrape time, like `ended_total`)."""
@@ -135,7 +142,10 @@ class LiveTasks:
         live = self._live.get(task_id)
         if live is None:
             # Every query names the owner: another principal's task is neither leased nor revealed.
-            took = await self._leases.take(task_id, owner=owner)
+            taken = await self._leases.take_from(task_id, owner=owner)
+            took = taken is not False
+            if taken:
+                self.tell_lost(taken, task_id)
             if not took:
                 holder = await self._leases.holder(task_id, owner=owner)
                 if holder is not None and holder != self.replica_id:
@@ -231,7 +241,7 @@ class LiveTasks:
                 await self._commit(live, write, wait)
             except SeqTakenError:
                 # Our next event number is taken: another replica took this task over.
-                self._live.pop(task.id, None)
+                self.lose(task.id)
                 log.warning("task %s was taken over by another replica; dropping it here", task.id)
                 raise
             if write.notifications and self._push_ring is not None:
@@ -299,31 +309,36 @@ class LiveTasks:
     # ---- the runner's side ---------------------------------------------------------------------
 
     async def record(self, task_id: str, events: list[Event]) -> bool:
-        """Apply events produced by the task's run; True once the task has ended (or left us).
+        """Apply events produced by the task's run; True once the task has ended.
 
-        Waits out a database outage up to the grace; raises UnrecordedError past it."""
+        Waits out a database outage up to the grace; raises UnrecordedError past it, and TaskLostError
+        when the task is no longer this replica's (ended or taken over elsewhere)."""
         live = self._live.get(task_id)
         if live is None:
-            return True
+            raise TaskLostError(task_id)
         try:
             await self.apply(live, events, wait=True)
         except SeqTakenError:
-            return True
+            raise TaskLostError(task_id) from None
         return live.task.status.state.terminal
 
     async def fail(self, task_id: str, reason: str, wait: bool = False) -> None:
-        """End the task `failed` with `reason` (with `wait`, as its run: waiting out an outage)."""
+        """End the task `failed` with `reason` (with `wait`, as its run: waiting out an outage). Raises
+        TaskLostError when another replica took it over meanwhile."""
         live = self._live.get(task_id)
         if live is not None:
             event = status_update(task_id, live.task.context_id, TaskState.FAILED, reason)
-            await self.apply(live, [event], wait=wait)
+            try:
+                await self.apply(live, [event], wait=wait)
+            except SeqTakenError:
+                raise TaskLostError(task_id) from None
 
     def forget(self, task_id: str) -> None:
         """The task's run ended here without ending the task: stop holding it in memory, so reads come
         from the database and its lease, no longer renewed, expires for the reaper to act on."""
         live = self._live.get(task_id)
         if live is not None and not live.task.status.state.terminal:
-            self._live.pop(task_id, None)
+            self.lose(task_id)
 
     async def adopt(self, task_id: str) -> bool:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
@@ -335,20 +350,67 @@ class LiveTasks:
         self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
         return True
 
-    async def end_lost(self, held: Held, reason: str) -> None:
-        """Fail a task whose agent died with its replica, if this replica can take it."""
-        if held.task_id in self._live or not await self._leases.take(held.task_id):
-            return
+    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:
+        """Fail a working task whose agent is gone, if this replica can take it; True when it did.
+
+        With `restarted`, the holder is this replica's previous life (its name): gone for sure. Otherwise
+        the lease is seized only if its holder left it void (`Leases.seize`), and a holder that commits
+        after the seizure wins: its newer event number stops this write."""
+        if held.task_id in self._live:
+            return False
+        expected: int | None = None
+        if restarted:
+            if not await self._leases.take(held.task_id):
+                return False
+        else:
+            seized = await self._leases.seize(held)
+            if seized is None:
+                return False
+            expected = seized.last_seq
         stored = await self._repo.get_task(held.task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
-            return
-        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+            return False
+        if expected is not None and stored.last_seq != expected:
+            log.warning(
+                "task %s: its holder %s committed as it was reaped; left to it", held.task_id, held.owner
+            )
+            return False
+        live = LiveTask(stored.task, stored.owner, expected or stored.last_seq, stored.push)
         self._live[held.task_id] = live
         event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
         try:
-            await self.apply(live, [event])
+            ended = bool(await self.apply(live, [event]))
         except SeqTakenError:
-            pass
+            return False
+        if ended and not restarted:
+            self.tell_lost(held.owner, held.task_id)
+        return ended
+
+    def tell_lost(self, replica_id: str, task_id: str) -> None:
+        """Tell the replica whose lease on the task was taken (or whose task was ended) here, so it stops
+        the run at once; if the bus cannot reach it, its heartbeat finds out (`Leases.renew`)."""
+
+        async def tell() -> None:
+            try:
+                await self._bus.request(replica_id, {"op": "lost", "task": task_id}, LOST_NOTICE_S)
+            except Exception:
+                log.info("replica %s did not hear that task %s was taken from it", replica_id, task_id)
+
+        notice = asyncio.create_task(tell(), name=f"lost-{task_id}")
+        self._notices.add(notice)
+        notice.add_done_callback(self._notices.discard)
+
+    def lose(self, task_id: str) -> bool:
+        """The task was ended or taken over by another replica: stop holding it here, and send the
+        blocking requests waiting on it to follow it from the log instead. True if it was held here."""
+        live = self._live.pop(task_id, None)
+        if live is None:
+            return False
+        for fut in live.waiters:
+            if not fut.done():
+                fut.set_exception(HeldElsewhereError(""))
+        live.waiters.clear()
+        return True
 
     async def release(self, task_ids: list[str]) -> None:
         """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""

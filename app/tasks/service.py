@@ -83,7 +83,7 @@ class TaskService:
         self.blocking_timeout_s = blocking_timeout_s
         self._copies = Copies(keys, repo, writer)
         self._reader = Reader(tasks, repo, bus, max_history)
-        self._control = Control(bus, tasks, leases, self.cancel, self._continue)
+        self._control = Control(bus, tasks, leases, self.cancel, self._continue, executor.lost)
         self._push = PushConfigCalls(push_configs, push_policy or ssrf.Policy(), self._reader, self._control)
         self.head = self._reader.head
         self.set_push_config = self._push.set

@@ -84,7 +84,8 @@ async def test_start_up_adopts_queued_tasks_and_ends_lost_runs(tmp_path):
     async def script(task: TaskContext) -> None:
         await task.say(f"ran {task.id}")
 
-    async with running(tmp_path, script, seed=seed) as c:
+    # A short lease: the dead replica's lease is void one TTL after a reaper marks it expired.
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
         lost = await until(c, "mine-working", TaskState.FAILED)
         assert status_text(lost) == "The server restarted while this task was running; its agent was lost."
         adopted = await until(c, "mine-queued", TaskState.COMPLETED)
