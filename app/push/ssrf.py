@@ -58,10 +58,12 @@ class Target:
 def forbidden(ip: IPAddress) -> str | None:
     """Why an address may not be called (None: it is public)."""
     if isinstance(ip, ipaddress.IPv6Address):
-        mapped = ip.ipv4_mapped or ip.sixtofour
-        if mapped is not None:
-            why = forbidden(mapped)
+        if ip.ipv4_mapped is not None:
+            why = forbidden(ip.ipv4_mapped)
             return f"IPv4-mapped {why}" if why else None
+        if ip.sixtofour is not None:
+            why = forbidden(ip.sixtofour)
+            return f"6to4 {why}" if why else None
         if ip in _NAT64:
             why = forbidden(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
             return f"NAT64 {why}" if why else None

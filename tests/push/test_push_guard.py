@@ -38,6 +38,10 @@ FORBIDDEN = [
     ("[::ffff:10.0.0.1]", "IPv4-mapped private"),
     ("[::ffff:169.254.169.254]", "IPv4-mapped link-local"),
     ("[64:ff9b::a00:1]", "NAT64 private"),
+    ("[2002:a00:1::1]", "6to4 private"),
+    ("[2002:7f00:1::1]", "6to4 loopback"),
+    ("[2002:a9fe:a9fe::1]", "6to4 link-local"),
+    ("[2002:c0a8:101::1]", "6to4 private"),
 ]
 
 
@@ -53,6 +57,8 @@ async def test_public_addresses_pass_and_are_pinned() -> None:
     assert str(target.request_url()) == "https://93.184.215.14:8443/hook?x=1"
     v6 = await check("https://[2606:4700:4700::1111]/h", Policy())
     assert forbidden(v6.ip) is None and v6.host_header() == "[2606:4700:4700::1111]"
+    sixtofour = await check("https://[2002:5db8:d70e::1]/h", Policy())  # carries 93.184.215.14
+    assert forbidden(sixtofour.ip) is None
 
 
 async def test_a_name_is_checked_by_what_it_resolves_to() -> None:
