@@ -293,6 +293,7 @@ class Runner:
         and waiting tasks need nothing: claims take a void lease, answers an expired one."""
         await self._leases.suspect()
         for held in await self._leases.expired():
+            # Never a run alive here: the one guard against a reaper ending its own replica's live run.
             if held.state is TaskState.WORKING and held.task_id not in self._runs:
                 reason = (
                     f"Replica {held.owner} running this task stopped renewing its lease "

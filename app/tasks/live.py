@@ -356,8 +356,6 @@ class LiveTasks:
         With `restarted`, the holder is this replica's previous life (its name): gone for sure. Otherwise
         the lease is seized only if its holder left it void (`Leases.seize`), and a holder that commits
         after the seizure wins: its newer event number stops this write."""
-        if held.task_id in self._live:
-            return False
         expected: int | None = None
         if restarted:
             if not await self._leases.take(held.task_id):

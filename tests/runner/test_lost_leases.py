@@ -1,0 +1,257 @@
+"""Reaping without false verdicts, and no agent left running for a task that ended elsewhere.
+
+Two replicas (`r1` runs the agents, `r2` reaps) on one SQLite file, each wired as the app wires it. An outage
+is played by what it leaves behind: the holder's lease expired in the database while the holder lives on.
+The holder's renewal is held back deterministically: `r1` has a long lease TTL (its heartbeat is tens of
+seconds away), so it renews only when the test runs one heartbeat, while `r2`'s short TTL keeps its reaper
+busy every fifth of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from app.agents.sdk import TaskContext
+from app.api.auth import Authenticator
+from app.api.deps import Components
+from app.protocol.model import TaskState, utcnow
+from app.store.models import EventRow, TaskRow
+from app.wiring import wire
+from tests.support.inproc import (
+    OWNER,
+    WAIT_S,
+    ScriptAgent,
+    create_tables,
+    running,
+    seeded_write,
+    send,
+    settings_for,
+    status_text,
+    until,
+)
+
+LOST_LOG = "was ended or taken over by another replica"
+
+
+class Agent:
+    """A run that says it started, then waits to be told to speak or to finish; records its stop."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.speak = asyncio.Event()
+        self.finish = asyncio.Event()
+        self.stopped = asyncio.Event()
+
+    async def __call__(self, task: TaskContext) -> None:
+        async def hook() -> None:
+            self.stopped.set()
+
+        task.on_cancel(hook)
+        await task.working()
+        self.started.set()
+        await self.speak.wait()
+        await task.say("still here")
+        await self.finish.wait()
+
+
+@asynccontextmanager
+async def replica(db: Path, agent: Agent, replica_id: str, **overrides: Any) -> AsyncIterator[Components]:
+    # No agent timeout within the test: only what the test is about may stop a run.
+    settings = settings_for(db, replica_id=replica_id, agent_timeout_s=600.0, **overrides)
+    async with wire(settings, ScriptAgent(agent), Authenticator(settings)) as c:
+        yield c
+
+
+@asynccontextmanager
+async def pair(tmp_path: Path, agent: Agent, **r2: Any) -> AsyncIterator[tuple[Components, Components]]:
+    """`r1` (lease TTL 60 s: renews only when told) and `r2` (lease TTL 1 s: reaps every 0.2 s)."""
+    db = tmp_path / "a2a.db"
+    await create_tables(db)
+    async with (
+        replica(db, agent, "r1", lease_ttl_s=60.0) as r1,
+        replica(db, agent, "r2", lease_ttl_s=1.0, **r2) as r2,
+    ):
+        yield r1, r2
+
+
+async def lease(c: Components, task_id: str) -> tuple[str | None, Any, Any, str]:
+    async with c.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(
+                    TaskRow.lease_owner, TaskRow.lease_expires_at, TaskRow.lease_suspect_at, TaskRow.state
+                ).where(TaskRow.id == task_id)
+            )
+        ).one()
+    return row[0], row[1], row[2], row[3]
+
+
+async def expire(c: Components, task_id: str) -> None:
+    """What an outage longer than the lease TTL leaves: the holder's lease expired, nobody renewed it."""
+    async with c.engine.begin() as conn:
+        await conn.execute(
+            update(TaskRow)
+            .where(TaskRow.id == task_id)
+            .values(lease_expires_at=utcnow() - timedelta(seconds=30))
+        )
+
+
+async def until_lease(c: Components, task_id: str, marked: bool) -> None:
+    """Until a reaper has marked the task's expired lease (or the mark is gone)."""
+    async with asyncio.timeout(WAIT_S):
+        while ((await lease(c, task_id))[2] is not None) != marked:
+            await asyncio.sleep(0.05)
+
+
+async def until_idle(c: Components) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while c.runner.running:
+            await asyncio.sleep(0.05)
+
+
+async def start_on_r1(r1: Components, agent: Agent) -> str:
+    task_id = (await send(r1, "work", blocking=False)).id
+    await until(r1, task_id, TaskState.WORKING)
+    assert (await lease(r1, task_id))[0] == r1.settings.replica_id
+    return task_id
+
+
+async def test_an_expired_lease_is_marked_not_reaped_and_the_holders_renewal_or_commit_keeps_its_task(
+    tmp_path,
+):
+    agent = Agent()
+    async with pair(tmp_path, agent) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+
+        await expire(r1, task_id)
+        await until_lease(r2, task_id, marked=True)
+        await asyncio.sleep(0.5)  # r2's reaper runs again meanwhile (every 0.2 s), within its TTL of 1 s
+        assert (await lease(r2, task_id))[3] == "working", "reaped on sight of an expired lease"
+
+        await r1.runner._heartbeat()  # the holder is back: one heartbeat
+        owner, expires, suspect, _ = await lease(r1, task_id)
+        assert (owner, suspect) == ("r1", None)
+        assert expires.replace(tzinfo=None) > utcnow().replace(tzinfo=None)  # SQLite keeps no zone
+        await asyncio.sleep(1.5)  # past r2's lease TTL after its mark: the renewal, not luck, keeps it
+        assert (await lease(r2, task_id))[3] == "working"
+
+        await expire(r1, task_id)  # a second outage; this time the holder's next commit comes back first
+        await until_lease(r2, task_id, marked=True)
+        agent.speak.set()
+        await until_lease(r1, task_id, marked=False)
+        await asyncio.sleep(1.5)
+        assert (await lease(r2, task_id))[3] == "working"
+
+        agent.finish.set()
+        done = await until(r1, task_id, TaskState.COMPLETED)
+        assert [a.parts[0].text for a in done.artifacts if a.parts] == ["still here"]
+        assert not agent.stopped.is_set()
+
+
+async def test_a_holder_that_never_renews_is_reaped_and_its_heartbeat_stops_the_agent(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    agent = Agent()
+    async with pair(tmp_path, agent) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+        await expire(r1, task_id)
+        reaped = await until(r2, task_id, TaskState.FAILED)
+        assert status_text(reaped).startswith("Replica r1 running this task stopped renewing its lease")
+        assert r1.runner.running == 1 and not agent.stopped.is_set()
+
+        await r1.runner._heartbeat()  # its lease could not be renewed: the task is not r1's any more
+        await asyncio.wait_for(agent.stopped.wait(), WAIT_S)
+        await until_idle(r1)
+        assert any(task_id in r.message and LOST_LOG in r.message for r in caplog.records)
+        assert (await r1.service.get(OWNER, task_id)).status.state is TaskState.FAILED
+
+
+async def test_a_run_whose_next_commit_collides_with_the_reaper_stops_at_once(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    agent = Agent()
+    async with pair(tmp_path, agent) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+        await expire(r1, task_id)
+        await until(r2, task_id, TaskState.FAILED)
+
+        agent.speak.set()  # its next event collides with the reaper's: no straggler's grace, stopped
+        await asyncio.wait_for(agent.stopped.wait(), WAIT_S)
+        await until_idle(r1)
+        assert any(task_id in r.message and LOST_LOG in r.message for r in caplog.records)
+        async with r1.engine.connect() as conn:
+            kinds = (
+                await conn.execute(
+                    select(EventRow.kind).where(EventRow.task_id == task_id).order_by(EventRow.seq)
+                )
+            ).scalars()
+            assert "artifact" not in list(kinds), "the lost run's output was not recorded"
+        assert (await r1.service.get(OWNER, task_id)).status.state is TaskState.FAILED
+
+
+async def test_the_reaper_tells_the_holder_over_the_bus_and_the_agent_stops_without_waiting(tmp_path, caplog):
+    redis_url = os.environ.get("TEST_REDIS_URL")
+    if not redis_url:
+        pytest.skip("TEST_REDIS_URL is not set: `make test` starts Redis and sets it")
+    caplog.set_level(logging.WARNING)
+    agent = Agent()
+    db = tmp_path / "a2a.db"
+    await create_tables(db)
+    suffix = os.urandom(4).hex()  # replica channels are server-wide on the shared Redis
+    async with (
+        replica(db, agent, f"r1-{suffix}", lease_ttl_s=60.0, redis_url=redis_url) as r1,
+        replica(db, agent, f"r2-{suffix}", lease_ttl_s=1.0, redis_url=redis_url) as r2,
+    ):
+        task_id = await start_on_r1(r1, agent)
+        await expire(r1, task_id)
+        await until(r2, task_id, TaskState.FAILED)
+        # Neither a heartbeat (60 s away) nor a commit (the agent is quiet): only the notice stops it.
+        await asyncio.wait_for(agent.stopped.wait(), WAIT_S)
+        await until_idle(r1)
+        assert any(task_id in r.message and LOST_LOG in r.message for r in caplog.records)
+
+
+async def test_a_replicas_own_reaper_never_ends_a_run_alive_there(tmp_path):
+    agent = Agent()
+    async with running(tmp_path, agent, lease_ttl_s=60.0, agent_timeout_s=600.0) as c:
+        task_id = (await send(c, "work", blocking=False)).id
+        await until(c, task_id, TaskState.WORKING)
+        long_ago = utcnow() - timedelta(hours=1)
+        async with c.engine.begin() as conn:  # void in the database: expired, and marked long ago
+            await conn.execute(
+                update(TaskRow)
+                .where(TaskRow.id == task_id)
+                .values(lease_expires_at=long_ago, lease_suspect_at=long_ago)
+            )
+        await c.runner._reap()
+        await c.runner._reap()
+        assert (await c.service.get(OWNER, task_id)).status.state is TaskState.WORKING
+        assert c.runner.running == 1 and not agent.stopped.is_set()
+        agent.speak.set()
+        agent.finish.set()
+        await until(c, task_id, TaskState.COMPLETED)
+
+
+async def test_the_heartbeat_renews_only_runs_alive_here(tmp_path):
+    """A task leased to this replica whose run is gone (it died without ending it) is not renewed by the
+    heartbeat, which does renew the run alive beside it: the orphan's lease expires and the replica's own
+    reaper ends it."""
+    agent = Agent()
+    async with running(tmp_path, agent, lease_ttl_s=1.0, agent_timeout_s=600.0) as c:
+        alive = (await send(c, "work", blocking=False)).id
+        await until(c, alive, TaskState.WORKING)
+        await c.writer.commit(seeded_write("orphan", TaskState.WORKING, "r1", 1))
+        reaped = await until(c, "orphan", TaskState.FAILED)
+        assert status_text(reaped).startswith("Replica r1 running this task stopped renewing its lease")
+        assert (await c.service.get(OWNER, alive)).status.state is TaskState.WORKING
+        agent.speak.set()
+        agent.finish.set()
+        await until(c, alive, TaskState.COMPLETED)
