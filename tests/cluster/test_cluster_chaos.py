@@ -140,7 +140,9 @@ async def test_killed_stream_replica_client_resumes_through_nginx_exactly_once(c
     ]
 
 
-async def test_killed_runner_replica_fails_its_task_within_the_lease(cluster_factory):
+async def test_killed_runner_replica_fails_its_task_once_its_lease_is_void(cluster_factory):
+    """A lease expires a TTL after the last renewal and is void a TTL after a reaper marked it: the task
+    ends failed by another replica's reaper, long before its agent's own 60 s would have run out."""
     cl = await cluster_factory(3, **FAST_LEASES)
     task = await start_task(cl.urls[0], "say:started;sleep:60")
     await wait_for(cl.urls[1], task["id"], {"working"})
@@ -156,7 +158,7 @@ async def test_killed_runner_replica_fails_its_task_within_the_lease(cluster_fac
     assert last["status"]["state"] == "failed"
     reason = last["status"]["message"]["parts"][0]["text"]
     assert "a2a-1" in reason and "lease" in reason
-    assert took < 3 * 2, f"ended {took:.1f}s after the kill; the lease is 3 s"
+    assert took < 30, f"ended {took:.1f}s after the kill: by the task's own end, not by a reaper"
     assert (await rpc(cl.nginx_url, "tasks/get", {"id": task["id"]}))["status"]["state"] == "failed"
 
 
