@@ -64,6 +64,8 @@ class TaskRow(Base):
     lease_suspect_at: Mapped[datetime | None]
     """When a reaper first saw the lease expired (the database answering); any renewal or commit by the
     holder clears it. The task is ended as lost only a lease TTL after this mark (`leases.py`)."""
+    role: Mapped[str] = mapped_column(String(40), server_default="default")
+    """The role (agent) the task was sent to: only that role's endpoints see it, only its runners claim it."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;
@@ -73,6 +75,7 @@ class TaskRow(Base):
         Index("ix_tasks_owner_updated", "owner", "updated_at"),
         Index("ix_tasks_state", "state"),
         Index("ix_tasks_state_created", "state", "created_at"),
+        Index("ix_tasks_role_state_created", "role", "state", "created_at"),
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
