@@ -42,24 +42,19 @@ def migrate() -> None:
 def serve() -> None:
     import uvicorn
 
-    from app.agents.loader import AdapterError, load_agent
+    from app.agents.loader import AdapterError
+    from app.api.grpc_server import check_port
     from app.main import create_app
     from app.settings import SettingError
 
     settings = _settings()
     try:
-        agent = load_agent(settings.agent_adapter, settings.agent_options, settings=settings)
+        app = create_app(settings)
+        if settings.grpc_port:
+            check_port(settings)
     except AdapterError as exc:
         name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
         sys.exit(f"error: invalid setting {name}: {exc}")
-    except SettingError as exc:
-        sys.exit(f"error: invalid setting {exc.name}: {exc}")
-    from app.api.grpc_server import check_port
-
-    try:
-        app = create_app(settings, agent)
-        if settings.grpc_port:
-            check_port(settings)
     except SettingError as exc:
         sys.exit(f"error: invalid setting {exc.name}: {exc}")
     print(

@@ -10,7 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from app.agents.loader import load_agent
+from app import roles as roles_
+from app.agents.loader import AdapterError, load_agent
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.auth import Authenticator
@@ -18,36 +19,38 @@ from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
-from app.settings import Settings, get_settings
+from app.settings import SettingError, Settings, get_settings
 from app.wiring import lifespan
 
 log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
+    """The app for `settings`; `agent`, when given, is the default role's agent (tests, embedding)."""
     settings = settings or get_settings()
-    agent = agent or load_agent(settings.agent_adapter, settings.agent_options, settings=settings)
-    # Both raise SettingError for settings that cannot work, before anything starts.
+    # All raise SettingError (or AdapterError) for settings that cannot work, before anything starts.
+    roles = roles_.load(settings)
+    agents = {
+        name: agent if agent is not None and i == 0 else _agent(settings, role, len(roles) > 1)
+        for i, (name, role) in enumerate(roles.items())
+    }
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
 
     metrics = Metrics() if settings.metrics_enabled else None
+    # Every role but the default one: the same bindings under /agents/{role}, over its own components.
+    mounts = {name: _role_app() for name, role in roles.items() if role.path}
     app = FastAPI(
         title="A2A coding-agent server",
         # FastAPI's native OpenTelemetry hooks look up providers on every request; nothing here
         # configures them, so they would only add cost to each call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        lifespan=lifespan(settings, agent, authenticator, extra_skills, metrics),
+        lifespan=lifespan(settings, roles, agents, authenticator, extra_skills, metrics, mounts),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
-    app.include_router(card.router)
-    app.include_router(jsonrpc.router)
-    app.include_router(rest.router)
-    # v0.3 before v1.0: `/a2a/rest/v1/...` is the v0.3 binding, not a v1.0 tenant named `v1`.
-    app.include_router(rest_v03.router)
-    app.include_router(rest_v10.router)
+    _bindings(app)
     app.include_router(health.router)
     app.include_router(openapi.router)
     if metrics is not None:
@@ -66,6 +69,35 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
     app.add_middleware(StripTrailingSlash)
     app.router.redirect_slashes = False
+    for name, sub in mounts.items():
+        app.mount(roles[name].path, sub)
+
+    _error_handlers(app)
+    return app
+
+
+def _bindings(app: FastAPI) -> None:
+    """The card and every A2A binding, on the root app or a role's."""
+    app.include_router(card.router)
+    app.include_router(jsonrpc.router)
+    app.include_router(rest.router)
+    # v0.3 before v1.0: `/a2a/rest/v1/...` is the v0.3 binding, not a v1.0 tenant named `v1`.
+    app.include_router(rest_v03.router)
+    app.include_router(rest_v10.router)
+
+
+def _role_app() -> FastAPI:
+    """A role's endpoints: mounted at /agents/{role}, behind the root app's middleware (the guard, CORS,
+    the fallback, the metrics), its components set by the lifespan."""
+    sub = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    _bindings(sub)
+    sub.router.redirect_slashes = False
+    _error_handlers(sub)
+    return sub
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """The router's own refusals in the bindings' error shapes."""
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -76,4 +108,17 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         body = {"error": {"code": 400, "message": "Invalid request"}}
         return Response(orjson.dumps(body), 400, media_type="application/json")
 
-    return app
+
+def _agent(settings: Settings, role: roles_.Role, several: bool) -> Agent:
+    """The role's agent, with the role's options over the server-wide ones. A failure names the role."""
+    try:
+        return load_agent(
+            role.entry.adapter, role.entry.options, settings=roles_.agent_settings(settings, role)
+        )
+    except (AdapterError, SettingError) as exc:
+        if not several and role.name == roles_.DEFAULT and not settings.agents and not settings.agents_file:
+            raise
+        field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
+        if isinstance(exc, SettingError):
+            field = exc.name.lower()
+        raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None

@@ -47,6 +47,14 @@ class Settings(BaseSettings):
 
     agent_options: dict[str, Any] = Field(default_factory=dict)
     """JSON object passed to the agent's class or factory as keyword arguments."""
+    agents: dict[str, Any] = Field(default_factory=dict)
+    """Teams of agents: JSON object, role name → `{adapter, options, bin, model, env, ...}` (app/roles.py,
+    docs/teams.md). Unset: AGENT_ADAPTER is the one role, `default`."""
+    agents_file: str = ""
+    """The same as a YAML or JSON file."""
+    agent_roles: str = ""
+    """Comma-separated roles this process runs agents for (default: every configured role). Every process
+    accepts calls and serves streams for every role."""
 
     agent_repo_path: str | None = None
     """Where CLI agents work. Unset: a workspace per context under `agent_workspace_root`."""

@@ -1,7 +1,8 @@
-"""Wiring: builds the store, bus, limits, task service, runner and push deliverer for one app, each given
-what it uses, then the gRPC server on them (when GRPC_PORT is set), and tears them down in the reverse
-order (an `AsyncExitStack`, so teardown mirrors setup). `lifespan` runs them for the FastAPI app, as
-`app.state.components`."""
+"""Wiring: builds the store, bus and push deliverer once, and per role the limits, live tasks, runner (or
+`Idle`, for a role this process does not run) and task service, each given what it uses, then the gRPC
+server on them (when GRPC_PORT is set), and tears them down in the reverse order (an `AsyncExitStack`, so
+teardown mirrors setup). `lifespan` runs them for the FastAPI app: the default role's components in
+`app.state.components`, every other role's in its mounted sub-app's state (`mounts`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import limits
+from app import roles as roles_
 from app.agents.sdk import Agent
 from app.api import card, grpc_server, grpc_v03, grpc_v10
 from app.api.auth import Authenticator
@@ -24,6 +26,8 @@ from app.bus.redis import RedisBus
 from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
 from app.push.deliverer import Deliverer, options_from
+from app.roles import Role
+from app.runner.idle import Idle
 from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.db import create_engine
@@ -39,17 +43,22 @@ __all__ = ["Components", "lifespan", "wire"]
 
 def lifespan(
     settings: Settings,
-    agent: Agent,
+    roles: dict[str, Role],
+    agents: dict[str, Agent],
     authenticator: Authenticator,
     extra_skills: list[dict[str, Any]] | None = None,
     metrics: Metrics | None = None,
+    mounts: dict[str, FastAPI] | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: the components `wire` builds, in `app.state.components` while it serves."""
+    """The app's lifespan: the components `wire` builds, in `app.state.components` (the default role's)
+    and in each other role's mounted app (`mounts`, by role) while it serves."""
 
     @asynccontextmanager
     async def serve(app: FastAPI) -> AsyncIterator[None]:
-        async with wire(settings, agent, authenticator, extra_skills, metrics) as components:
+        async with wire(settings, agents, authenticator, extra_skills, metrics, roles) as components:
             app.state.components = components
+            for name, sub in (mounts or {}).items():
+                sub.state.components = components.roles[name]
             _tune_gc()
             yield
 
@@ -70,18 +79,26 @@ def _tune_gc() -> None:
 @asynccontextmanager
 async def wire(
     settings: Settings,
-    agent: Agent,
+    agents: Agent | dict[str, Agent],
     authenticator: Authenticator,
     extra_skills: list[dict[str, Any]] | None = None,
     metrics: Metrics | None = None,
+    roles: dict[str, Role] | None = None,
 ) -> AsyncIterator[Components]:
-    """The running components of one app; on exit every one is stopped, the last started first."""
+    """The running components of one app (the default role's, with every role's in `roles`); on exit
+    every one is stopped, the last started first. `agents` by role, or one Agent for the default role
+    (`roles` then comes from the settings)."""
+    roles = roles if roles is not None else roles_.load(settings)
+    if isinstance(agents, Agent):
+        agents = {next(iter(roles)): agents}
     async with AsyncExitStack() as stack:
         engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
         stack.push_async_callback(engine.dispose)
         stack.push_async_callback(authenticator.aclose)
-        await agent.setup()
-        stack.push_async_callback(agent.aclose)
+        for name, role in roles.items():
+            if role.runs_here:
+                await agents[name].setup()
+                stack.push_async_callback(agents[name].aclose)
         bus: Bus = (
             RedisBus(settings.redis_url, settings.replica_id)
             if settings.redis_url
@@ -89,74 +106,91 @@ async def wire(
         )
         await bus.start()
         stack.push_async_callback(bus.aclose)
-        shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None)
-        await shared.start()
-        stack.push_async_callback(shared.aclose)
         writer = Writer(engine)
         writer.start()
         stack.push_async_callback(writer.stop)
         push = options_from(settings)
         deliverer = Deliverer(engine, settings.replica_id, push)
         stack.push_async_callback(deliverer.stop)
-        repo = Repository(engine)
-        leases = Leases(engine, settings.replica_id, settings.lease_ttl_s)
-        tasks = LiveTasks(
-            repo,
-            writer,
-            bus,
-            leases,
-            outage_grace_s=settings.db_outage_grace_s,
-            push_ring=deliverer.ring if settings.push_deliver else None,
-        )
-        runner = Runner(
-            tasks,
-            leases,
-            bus,
-            agent,
-            max_concurrent=settings.max_concurrent_tasks,
-            timeout_s=settings.agent_timeout_s,
-            cancel_grace_s=settings.cancel_grace_s,
-            lease_ttl_s=settings.lease_ttl_s,
-            queue_poll_s=settings.queue_poll_s,
-        )
-        service = TaskService(
-            tasks,
-            repo,
-            writer,
-            bus,
-            leases,
-            runner,
-            settings.blocking_timeout_s,
-            push_configs=PushConfigs(engine),
-            push_policy=push.policy,
-            max_history=settings.max_history_length,
-            keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
-        )
         built_at = utcnow()
         has_extended = extra_skills is not None
-        await runner.open()
-        stack.push_async_callback(runner.aclose)
+        # One role: no role filter anywhere (today's queries and counters, exactly). Several: each role's
+        # reads, leases, limits and control messages are its own.
+        several = len(roles) > 1
+        every: dict[str, Components] = {}
+        for name, role in roles.items():
+            scope = name if several else None
+            shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None, scope)
+            await shared.start()
+            stack.push_async_callback(shared.aclose)
+            repo = Repository(engine, scope)
+            leases = Leases(engine, settings.replica_id, settings.lease_ttl_s, scope)
+            tasks = LiveTasks(
+                repo,
+                writer,
+                bus,
+                leases,
+                outage_grace_s=settings.db_outage_grace_s,
+                push_ring=deliverer.ring if settings.push_deliver else None,
+                role=scope,
+            )
+            runner: Runner | Idle = (
+                Runner(
+                    tasks,
+                    leases,
+                    bus,
+                    agents[name],
+                    max_concurrent=role.slots,
+                    timeout_s=role.timeout_s,
+                    cancel_grace_s=settings.cancel_grace_s,
+                    lease_ttl_s=settings.lease_ttl_s,
+                    queue_poll_s=settings.queue_poll_s,
+                )
+                if role.runs_here
+                else Idle(tasks, bus)
+            )
+            service = TaskService(
+                tasks,
+                repo,
+                writer,
+                bus,
+                leases,
+                runner,
+                settings.blocking_timeout_s,
+                push_configs=PushConfigs(engine),
+                push_policy=push.policy,
+                max_history=settings.max_history_length,
+                keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
+                role=name,
+            )
+            agent = agents[name]
+            every[name] = Components(
+                settings=settings,
+                service=service,
+                card=card.build_card(settings, agent, built_at, has_extended=has_extended, role=role),
+                input_modes=tuple(agent.input_modes),
+                extended_card=(
+                    card.build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
+                    if has_extended
+                    else None
+                ),
+                limits=shared,
+                engine=engine,
+                bus=bus,
+                runner=runner,
+                deliverer=deliverer,
+                tasks=tasks,
+                writer=writer,
+                metrics=metrics,
+                role=name,
+                roles=every,
+            )
+        for c in every.values():
+            await c.runner.open()
+            stack.push_async_callback(c.runner.aclose)
         if settings.push_deliver:
             deliverer.start()
-        components = Components(
-            settings=settings,
-            service=service,
-            card=card.build_card(settings, agent, built_at, has_extended=has_extended),
-            input_modes=tuple(agent.input_modes),
-            extended_card=(
-                card.build_card(settings, agent, built_at, extra_skills, has_extended)
-                if has_extended
-                else None
-            ),
-            limits=shared,
-            engine=engine,
-            bus=bus,
-            runner=runner,
-            deliverer=deliverer,
-            tasks=tasks,
-            writer=writer,
-            metrics=metrics,
-        )
+        components = next(iter(every.values()))
         if settings.grpc_port:
             # Started last, stopped first: its calls finish (a short grace) while the service still runs.
             served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))

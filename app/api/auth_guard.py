@@ -23,6 +23,7 @@ from .admission import http_headers
 from .auth import Authenticator, challenge
 from .deps import PRINCIPAL_KEY
 from .jsonrpc import _error as jsonrpc_error
+from .paths import route_path
 from .rest import rest_error
 from .rest_v10 import status_error
 from .sanity import NUL, nul_error
@@ -47,7 +48,7 @@ CORS_HEADERS = [
 def error_response(scope: Scope, err: A2AError) -> Response:
     """`err` in the error shape of the route the request aimed at, with its HTTP status and headers."""
     request = Request(scope)
-    path: str = scope["path"]
+    path = route_path(scope["path"])
     extra = http_headers(err)
     if isinstance(err, UnauthenticatedError) or err.http_status == 403:
         extra["WWW-Authenticate"] = challenge(err)  # type: ignore[arg-type]
@@ -74,7 +75,7 @@ class Guard:
         self.max_body = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or route_path(scope["path"]) in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
         if NUL in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
@@ -154,7 +155,7 @@ class CorsExceptCard:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in CARD_PATHS:
+        if scope["type"] == "http" and route_path(scope["path"]) in CARD_PATHS:
             await self.app(scope, receive, send)
         else:
             await self.cors(scope, receive, send)

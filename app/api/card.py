@@ -24,12 +24,17 @@ from fastapi import APIRouter, Request, Response
 
 from app.agents.sdk import Agent
 from app.protocol import json_v03, protojson_v10
+from app.roles import Role
 from app.settings import SettingError, Settings
 
 from .auth import security_fields
 from .deps import components
 
 router = APIRouter()
+
+ROLE_METADATA = "a2a-role"
+"""The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
+ROLE_EXTENSION = "urn:a2a-coding-server:role"
 
 CORS = {
     "Access-Control-Allow-Origin": "*",
@@ -164,15 +169,48 @@ def build_card(
     built_at: datetime,
     extra_skills: list[dict[str, Any]] | None = None,
     has_extended: bool = False,
+    role: Role | None = None,
 ) -> Card:
-    """The public card (`extra_skills` None) or the authenticated extended one (its extra skills appended)."""
-    url = f"{settings.public_url}/a2a/jsonrpc"
+    """The public card (`extra_skills` None) or the authenticated extended one (its extra skills appended).
+
+    With `role`, the card of that role: its endpoints under the role's path, its card overrides, and (when
+    it is not the default role) the gRPC metadata that selects it, as an optional extension."""
+    base = settings.public_url + (role.path if role is not None else "")
+    url = f"{base}/a2a/jsonrpc"
     # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
-    rest_url = f"{settings.public_url}/a2a/rest"
+    rest_url = f"{base}/a2a/rest"
     grpc_address = settings.grpc_public_address if settings.grpc_port else ""
+    overrides = role.entry.card if role is not None else None
+    name = (overrides and overrides.name) or agent.name
+    skills = [
+        {
+            "id": s.id,
+            "name": s.name,
+            "description": s.description,
+            "tags": list(s.tags),
+            "examples": list(s.examples),
+            **({"inputModes": list(s.input_modes)} if s.input_modes else {}),
+            **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
+        }
+        for s in agent.skills
+    ]
+    if overrides is not None and overrides.skills is not None:
+        skills = list(overrides.skills)
+    extensions = []
+    if role is not None and role.path and grpc_address:
+        extensions.append(
+            {
+                "uri": ROLE_EXTENSION,
+                "description": f"gRPC: send the request metadata {ROLE_METADATA}: {role.name}",
+                "required": False,
+                "params": {"grpcMetadata": {ROLE_METADATA: role.name}, "role": role.name},
+            }
+        )
     card: dict[str, Any] = {
-        "name": agent.name,
-        "description": agent.description or f"{agent.name} behind the A2A protocol",
+        "name": name,
+        "description": (overrides and overrides.description)
+        or agent.description
+        or f"{name} behind the A2A protocol",
         # v1.0: every interface with its version, the preferred first.
         "supportedInterfaces": [
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": protojson_v10.PROTOCOL_VERSION},
@@ -204,22 +242,11 @@ def build_card(
             "pushNotifications": True,
             "stateTransitionHistory": True,
             **({"extendedAgentCard": True} if has_extended else {}),
+            **({"extensions": extensions} if extensions else {}),
         },
         "defaultInputModes": list(agent.input_modes),
         "defaultOutputModes": list(agent.output_modes),
-        "skills": [
-            {
-                "id": s.id,
-                "name": s.name,
-                "description": s.description,
-                "tags": list(s.tags),
-                "examples": list(s.examples),
-                **({"inputModes": list(s.input_modes)} if s.input_modes else {}),
-                **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
-            }
-            for s in agent.skills
-        ]
-        + (extra_skills or []),
+        "skills": skills + (extra_skills or []),
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(settings),
     }

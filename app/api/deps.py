@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastapi import Request
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from app.bus.base import Bus
     from app.push.deliverer import Deliverer
+    from app.runner.idle import Idle
     from app.runner.runner import Runner
     from app.store.writer import Writer
     from app.tasks.live import LiveTasks
@@ -30,8 +31,9 @@ PRINCIPAL_KEY = "a2a.principal"
 
 @dataclass(slots=True)
 class Components:
-    """What `app.wiring.wire` built and runs for the app (health checks read the engine, bus, runner and
-    deliverer; the routers the rest)."""
+    """What `app.wiring.wire` built and runs for one role of the app (health checks read the engine, bus,
+    runners and deliverer; the routers the rest). The root app's is the default role's; `roles` holds
+    every role's, the default one first."""
 
     settings: Settings
     service: TaskService
@@ -42,12 +44,26 @@ class Components:
     limits: Limits
     engine: AsyncEngine
     bus: Bus
-    runner: Runner
+    runner: Runner | Idle
+    """The role's runner here, or `Idle` when this process does not run the role (`AGENT_ROLES`)."""
     deliverer: Deliverer
     tasks: LiveTasks
     writer: Writer
     metrics: Metrics | None = None
     """The app's metrics, for the bindings that count their own calls (gRPC); None: turned off."""
+    role: str = "default"
+    roles: dict[str, Components] = field(default_factory=dict)
+    """Every role's components by name (shared by all of them), the default role first."""
+
+    @property
+    def running(self) -> int:
+        """Agent runs in progress in this process, all roles."""
+        return sum(c.runner.running for c in self.roles.values()) if self.roles else self.runner.running
+
+    @property
+    def slots(self) -> int:
+        """Agent runs allowed at once in this process, all roles."""
+        return sum(c.runner.slots for c in self.roles.values()) if self.roles else self.runner.slots
 
 
 def components(request: Request) -> Components:

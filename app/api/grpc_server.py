@@ -9,13 +9,13 @@ and its ProtoJSON answer is parsed into the response proto (`json_format.ParseDi
 `StreamResponse` per item).
 
 The metadata carries what HTTP headers carry: the credential (`authorization: Bearer ...`, `x-api-key`,
-checked by the same `Authenticator`), `a2a-version` (optional; another version than the service's is
-refused), `a2a-extensions`, `idempotency-key`, `last-event-id`. Every error aborts the call with the
-error's `grpc_status` and a `google.rpc.Status` carrying the ErrorInfo (reason, domain) in the
-`grpc-status-details-bin` trailer; v0.3 messages are `<ErrorClassName>: <message>`, which the v0.3
-clients map back to their error classes. Bytes that are not the request message are INVALID_ARGUMENT;
-a message over MAX_BODY_BYTES is RESOURCE_EXHAUSTED (gRPC's own check). When the server stops, open streams
-end at once with UNAVAILABLE naming the last event sent.
+checked by the same `Authenticator`), `a2a-role` (the role whose agent serves the call; none: the default
+role), `a2a-version` (optional; another version than the service's is refused), `a2a-extensions`,
+`idempotency-key`, `last-event-id`. Every error aborts the call with the error's `grpc_status` and a
+`google.rpc.Status` carrying the ErrorInfo (reason, domain) in the `grpc-status-details-bin` trailer; v0.3
+messages are `<ErrorClassName>: <message>`, which the v0.3 clients map back to their error classes. Bytes that
+are not the request message are INVALID_ARGUMENT; a message over MAX_BODY_BYTES is RESOURCE_EXHAUSTED (gRPC's
+own check). When the server stops, open streams end at once with UNAVAILABLE naming the last event sent.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from app.settings import SettingError, Settings
 from .admission import open_stream
 from .auth import Authenticator
 from .calls import Call, parse_version, split_extensions
+from .card import ROLE_METADATA
 from .deps import Components
 from .faults import unexpected
 from .jsonrpc import error_info
@@ -190,9 +191,18 @@ class Binding:
             raise VersionNotSupportedError(
                 f"A2A-Version {raw} is not served by {service.name} (v{service.version})", {"version": raw}
             )
+        c = self.c
+        role = headers.get(ROLE_METADATA, "").strip()
+        if role:
+            c = self.c.roles.get(role)  # type: ignore[assignment]
+            if c is None:
+                raise InvalidParamsError(
+                    f"No agent has the role {role!r} here (metadata {ROLE_METADATA})",
+                    {"role": role, "roles": list(self.c.roles)},
+                )
         return Call(
             headers=headers,
-            c=self.c,
+            c=c,
             owner=principal.name,
             version=service.version,
             extensions=split_extensions(extensions),

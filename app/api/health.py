@@ -41,7 +41,7 @@ async def healthz(request: Request) -> JSONResponse:
         {
             "status": "ok",
             "replica": c.settings.replica_id,
-            "runningAgents": c.runner.running,
+            "runningAgents": c.running,
             "push": c.deliverer.stats(),
         }
     )

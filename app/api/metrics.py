@@ -14,6 +14,7 @@ Like `/healthz` the path needs no credential; `METRICS_ENABLED=false` removes it
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth_guard import CARD_PATHS, JSONRPC_PATHS
 from .deps import Components
+from .paths import route_path
 
 METRICS_PATH = "/metrics"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -118,7 +120,7 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        binding = binding_of(scope["path"])
+        binding = binding_of(route_path(scope["path"]))
         started = time.perf_counter()
         code = 500
         stream = False
@@ -160,18 +162,28 @@ class _Live(Collector):
         info = GaugeMetricFamily("a2a_replica_info", "This replica (always 1).", labels=["replica"])
         info.add_metric([c.settings.replica_id], 1)
         yield info
-        yield CounterMetricFamily("a2a_tasks_created", "Tasks created here.", value=c.tasks.created_total)
+        every = list(c.roles.values()) or [c]
+        created = sum(r.tasks.created_total for r in every)
+        yield CounterMetricFamily("a2a_tasks_created", "Tasks created here.", value=created)
         ended = CounterMetricFamily(
             "a2a_tasks_ended", "Tasks that ended here, by final state.", labels=["state"]
         )
-        for state, n in sorted(c.tasks.ended_total.items()):
+        for state, n in sorted(sum((r.tasks.ended_total for r in every), collections.Counter()).items()):
             ended.add_metric([state], n)
         yield ended
+        held = sum(r.tasks.held for r in every)
         yield GaugeMetricFamily(
-            "a2a_tasks_held", "Unfinished tasks this replica holds the lease of.", value=c.tasks.held
+            "a2a_tasks_held", "Unfinished tasks this replica holds the lease of.", value=held
         )
-        yield GaugeMetricFamily("a2a_agent_runs", "Agent runs in progress here.", value=c.runner.running)
-        yield GaugeMetricFamily("a2a_agent_slots", "Agent runs allowed at once here.", value=c.runner.slots)
+        runs = GaugeMetricFamily("a2a_agent_runs", "Agent runs in progress here, by role.", labels=["role"])
+        slots = GaugeMetricFamily(
+            "a2a_agent_slots", "Agent runs allowed at once here, by role.", labels=["role"]
+        )
+        for r in every:
+            runs.add_metric([r.role], r.runner.running)
+            slots.add_metric([r.role], r.runner.slots)
+        yield runs
+        yield slots
         yield CounterMetricFamily("a2a_store_commits", "Group commits of the writer.", value=c.writer.commits)
         yield CounterMetricFamily(
             "a2a_store_writes", "Writes committed (many per commit).", value=c.writer.writes

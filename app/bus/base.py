@@ -58,8 +58,8 @@ class Bus(ABC):
     def __init__(self, replica_id: str) -> None:
         self.replica_id = replica_id
         self._subs: dict[str, set[Subscription]] = {}
-        self._control: ControlHandler | None = None
-        self._queued: Callable[[], None] | None = None
+        self._control: dict[str | None, ControlHandler] = {}
+        self._queued: list[Callable[[], None]] = []
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handling: set[asyncio.Task[None]] = set()
 
@@ -105,13 +105,15 @@ class Bus(ABC):
 
     # ---- control -------------------------------------------------------------------------------
 
-    def on_control(self, handler: ControlHandler) -> None:
-        """Handle requests other replicas send to this one; the handler's dict is the reply."""
-        self._control = handler
+    def on_control(self, handler: ControlHandler, role: str | None = None) -> None:
+        """Handle requests other replicas send to this one about `role`'s tasks (the body's `role`); the
+        handler's dict is the reply. The first handler also takes requests that name no role."""
+        self._control[role] = handler
+        self._control.setdefault(None, handler)
 
     def on_queued(self, callback: Callable[[], None]) -> None:
         """Called when any replica rings the queue doorbell (work is waiting to be claimed)."""
-        self._queued = callback
+        self._queued.append(callback)
 
     async def request(self, replica_id: str, body: dict[str, Any], wait_s: float) -> dict[str, Any]:
         """Ask another replica; its handler's reply, or TimeoutError."""
@@ -131,15 +133,16 @@ class Bus(ABC):
             fut = self._replies.get(msg.get("id", ""))
             if fut is not None and not fut.done():
                 fut.set_result(msg.get("body") or {})
-        elif msg.get("kind") == "request" and self._control is not None:
+        elif msg.get("kind") == "request" and self._control:
             task = asyncio.create_task(self._answer(msg))
             self._handling.add(task)
             task.add_done_callback(self._handling.discard)
 
     async def _answer(self, msg: dict[str, Any]) -> None:
-        assert self._control is not None
+        request = msg.get("body") or {}
+        handler = self._control.get(request.get("role")) or self._control[None]
         try:
-            body = await self._control(msg.get("body") or {})
+            body = await handler(request)
         except Exception:
             log.exception("control request failed")
             body = {"error": {"type": "InternalError", "message": "Internal error"}}
@@ -147,8 +150,8 @@ class Bus(ABC):
             await self._send(msg["from"], {"kind": "reply", "id": msg["id"], "body": body})
 
     def _wake_queue(self) -> None:
-        if self._queued is not None:
-            self._queued()
+        for callback in self._queued:
+            callback()
 
     @abstractmethod
     async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:

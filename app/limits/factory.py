@@ -30,16 +30,17 @@ class Limits:
         await self.streams.aclose()
 
 
-def build(settings: Settings, redis: Redis | None = None) -> Limits:
-    """The limits for these settings: shared through `redis` when given, else this process's own."""
+def build(settings: Settings, redis: Redis | None = None, role: str | None = None) -> Limits:
+    """The limits for these settings: shared through `redis` when given, else this process's own; with
+    `role` (a deployment of several roles), counted for that role alone."""
     rate: TaskRate
     streams: StreamSlots
     if redis is None:
         rate = MemoryTaskRate(settings.task_rate_per_min, settings.task_rate_burst)
         streams = MemoryStreamSlots(settings.max_streams_per_principal)
     else:
-        rate = RedisTaskRate(redis, settings.task_rate_per_min, settings.task_rate_burst)
+        rate = RedisTaskRate(redis, settings.task_rate_per_min, settings.task_rate_burst, role)
         streams = RedisStreamSlots(
-            redis, settings.max_streams_per_principal, settings.replica_id, settings.stream_slot_ttl_s
+            redis, settings.max_streams_per_principal, settings.replica_id, settings.stream_slot_ttl_s, role
         )
     return Limits(settings.max_message_parts, settings.max_message_text_chars, rate, streams)

@@ -127,8 +127,10 @@ class _Health:
 class RedisTaskRate(TaskRate):
     """One GCRA per principal in Redis; the in-memory bucket while Redis is unreachable."""
 
-    def __init__(self, redis: Redis, per_min: float, burst: int) -> None:
+    def __init__(self, redis: Redis, per_min: float, burst: int, role: str | None = None) -> None:
         super().__init__(per_min, burst)
+        # Each role of a deployment of several has its own counts.
+        self._prefix = RATE_PREFIX + (f"{role}:" if role else "")
         self._script = redis.register_script(RATE_LUA)
         self._fallback = MemoryTaskRate(per_min, burst)
         self._health = _Health("task rate limit")
@@ -142,7 +144,7 @@ class RedisTaskRate(TaskRate):
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 allowed, wait_ms = await self._script(
-                    keys=[principal_key(RATE_PREFIX, owner)], args=[60_000.0 / self.per_min, self.burst]
+                    keys=[principal_key(self._prefix, owner)], args=[60_000.0 / self.per_min, self.burst]
                 )
         except REDIS_DOWN as exc:
             self._health.failed(exc)
@@ -177,8 +179,11 @@ class RedisStreamSlots(StreamSlots):
     refresh can never bring back a stream whose removal was already sent.
     """
 
-    def __init__(self, redis: Redis, cap: int, replica_id: str, ttl_s: float) -> None:
+    def __init__(
+        self, redis: Redis, cap: int, replica_id: str, ttl_s: float, role: str | None = None
+    ) -> None:
         super().__init__(cap)
+        self._prefix = STREAMS_PREFIX + (f"{role}:" if role else "")
         self._redis = redis
         self._replica_id = replica_id
         self._ttl_ms = max(1, int(ttl_s * 1000))
@@ -194,7 +199,7 @@ class RedisStreamSlots(StreamSlots):
     async def acquire(self, owner: str) -> Slot:
         if not self.cap:
             return _NoSlot()
-        key = principal_key(STREAMS_PREFIX, owner)
+        key = principal_key(self._prefix, owner)
         member = f"{self._replica_id}:{uuid.uuid4().hex}"
         if self._health.usable():
             try:

@@ -45,9 +45,13 @@ class Seized:
 
 
 class Leases:
-    def __init__(self, engine: AsyncEngine, replica_id: str, ttl_s: float) -> None:
+    def __init__(self, engine: AsyncEngine, replica_id: str, ttl_s: float, role: str | None = None) -> None:
+        """With `role` (a deployment of several roles), claims, takes and reaping see only that role's
+        tasks: each role's runner claims its own work, and a request on a role's endpoints takes only its
+        tasks."""
         self._engine = engine
         self.replica_id = replica_id
+        self._role = _tasks.c.role == role if role is not None else true()
         self.ttl = timedelta(seconds=ttl_s)
         self._pg = engine.dialect.name == "postgresql"
 
@@ -69,12 +73,11 @@ class Leases:
             return []
         now = utcnow()
         free = or_(_tasks.c.lease_owner.is_(None), self._void(now))
-        pick = (
-            select(_tasks.c.id)
-            .where(_tasks.c.state == TaskState.SUBMITTED.value, free)
-            .order_by(_tasks.c.created_at)
-            .limit(limit)
-        )
+        # A `working` task nobody holds was answered on a replica that does not run its role: it waits
+        # for a runner of the role to resume it (a `working` task with a void lease is the reaper's).
+        resumable = and_(_tasks.c.state == TaskState.WORKING.value, _tasks.c.lease_owner.is_(None))
+        free = or_(and_(_tasks.c.state == TaskState.SUBMITTED.value, free), resumable)
+        pick = select(_tasks.c.id).where(self._role, free).order_by(_tasks.c.created_at).limit(limit)
         if self._pg:
             pick = pick.with_for_update(skip_locked=True)
         stmt = (
@@ -97,7 +100,7 @@ class Leases:
         """`take`, telling from whom: False when not taken, else the replica whose expired lease this
         replaced (None when nobody held it, or this replica did), which must stop its run."""
         now = utcnow()
-        row = _tasks.c.id == task_id, _tasks.c.owner == owner if owner is not None else true()
+        row = _tasks.c.id == task_id, _tasks.c.owner == owner if owner is not None else true(), self._role
         before = select(_tasks.c.lease_owner).where(*row)
         if self._pg:
             before = before.with_for_update()
@@ -144,7 +147,7 @@ class Leases:
     async def holder(self, task_id: str, *, owner: str) -> str | None:
         """The replica holding a live lease on the owner's task, if any."""
         stmt = select(_tasks.c.lease_owner).where(
-            _tasks.c.id == task_id, _tasks.c.owner == owner, _tasks.c.lease_expires_at >= utcnow()
+            _tasks.c.id == task_id, _tasks.c.owner == owner, self._role, _tasks.c.lease_expires_at >= utcnow()
         )
         async with self._engine.connect() as conn:
             return (await conn.execute(stmt)).scalar()
@@ -198,6 +201,7 @@ class Leases:
         stmt = (
             update(_tasks)
             .where(
+                self._role,
                 _tasks.c.lease_owner.is_not(None),
                 _tasks.c.lease_expires_at < now,
                 _tasks.c.lease_suspect_at.is_(None),
@@ -214,6 +218,7 @@ class Leases:
         stmt = (
             select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner)
             .where(
+                self._role,
                 _tasks.c.lease_owner.is_not(None),
                 self._void(utcnow()),
                 _tasks.c.state.not_in(_ENDED),
@@ -227,7 +232,7 @@ class Leases:
     async def mine(self) -> list[Held]:
         """Unfinished tasks leased to this replica's name: after a restart, left by the previous life."""
         stmt = select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner).where(
-            _tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(_ENDED)
+            self._role, _tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(_ENDED)
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()

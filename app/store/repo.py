@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, select, true, tuple_
+from sqlalchemy import ColumnElement, exists, func, select, true, tuple_
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -92,8 +92,14 @@ def _untoken(token: str) -> tuple[str, str, int | None]:
 
 
 class Repository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, role: str | None = None) -> None:
+        """With `role` (a deployment of several roles), every owner-scoped read sees only that role's tasks:
+        another role's task id is "not found" here."""
         self._engine = engine
+        self._role = role
+
+    def _scoped(self, *where: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+        return [*where, _tasks.c.role == self._role] if self._role is not None else list(where)
 
     async def get_task(
         self, task_id: str, *, owner: str | None, history: int | None = None, to_write: bool = False
@@ -104,7 +110,7 @@ class Repository:
         has_push = exists().where(PushConfigRow.task_id == _tasks.c.id).label("has_push")
         query = select(_tasks, has_push).where(_tasks.c.id == task_id)
         if owner is not None:
-            query = query.where(_tasks.c.owner == owner)
+            query = query.where(*self._scoped(_tasks.c.owner == owner))
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
             if row is None:
@@ -116,7 +122,7 @@ class Repository:
     async def task_head(self, task_id: str, *, owner: str) -> TaskHead | None:
         """The owner's task's row only: one keyed lookup, whatever the task holds."""
         query = select(_tasks.c.context_id, _tasks.c.state, _tasks.c.last_seq).where(
-            _tasks.c.id == task_id, _tasks.c.owner == owner
+            *self._scoped(_tasks.c.id == task_id, _tasks.c.owner == owner)
         )
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
@@ -140,11 +146,12 @@ class Repository:
         between pages count); under a state or time filter, counted on the first page, up to `COUNT_CAP`,
         and carried in the page token.
         """
-        where = [_tasks.c.owner == owner]
+        where = self._scoped(_tasks.c.owner == owner)
         if context_id is not None:
             where.append(_tasks.c.context_id == context_id)
-        # '' is the counters' key for all the owner's tasks; no task has an empty contextId.
-        counted = state is None and after is None and context_id != ""
+        # '' is the counters' key for all the owner's tasks; no task has an empty contextId. The counters
+        # are per owner and context, not per role: with roles, the total is counted as under a filter.
+        counted = state is None and after is None and context_id != "" and self._role is None
         if state is not None:
             where.append(_tasks.c.state == state.value)
         if after is not None:
@@ -213,7 +220,9 @@ class Repository:
 
     async def find_retry(self, owner: str, retry_key: str) -> str | None:
         """The owner's task still running the first message with this retry key (`TaskRow.retry_key`)."""
-        query = select(_tasks.c.id).where(_tasks.c.owner == owner, _tasks.c.retry_key == retry_key)
+        query = select(_tasks.c.id).where(
+            *self._scoped(_tasks.c.owner == owner, _tasks.c.retry_key == retry_key)
+        )
         async with self._engine.connect() as conn:
             return (await conn.execute(query)).scalar()
 
@@ -221,7 +230,7 @@ class Repository:
         self, task_id: str, context_id: str, after: int, *, owner: str
     ) -> list[EventRecord]:
         """The owner's task's events after `after`; none for a task of someone else."""
-        owned = select(_tasks.c.id).where(_tasks.c.id == task_id, _tasks.c.owner == owner)
+        owned = select(_tasks.c.id).where(*self._scoped(_tasks.c.id == task_id, _tasks.c.owner == owner))
         async with self._engine.connect() as conn:
             rows = (
                 await conn.execute(

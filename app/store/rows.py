@@ -87,6 +87,7 @@ def new_task(
     lease_owner: str | None,
     lease_expires_at: datetime | None,
     retry_key: str | None,
+    role: str = "default",
 ) -> dict[str, Any]:
     """A new task's row, its first event (`submitted`, number 1) already counted."""
     return {
@@ -104,6 +105,7 @@ def new_task(
         "lease_owner": lease_owner,
         "lease_expires_at": lease_expires_at,
         "retry_key": retry_key,
+        "role": role,
     }
 
 

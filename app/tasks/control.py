@@ -45,10 +45,13 @@ class Control:
         self._cancel = cancel
         self._answer = answer
         self._lost = lost
-        bus.on_control(self.handle)
+        self._role = tasks.role
+        bus.on_control(self.handle, tasks.role)
 
     async def forward(self, replica_id: str, body: dict[str, Any]) -> None:
         """Have the replica holding the task do the write; its A2A error becomes ours."""
+        if self._role is not None:
+            body = {**body, "role": self._role}
         try:
             reply = await self._bus.request(replica_id, body, CONTROL_TIMEOUT_S)
         except TimeoutError:
@@ -81,7 +84,8 @@ class Control:
         holder = await self._leases.holder(task_id, owner=owner)
         if holder is not None and holder != self._tasks.replica_id:
             try:
-                await self._bus.request(holder, {"op": "push", "task": task_id}, CONTROL_TIMEOUT_S)
+                body = {"op": "push", "task": task_id, "role": self._role}
+                await self._bus.request(holder, body, CONTROL_TIMEOUT_S)
             except TimeoutError:
                 log.warning("replica %s did not hear of task %s's new webhook", holder, task_id)
 

@@ -27,10 +27,12 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
 
 
-def retry_key(message: Message) -> str:
-    """A new message as its retry is recognised: messageId, parts, and taskId/contextId as sent."""
+def retry_key(message: Message, role: str | None = None) -> str:
+    """A new message as its retry is recognised: messageId, parts, and taskId/contextId as sent (and the
+    role it was sent to, when the deployment has several: the same message to two roles is two tasks)."""
     parts = [p.to_store() for p in message.parts]
-    return _digest([message.message_id, parts, message.task_id, message.context_id])
+    key = [message.message_id, parts, message.task_id, message.context_id]
+    return _digest(key if role is None else [*key, role])
 
 
 def fingerprint(message: Message, config: SendConfig, push: PushConfig | None) -> str:

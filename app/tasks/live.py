@@ -107,12 +107,15 @@ class LiveTasks:
         leases: Leases,
         outage_grace_s: float = 120.0,
         push_ring: Callable[[], None] | None = None,
+        role: str | None = None,
     ) -> None:
         self._repo = repo
         self._writer = writer
         self._bus = bus
         self._leases = leases
         self.replica_id = leases.replica_id
+        self.role = role
+        """The role whose tasks these are, in a deployment of several (None: the only one)."""
         self.outage_grace_s = outage_grace_s
         """How long a run's commit waits for a database that is away before the run gives up."""
         self._push_ring = push_ring
@@ -390,7 +393,8 @@ class LiveTasks:
 
         async def tell() -> None:
             try:
-                await self._bus.request(replica_id, {"op": "lost", "task": task_id}, LOST_NOTICE_S)
+                body = {"op": "lost", "task": task_id, "role": self.role}
+                await self._bus.request(replica_id, body, LOST_NOTICE_S)
             except Exception:
                 log.info("replica %s did not hear that task %s was taken from it", replica_id, task_id)
 

@@ -73,7 +73,10 @@ class TaskService:
         push_policy: ssrf.Policy | None = None,
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
+        role: str = "default",
     ):
+        self.role = role
+        """The role whose tasks this service creates and serves (the task row's `role`)."""
         self._tasks = tasks
         self._repo = repo
         self._writer = writer
@@ -177,7 +180,7 @@ class TaskService:
         messageId is a new message. Of concurrent copies the database stores one; the others find it.
         """
         idem = self._copies.key(key, message, config, push)
-        retry = None if message.task_id else retry_key(message)
+        retry = None if message.task_id else retry_key(message, self._tasks.role)
         sent = (message.task_id, message.context_id)
         # A running copy of a new message is found by the conflict of its retry key, so the common send
         # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
@@ -251,7 +254,7 @@ class TaskService:
         )
         holder, expires = self._tasks.replica_id if here else None, self._leases.expiry(now) if here else None
         write = Write(
-            new_task=rows.new_task(task, owner, now, holder, expires, retry),
+            new_task=rows.new_task(task, owner, now, holder, expires, retry, self.role),
             messages=[rows.message_row(task_id, owner, message, now)],
             events=rows.event_rows(task_id, first, now),
             idempotency_key=self._copies.row(owner, idem, task_id),

@@ -87,8 +87,8 @@ async def _count_calls(client: httpx.AsyncClient) -> None:
     assert (
         1 <= delta(before, after, "a2a_store_commits_total") <= delta(before, after, "a2a_store_writes_total")
     )
-    assert after[("a2a_agent_runs", ())] == 0
-    assert after[("a2a_agent_slots", ())] >= 1
+    assert after[("a2a_agent_runs", (("role", "default"),))] == 0
+    assert after[("a2a_agent_slots", (("role", "default"),))] >= 1
     assert after[("a2a_tasks_held", ())] == 0
 
 

@@ -1,0 +1,180 @@
+"""Roles: the agents one deployment serves, each under its own name, card and endpoints.
+
+`AGENTS` (a JSON object) or `AGENTS_FILE` (YAML or JSON) maps a role name to its adapter, the adapter's
+options and card overrides. Without either, today's `AGENT_ADAPTER` and `AGENT_*` settings are the one role
+`default`. The default role (the one named `default`, else the first listed) also answers at the root
+endpoints. `AGENT_ROLES` says which roles this process runs agents for; every process serves calls for all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.settings import SettingError, Settings
+
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+DEFAULT = "default"
+
+
+class CardOverrides(BaseModel):
+    """What a role's card says instead of its agent's own name, description and skills."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
+    skills: list[dict[str, Any]] | None = None
+
+
+class RoleEntry(BaseModel):
+    """One entry of `AGENTS`. Every field but `adapter` falls back to the server-wide `AGENT_*` setting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapter: str = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the adapter's class or factory (as AGENT_OPTIONS)."""
+    bin: str | None = None
+    """The CLI binary (as CLAUDE_BIN, CODEX_BIN, ...)."""
+    model: str | None = None
+    command: str | None = None
+    env: dict[str, str] | None = None
+    env_passthrough: list[str] | None = None
+    egress_allow: list[str] | None = None
+    sandbox_read: list[str] | None = None
+    slots: int | None = Field(default=None, ge=1)
+    """Agent runs of this role one process runs at once (as MAX_CONCURRENT_TASKS)."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
+    card: CardOverrides = Field(default_factory=CardOverrides)
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A role as this process serves it."""
+
+    name: str
+    entry: RoleEntry
+    slots: int
+    timeout_s: float
+    runs_here: bool
+    """Whether this process runs the role's agents (`AGENT_ROLES`); it serves calls for it either way."""
+    path: str = field(default="")
+    """The URL prefix of its endpoints: empty for the default role's root ones."""
+
+    @property
+    def prefix(self) -> str:
+        return f"/agents/{self.name}"
+
+
+def load(settings: Settings) -> dict[str, Role]:
+    """The roles the settings configure, the default one first. Raises SettingError naming the role and
+    the field of a bad entry, in one line."""
+    raw = _raw_entries(settings)
+    if raw is None:
+        entries = {DEFAULT: RoleEntry(adapter=settings.agent_adapter, options=dict(settings.agent_options))}
+    else:
+        entries = {}
+        for name, value in raw.items():
+            if not isinstance(name, str) or not ROLE_NAME.fullmatch(name):
+                raise SettingError(
+                    "AGENTS", f"role name {name!r} must match {ROLE_NAME.pattern} (it is part of URLs)"
+                )
+            try:
+                entries[name] = RoleEntry.model_validate(value)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"]) or "entry"
+                raise SettingError("AGENTS", f"role {name!r}, field {where}: {err['msg']}") from None
+        if not entries:
+            raise SettingError("AGENTS", "no role configured (an empty object)")
+    names = list(entries)
+    default = DEFAULT if DEFAULT in entries else names[0]
+    ordered = [default, *(n for n in names if n != default)]
+    running = _split(settings.agent_roles)
+    unknown = [r for r in running if r not in entries]
+    if unknown:
+        raise SettingError(
+            "AGENT_ROLES",
+            f"AGENT_ROLES names {', '.join(unknown)}, not configured in AGENTS ({', '.join(names)})",
+        )
+    roles = {}
+    for name in ordered:
+        entry = entries[name]
+        roles[name] = Role(
+            name=name,
+            entry=entry,
+            slots=entry.slots or settings.max_concurrent_tasks,
+            timeout_s=entry.timeout_s or settings.agent_timeout_s,
+            runs_here=not running or name in running,
+            path="" if name == default else f"/agents/{name}",
+        )
+    return roles
+
+
+def _raw_entries(settings: Settings) -> dict[Any, Any] | None:
+    if settings.agents and settings.agents_file:
+        raise SettingError("AGENTS", "set AGENTS or AGENTS_FILE, not both")
+    if settings.agents:
+        return dict(settings.agents)
+    if not settings.agents_file:
+        return None
+    path = Path(settings.agents_file)
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise SettingError("AGENTS_FILE", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        loaded = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SettingError("AGENTS_FILE", f"{path} is not valid YAML or JSON: {exc}") from None
+    if isinstance(loaded, dict) and isinstance(loaded.get("agents"), dict):
+        loaded = loaded["agents"]
+    if not isinstance(loaded, dict):
+        raise SettingError("AGENTS_FILE", f"{path} must hold an object of roles")
+    return loaded
+
+
+def _split(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+_BIN_SETTING = {
+    "claude-code": "claude_bin",
+    "codex": "codex_bin",
+    "gemini": "gemini_bin",
+    "cursor": "cursor_bin",
+}
+
+
+def agent_settings(settings: Settings, role: Role) -> Settings:
+    """The settings the role's adapter runs with: the server-wide `AGENT_*` ones, the role's entry over
+    them (its environment added to the server-wide one, lists replacing theirs)."""
+    e = role.entry
+    update: dict[str, Any] = {"agent_timeout_s": role.timeout_s, "max_concurrent_tasks": role.slots}
+    if e.bin is not None:
+        if e.adapter not in _BIN_SETTING:
+            raise SettingError("bin", f"adapter {e.adapter!r} runs no CLI binary")
+        update[_BIN_SETTING[e.adapter]] = e.bin
+    if e.model is not None:
+        update["agent_model"] = e.model
+    if e.command is not None:
+        update["agent_command"] = e.command
+    if e.env is not None:
+        update["agent_env"] = {**settings.agent_env, **e.env}
+    if e.env_passthrough is not None:
+        update["agent_env_passthrough"] = ",".join(e.env_passthrough)
+    if e.egress_allow is not None:
+        update["agent_egress_allow"] = ",".join(e.egress_allow)
+    if e.sandbox_read is not None:
+        update["agent_sandbox_read"] = ",".join(e.sandbox_read)
+    if e.idle_timeout_s is not None:
+        update["agent_idle_timeout_s"] = e.idle_timeout_s
+    return settings.model_copy(update=update)
