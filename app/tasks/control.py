@@ -20,7 +20,7 @@ from app.store.leases import Leases
 from app.store.outage import is_unavailable
 from app.store.writer import DuplicateError
 
-from .live import LiveTasks
+from .live import WORKER_PREFIX, LiveTasks
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ class Control:
             live.push = True
             return
         holder = await self._leases.holder(task_id, owner=owner)
-        if holder is not None and holder != self._tasks.replica_id:
+        # A remote worker's events are written by replicas, which read the task's webhooks as they write.
+        if holder is not None and holder != self._tasks.replica_id and not holder.startswith(WORKER_PREFIX):
             try:
                 body = {"op": "push", "task": task_id, "role": self._role}
                 await self._bus.request(holder, body, CONTROL_TIMEOUT_S)

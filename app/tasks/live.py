@@ -41,12 +41,15 @@ from app.store.writer import SeqTakenError, Write, Writer
 from .state import check_transition
 
 if TYPE_CHECKING:
-    from app.protocol.model import Event, Message, Task
+    from app.protocol.model import Event, Message, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 
 STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 """A blocking send returns once its task is in one of these."""
+WORKER_PREFIX = "worker:"
+"""Lease holders with this prefix are remote workers (`a2a-server worker`), not replicas: they write
+through the worker endpoints, and requests for their tasks are written by whichever replica takes them."""
 LOST_NOTICE_S = 2.0
 """How long a notice to a replica that lost a task waits for its acknowledgement."""
 
@@ -75,9 +78,55 @@ class LiveTask:
     artifact_rows: int | None = None
     """How many artifact rows the task has stored (None: unknown). When it ends with exactly one row per
     artifact, its rows are already folded and the compaction is skipped."""
+    holder: str | None = None
+    """Who holds its lease when not this replica: a remote worker (`tasks/workers.py`), for whom this
+    replica writes; its commits keep the lease the worker's."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
+
+
+@dataclass(slots=True)
+class Step:
+    """What `events` (and user `messages`) make of a task, before anything is stored: numbered records,
+    the new status, transitions and history. `LiveTasks.apply` commits it; a remote worker's run computes
+    the same (`app/worker.py`)."""
+
+    records: list[EventRecord]
+    status: TaskStatus
+    transitions: list[StateTransition]
+    history_add: list[Message]
+    seq: int
+
+    def apply_to(self, task: Task, events: list[Event]) -> None:
+        """Bring the in-memory task up to the step, once it is stored."""
+        task.status = self.status
+        task.transitions = self.transitions
+        task.history.extend(self.history_add)
+        for ev in events:
+            if isinstance(ev, ArtifactUpdate):
+                fold_artifact(task.artifacts, ev)
+
+
+def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
+    """Number `events` after `seq` and check each status change against the state machine."""
+    state = task.status.state
+    status = task.status
+    transitions = list(task.transitions)
+    history_add = list(messages or ())
+    records: list[EventRecord] = []
+    for ev in events:
+        seq += 1
+        records.append(EventRecord(seq, ev))
+        if isinstance(ev, StatusUpdate):
+            check_transition(state, ev.status.state)
+            if ev.status.state != state:
+                transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
+            state = ev.status.state
+            status = ev.status
+            if status.message is not None:
+                history_add.append(status.message)
+    return Step(records, status, transitions, history_add, seq)
 
 
 class HeldElsewhereError(Exception):
@@ -149,16 +198,19 @@ class LiveTasks:
             took = taken is not False
             if taken:
                 self.tell_lost(taken, task_id)
+            worker = None
             if not took:
                 holder = await self._leases.holder(task_id, owner=owner)
-                if holder is not None and holder != self.replica_id:
+                if holder is not None and holder.startswith(WORKER_PREFIX):
+                    worker = holder  # a remote worker runs it: this replica writes for it
+                elif holder is not None and holder != self.replica_id:
                     raise HeldElsewhereError(holder)
             stored = await self._repo.get_task(task_id, owner=owner, to_write=True)
             live = self._live.get(task_id)
             if live is None:
                 if stored is None:
                     raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-                live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+                live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push, holder=worker)
                 if took and not stored.task.status.state.terminal:
                     self._live[task_id] = live
         if live.owner != owner:
@@ -200,32 +252,17 @@ class LiveTasks:
             if state.terminal:
                 return []
             now = utcnow()
-            seq = live.seq
-            status = task.status
-            transitions = list(task.transitions)
             user_messages = list(messages)
-            history_add = list(user_messages)
-            records: list[EventRecord] = []
-            for ev in events:
-                seq += 1
-                records.append(EventRecord(seq, ev))
-                if isinstance(ev, StatusUpdate):
-                    check_transition(state, ev.status.state)
-                    if ev.status.state != state:
-                        transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
-                    state = ev.status.state
-                    status = ev.status
-                    if status.message is not None:
-                        history_add.append(status.message)
+            s = step(task, live.seq, events, user_messages)
             write = Write(
-                events=rows.event_rows(task.id, records, now),
-                artifacts=rows.artifact_rows(task.id, records),
-                messages=[rows.message_row(task.id, live.owner, m, now) for m in history_add],
+                events=rows.event_rows(task.id, s.records, now),
+                artifacts=rows.artifact_rows(task.id, s.records),
+                messages=[rows.message_row(task.id, live.owner, m, now) for m in s.history_add],
                 idempotency_key=key_row,
             )
             if live.push:
-                write.notifications = payloads.notifications(task, records, user_messages, now)
-            ended = state.terminal
+                write.notifications = payloads.notifications(task, s.records, user_messages, now)
+            ended = s.status.state.terminal
             stored = None if live.artifact_rows is None else live.artifact_rows + len(write.artifacts)
             if ended:
                 folded = rows.folded_rows(task, events)
@@ -233,11 +270,11 @@ class LiveTasks:
                     write.folded_artifacts = folded
             write.task_update = rows.task_update(
                 task.id,
-                status,
-                transitions,
-                seq,
+                s.status,
+                s.transitions,
+                s.seq,
                 now,
-                None if ended else self.replica_id,
+                None if ended else live.holder or self.replica_id,
                 None if ended else self._leases.expiry(now),
             )
             try:
@@ -249,20 +286,15 @@ class LiveTasks:
                 raise
             if write.notifications and self._push_ring is not None:
                 self._push_ring()
-            task.status = status
-            task.transitions = transitions
-            task.history.extend(history_add)
-            for ev in events:
-                if isinstance(ev, ArtifactUpdate):
-                    fold_artifact(task.artifacts, ev)
-            live.seq = seq
+            s.apply_to(task, events)
+            live.seq = s.seq
             live.artifact_rows = stored
             if ended:
                 self._live.pop(task.id, None)
-                self.ended_total[state.value] += 1
+                self.ended_total[s.status.state.value] += 1
             _wake_waiters(live)
-        await self._bus.publish(task.id, task.context_id, records)
-        return records
+        await self._bus.publish(task.id, task.context_id, s.records)
+        return s.records
 
     async def _commit(self, live: LiveTask, write: Write, wait: bool) -> None:
         """Commit one step of the task. With `wait`, retry while the database is away, with backoff, for
@@ -389,7 +421,10 @@ class LiveTasks:
 
     def tell_lost(self, replica_id: str, task_id: str) -> None:
         """Tell the replica whose lease on the task was taken (or whose task was ended) here, so it stops
-        the run at once; if the bus cannot reach it, its heartbeat finds out (`Leases.renew`)."""
+        the run at once; if the bus cannot reach it, its heartbeat finds out (`Leases.renew`). A remote
+        worker finds out from its next sync or commit."""
+        if replica_id.startswith(WORKER_PREFIX):
+            return
 
         async def tell() -> None:
             try:

@@ -323,7 +323,8 @@ class TaskService:
             raise UnsupportedOperationError(
                 f"Task {task.id} has finished; it takes no more messages", {"taskId": task.id}
             )
-        await self._executor.answer(task.id, message)
+        if live.holder is None:  # a remote worker's run hears of the answer from its sync instead
+            await self._executor.answer(task.id, message)
         return task.id
 
     # ---- cancel ------------------------------------------------------------------------------
