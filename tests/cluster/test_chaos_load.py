@@ -47,14 +47,38 @@ def streaming_script(seconds: float) -> str:
     return ";".join(["chunks:2", "sleep:0.25"] * int(seconds * 4))
 
 
+V10 = {"A2A-Version": "1.0"}
+
+
+def v10_as_v03(result: dict[str, Any]) -> dict[str, Any]:
+    """A v1.0 stream result (`{"task"|"statusUpdate"|"artifactUpdate": ...}`, `TASK_STATE_*` names) in the
+    v0.3 shape the checks read: `kind`, lower-case `status.state`, `final` on a status that ends the
+    stream."""
+    ((field_name, body),) = result.items()
+    kind = {"task": "task", "statusUpdate": "status-update", "artifactUpdate": "artifact-update"}[field_name]
+    out = {**body, "kind": kind}
+    if "status" in body:
+        state = body["status"]["state"].removeprefix("TASK_STATE_").lower().replace("_", "-")
+        out["status"] = {**body["status"], "state": state}
+        if kind == "status-update":
+            out["final"] = state in (*ENDED, "input-required", "auth-required")
+    return out
+
+
 @dataclass
 class Client:
-    """An SSE client of one task that reconnects (resuming by Last-Event-ID) until the final event."""
+    """An SSE client of one task that reconnects (resuming by Last-Event-ID) until the final event.
+
+    Over v0.3 JSON-RPC (`tasks/resubscribe`) or, with `version="1.0"`, v1.0 (`SubscribeToTask`, its
+    results kept in the v0.3 shape by `v10_as_v03`). A v1.0 subscribe to a task that has ended meanwhile is
+    refused (-32004: nothing left to subscribe to); the client then stops with `refused` set."""
 
     task_id: str
+    version: str = "0.3"
     events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     connections: int = 0
     streaming: asyncio.Event = field(default_factory=asyncio.Event)
+    refused: bool = False
 
     def done(self) -> bool:
         """The final event seen (or a snapshot of a task that had already ended)."""
@@ -64,23 +88,34 @@ class Client:
         return last.get("final") is True or (last["kind"] == "task" and last["status"]["state"] in ENDED)
 
     async def _read(self, base: str) -> None:
+        v10 = self.version == "1.0"
         last = self.events[-1][0] if self.events else None
         headers = {} if last is None else {"Last-Event-ID": str(last)}
-        body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/resubscribe", "params": {"id": self.task_id}}
+        method = "tasks/resubscribe"
+        if v10:
+            headers.update(V10)
+            method = "SubscribeToTask"
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"id": self.task_id}}
         async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(30, read=60)) as c:
             async with aconnect_sse(c, "POST", "/a2a/jsonrpc", json=body, headers=headers) as src:
                 if src.response.headers.get("content-type", "").startswith("text/event-stream"):
                     self.connections += 1
+                elif v10 and src.response.status_code == 200:
+                    await src.response.aread()
+                    if src.response.json().get("error", {}).get("code") == -32004:
+                        self.refused = True
+                        return
                 async for sse in src.aiter_sse():
                     if not sse.data:
                         continue
                     data = json.loads(sse.data)
                     assert data["id"] == 7 and "result" in data, data
-                    self.events.append((int(sse.id), data["result"]))
+                    result = v10_as_v03(data["result"]) if v10 else data["result"]
+                    self.events.append((int(sse.id), result))
                     self.streaming.set()
 
     async def follow(self, base: str) -> None:
-        while not self.done():
+        while not self.done() and not self.refused:
             try:
                 await self._read(base)
             except (httpx.HTTPError, OSError):
@@ -109,13 +144,19 @@ class Figures:
         return ", ".join(f"{k} {v}" for k, v in vars(self).items())
 
 
-async def rpc(base: str, method: str, params: dict[str, Any], within: float = 120) -> dict[str, Any]:
+async def rpc(
+    base: str,
+    method: str,
+    params: dict[str, Any],
+    within: float = 120,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A call that is retried while it fails (a replica gone, the database away), until `within`."""
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     async with asyncio.timeout(within), httpx.AsyncClient(base_url=base, timeout=30) as c:
         while True:
             try:
-                resp = await c.post("/a2a/jsonrpc", json=body)
+                resp = await c.post("/a2a/jsonrpc", json=body, headers=headers)
                 if resp.status_code == 200 and "result" in resp.json():
                     return resp.json()["result"]
             except httpx.HTTPError:

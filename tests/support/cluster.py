@@ -8,6 +8,8 @@ gives each replica a gRPC port and nginx a gRPC server (`cluster.grpc_port`) the
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 from scripts.cluster import REDIS_BUS, Replica
@@ -27,7 +29,8 @@ TEST_ENV = {
 
 class Cluster(_Cluster):
     """Replicas + nginx on loopback with test defaults; `start()`, `stop()`, `kill(i)`, `restart(i)`,
-    `terminate(i)`, `restart_redis()`, `nginx_url`, `urls`, `replicas[i].log_path`."""
+    `terminate(i)`, `spawn(i)`, `pause(i)`/`resume(i)`, `restart_redis()`, `nginx_url`, `urls`,
+    `replicas[i].log_path`."""
 
     def __init__(
         self,
@@ -53,3 +56,21 @@ class Cluster(_Cluster):
     def log(self, i: int) -> str:
         """Everything replica `i` has logged so far."""
         return self.replicas[i].log_path.read_text(errors="replace")
+
+    def spawn(self, i: int) -> None:
+        """Start replica `i` (on its old port) without waiting for it to be ready."""
+        self._spawn(self.replicas[i])
+
+    def pause(self, i: int) -> None:
+        """SIGSTOP replica `i`: frozen, its sockets open, as a process the machine stopped scheduling."""
+        os.kill(self._pid(i), signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        """SIGCONT replica `i` after `pause`."""
+        os.kill(self._pid(i), signal.SIGCONT)
+
+    def _pid(self, i: int) -> int:
+        r = self.replicas[i]
+        if r.pid is None or not r.alive():
+            raise RuntimeError(f"replica {r.replica_id} is not running")
+        return r.pid
