@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     anonymous principal (only when set explicitly; `make run` sets it on loopback)."""
     api_keys: dict[str, str] = Field(default_factory=dict)
     """JSON object: sha256 hex of an API key (`a2a-server hash-key`) → principal name."""
+    worker_keys: dict[str, str] = Field(default_factory=dict)
+    """JSON object: sha256 hex of a remote worker's key → the worker's name. Such a key admits only the worker
+    endpoints (`/workers/v1/...`), and only it does (docs/teams.md)."""
+    worker_jwt_scope: str = "a2a:worker"
+    """A JWT carrying this scope is a worker credential (and nothing else)."""
     jwt_jwks_url: str = ""
     """JWKS of the issuer whose bearer JWTs are accepted; enables JWT authentication."""
     jwt_issuer: str = ""
@@ -293,7 +298,7 @@ class Settings(BaseSettings):
     def _auth_mode(cls, v: object) -> object:
         return "required" if v in (None, "") else v.strip().lower() if isinstance(v, str) else v
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", "worker_keys")
     @classmethod
     def _hashed_keys(cls, v: dict[str, str]) -> dict[str, str]:
         out = {}

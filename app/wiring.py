@@ -37,6 +37,7 @@ from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
+from app.tasks.workers import WorkerDesk
 
 __all__ = ["Components", "lifespan", "wire"]
 
@@ -147,7 +148,7 @@ async def wire(
                     queue_poll_s=settings.queue_poll_s,
                 )
                 if role.runs_here
-                else Idle(tasks, bus)
+                else Idle(tasks, leases, bus, min(settings.queue_poll_s, settings.lease_ttl_s / 5))
             )
             service = TaskService(
                 tasks,
@@ -184,6 +185,7 @@ async def wire(
                 metrics=metrics,
                 role=name,
                 roles=every,
+                workers=WorkerDesk(tasks, repo, engine, bus, settings.lease_ttl_s, scope),
             )
         for c in every.values():
             await c.runner.open()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.errors import A2AError, UnauthenticatedError
+from app.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from app.settings import SettingError, Settings
 
 from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, JwtVerifier
@@ -27,6 +27,9 @@ API_KEY_HEADER = "X-API-Key"
 class Principal:
     name: str
     scopes: frozenset[str] = field(default_factory=frozenset)
+    worker: bool = False
+    """A remote worker's credential (WORKER_KEYS, or a JWT with WORKER_JWT_SCOPE): the worker endpoints
+    only."""
 
 
 def hash_key(key: str) -> str:
@@ -52,6 +55,11 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.off = settings.auth_mode == "off"
         self.keys: Mapping[str, str] = {} if self.off else dict(settings.api_keys)
+        self.worker_keys: Mapping[str, str] = dict(settings.worker_keys)
+        self.worker_scope = settings.worker_jwt_scope
+        overlap = set(self.keys) & set(self.worker_keys)
+        if overlap:
+            raise SettingError("WORKER_KEYS", "a key cannot be both an API key and a worker key")
         try:
             self.jwt = JwtVerifier(settings) if settings.jwt_jwks_url and not self.off else None
         except JwtConfigError as exc:
@@ -81,6 +89,9 @@ class Authenticator:
         """The caller's principal; UnauthenticatedError (401) or PermissionDeniedError (403)."""
         if self.off:
             return Principal(ANONYMOUS)
+        return await self._verify(headers)
+
+    async def _verify(self, headers: Mapping[str, str]) -> Principal:
         api_key = headers.get("x-api-key")
         scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
         token = token.strip()
@@ -89,13 +100,27 @@ class Authenticator:
                 f"Authentication required: send Authorization: Bearer <token> or {API_KEY_HEADER}: <key>"
             )
         candidate = api_key if api_key is not None else token
-        name = self.keys.get(hash_key(candidate)) if self.keys else None
+        digest = hash_key(candidate)
+        name = self.keys.get(digest) if self.keys else None
         if name is not None:
             return Principal(name)
+        worker = self.worker_keys.get(digest)
+        if worker is not None:
+            return Principal(worker, worker=True)
         if api_key is None and self.jwt is not None:
             subject, scopes = await self.jwt.verify(token)
-            return Principal(subject, scopes)
+            return Principal(subject, scopes, worker=self.worker_scope in scopes)
         raise InvalidTokenError("The credential is not valid here")
+
+    async def authenticate_worker(self, headers: Mapping[str, str]) -> Principal:
+        """A remote worker's principal, whatever AUTH_MODE says: a worker always shows its credential.
+        UnauthenticatedError without one, PermissionDeniedError for an ordinary A2A credential."""
+        if not self.worker_keys and self.jwt is None:
+            raise PermissionDeniedError("No worker credentials are configured here (WORKER_KEYS)")
+        principal = await self._verify(headers)
+        if not principal.worker:
+            raise PermissionDeniedError("Only a worker credential may call the worker endpoints")
+        return principal
 
 
 def security_fields(settings: Settings) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.protocol.errors import A2AError, PayloadTooLargeError, UnauthenticatedError
+from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDeniedError, UnauthenticatedError
 
 from .admission import http_headers
 from .auth import Authenticator, challenge
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 CARD_PATHS = frozenset({"/.well-known/agent-card.json", "/.well-known/agent.json"})
 PUBLIC_PATHS = CARD_PATHS | {"/healthz", "/readyz", "/metrics"}
 JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
+WORKER_PATHS = "/workers/"
+"""Remote workers' endpoints: a worker credential only, and it nowhere else."""
 CORS_HEADERS = [
     "Authorization",
     "X-API-Key",
@@ -87,7 +89,12 @@ class Guard:
             await self._refuse(scope, receive, send, self._too_large())
             return
         try:
-            principal = await self.auth.authenticate(headers)
+            if scope["path"].startswith(WORKER_PATHS):
+                principal = await self.auth.authenticate_worker(headers)
+            else:
+                principal = await self.auth.authenticate(headers)
+                if principal.worker:
+                    raise PermissionDeniedError("A worker credential may call only the worker endpoints")
         except A2AError as err:
             await self._refuse(scope, receive, send, err)
             return

@@ -11,6 +11,7 @@ from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
 from app.settings import Settings
 from app.tasks.service import TaskService
+from app.tasks.workers import WorkerDesk
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,6 +54,8 @@ class Components:
     """The app's metrics, for the bindings that count their own calls (gRPC); None: turned off."""
     role: str = "default"
     roles: dict[str, Components] = field(default_factory=dict)
+    workers: WorkerDesk | None = None
+    """What the role's remote workers call (`/workers/v1/...`)."""
     """Every role's components by name (shared by all of them), the default role first."""
 
     @property

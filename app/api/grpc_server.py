@@ -35,7 +35,13 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2  # noqa: F401  (ErrorInfo joins the pool for ParseDict)
 
-from app.protocol.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
+from app.protocol.errors import (
+    A2AError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    VersionNotSupportedError,
+)
 from app.settings import SettingError, Settings
 
 from .admission import open_stream
@@ -186,6 +192,8 @@ class Binding:
                 if key in ("a2a-extensions", "x-a2a-extensions"):
                     extensions.append(value)
         principal = await self.auth.authenticate(headers)
+        if principal.worker:
+            raise PermissionDeniedError("A worker credential may call only the worker endpoints")
         raw = headers.get("a2a-version", "").strip()
         if raw and parse_version(raw) != service.version:
             raise VersionNotSupportedError(

@@ -2,14 +2,25 @@
 
 Every process accepts calls for every role: a new task of such a role waits in the queue for a process that
 runs it, and an answer to one of its waiting tasks is recorded here and handed back to the queue (`working`,
-nobody holding it), where a runner of the role claims it and resumes the agent with the answer.
+nobody holding it), where a runner of the role claims it and resumes the agent with the answer. It still
+reaps the role's tasks whose holder died: a role run only by remote workers has no runner anywhere.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+
 from app.bus.base import Bus
-from app.protocol.model import Message
+from app.protocol.model import Message, TaskState
+from app.store.leases import Leases
+from app.store.outage import OutageLog
 from app.tasks.live import LiveTasks
+
+from .runner import lost_reason
+
+log = logging.getLogger(__name__)
 
 
 class Idle:
@@ -18,9 +29,12 @@ class Idle:
     running = 0
     slots = 0
 
-    def __init__(self, tasks: LiveTasks, bus: Bus) -> None:
+    def __init__(self, tasks: LiveTasks, leases: Leases, bus: Bus, reap_every_s: float) -> None:
         self._tasks = tasks
+        self._leases = leases
         self._bus = bus
+        self._every_s = reap_every_s
+        self._loop: asyncio.Task[None] | None = None
 
     def reserve(self) -> bool:
         return False
@@ -46,7 +60,24 @@ class Idle:
         return None
 
     async def open(self) -> None:
-        return None
+        self._loop = asyncio.create_task(self._reaper(), name="reaper")
 
     async def aclose(self) -> None:
-        return None
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+
+    async def _reaper(self) -> None:
+        """Mark expired leases and end the working tasks whose lease stayed void (as `Runner._reap`)."""
+        outage = OutageLog("reaper")
+        while True:
+            try:
+                await self._leases.suspect()
+                for held in await self._leases.expired():
+                    if held.state is TaskState.WORKING:
+                        await self._tasks.end_lost(held, lost_reason(held.owner))
+                outage.ok()
+            except Exception as exc:
+                outage.failed_or_bug(exc, log, "reaping failed; retrying")
+            await asyncio.sleep(self._every_s)

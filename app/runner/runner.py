@@ -30,7 +30,7 @@ from app.protocol.errors import InternalError
 from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
 from app.store.leases import Leases
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.live import LiveTasks, TaskLostError, UnrecordedError
+from app.tasks.live import WORKER_PREFIX, LiveTasks, TaskLostError, UnrecordedError
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
@@ -295,11 +295,7 @@ class Runner:
         for held in await self._leases.expired():
             # Never a run alive here: the one guard against a reaper ending its own replica's live run.
             if held.state is TaskState.WORKING and held.task_id not in self._runs:
-                reason = (
-                    f"Replica {held.owner} running this task stopped renewing its lease "
-                    "(it died or lost contact); the agent's work was lost."
-                )
-                await self._tasks.end_lost(held, reason)
+                await self._tasks.end_lost(held, lost_reason(held.owner))
 
     async def _run(self, task_id: str) -> None:
         try:
@@ -455,6 +451,19 @@ class Runner:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+
+
+def lost_reason(holder: str) -> str:
+    """Why a reaper ended a task: its holder (a replica, or a remote worker) stopped renewing its lease."""
+    who = (
+        f"Worker {holder.removeprefix(WORKER_PREFIX)}"
+        if holder.startswith(WORKER_PREFIX)
+        else f"Replica {holder}"
+    )
+    return (
+        f"{who} running this task stopped renewing its lease (it died or lost contact); "
+        "the agent's work was lost."
+    )
 
 
 async def _stop(ctx: TaskContext) -> None:

@@ -1,0 +1,138 @@
+"""The worker endpoints, `/workers/v1/...`: what a remote worker (`a2a-server worker`) calls, over plain
+HTTP+JSON that passes any proxy. Only a worker credential is admitted here (`auth_guard.Guard`), and a worker
+credential nowhere else. The protocol (docs/teams.md "Remote workers"):
+
+- `POST /workers/v1/claim` `{role, instance, limit, waitS}` → `{tasks: [{task, owner, lastSeq}]}`
+- `POST /workers/v1/tasks/{id}/events` `{role, instance, after, events: [{kind, body}]}` → `{lastSeq}`;
+  409 `{error: {code: "lost"}}` once the task is not the worker's any more
+- `POST /workers/v1/sync` `{role, instance, tasks: {id: lastSeq}, waitS}` → `{news: {id: {...}}}`
+- `GET /workers/v1/tasks/{id}?role=&instance=` → `{lastSeq, holder}`
+
+Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.tasks.workers import WorkerDesk, WorkerLostError, holder_of
+
+from .deps import PRINCIPAL_KEY, Components, components
+
+router = APIRouter(prefix="/workers/v1")
+
+INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class _Ask(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: str = Field(min_length=1, max_length=40)
+    instance: str = Field(pattern=INSTANCE.pattern)
+
+
+class _Claim(_Ask):
+    limit: int = Field(ge=1, le=256)
+    wait_s: float = Field(default=0.0, ge=0, alias="waitS")
+
+
+class _Events(_Ask):
+    after: int = Field(ge=1)
+    events: list[dict[str, Any]] = Field(max_length=10_000)
+
+
+class _Sync(_Ask):
+    tasks: dict[str, int] = Field(default_factory=dict, max_length=1024)
+    wait_s: float = Field(default=0.0, ge=0, alias="waitS")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return _json({"error": {"code": code, "message": message}}, status)
+
+
+async def _parse(request: Request, model: type[_Ask], extra: dict[str, Any] | None = None) -> _Ask | Response:
+    try:
+        raw = orjson.loads(await request.body()) if extra is None else extra
+        return model.model_validate(raw)
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        return _error(400, "invalid", f"Invalid request: {str(exc).splitlines()[0]}")
+
+
+def _desk(request: Request, ask: _Ask) -> tuple[WorkerDesk, str] | Response:
+    """The role's desk and the worker's lease holder name, from the credential's principal."""
+    c: Components = components(request)
+    role = c.roles.get(ask.role) if c.roles else (c if ask.role == c.role else None)
+    if role is None or role.workers is None:
+        return _error(404, "unknown_role", f"No role {ask.role!r} here")
+    return role.workers, holder_of(request.scope[PRINCIPAL_KEY].name, ask.instance)
+
+
+@router.post("/claim")
+async def claim(request: Request) -> Response:
+    ask = await _parse(request, _Claim)
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    assert isinstance(ask, _Claim)
+    claimed = await desk.claim(holder, ask.limit, ask.wait_s)
+    return _json({"tasks": [c.to_wire() for c in claimed]})
+
+
+@router.post("/tasks/{task_id}/events")
+async def events(task_id: str, request: Request) -> Response:
+    ask = await _parse(request, _Events)
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    assert isinstance(ask, _Events)
+    try:
+        last_seq = await desk.record(holder, task_id, ask.after, ask.events)
+    except WorkerLostError:
+        return _error(409, "lost", f"Task {task_id} is no longer this worker's")
+    except (KeyError, ValueError, TypeError) as exc:
+        return _error(400, "invalid", f"Invalid events: {type(exc).__name__}: {exc}")
+    return _json({"lastSeq": last_seq})
+
+
+@router.post("/sync")
+async def sync(request: Request) -> Response:
+    ask = await _parse(request, _Sync)
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    assert isinstance(ask, _Sync)
+    return _json({"news": await desk.sync(holder, ask.tasks, ask.wait_s)})
+
+
+@router.get("/tasks/{task_id}")
+async def task_lease(task_id: str, request: Request) -> Response:
+    ask = await _parse(request, _Ask, dict(request.query_params))
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    recorded = await desk.recorded(holder, task_id)
+    if recorded is None:
+        return _error(404, "not_found", f"No task {task_id}")
+    return _json({"lastSeq": recorded[0], "holder": recorded[1]})

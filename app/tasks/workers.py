@@ -1,0 +1,225 @@
+"""The server's side of remote workers (`a2a-server worker`, `app/worker.py`): agents of one role running on
+another machine, which connects out over HTTP and holds no database or Redis credential.
+
+A worker is a lease holder named `worker:<principal>:<instance>`. It claims its role's queued tasks
+(`claim`, a long poll on the queue's doorbell), numbers its run's events itself and hands them over in order
+(`record`: idempotent by event number, so a batch retried after a lost answer, through any replica, is
+stored once), and renews its leases while it learns what others did to its tasks (`sync`, a long poll on
+the tasks' channels): an answer to a waiting task, a cancel, a lease taken. Whichever replica serves a call
+writes for it through `LiveTasks.apply`, the one way tasks change. A worker that stops syncing is reaped as
+a dead replica is, the reason naming the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.bus.base import Bus, Subscription
+from app.protocol.model import (
+    Artifact,
+    Event,
+    Message,
+    Role,
+    StateTransition,
+    Task,
+    TaskState,
+    TaskStatus,
+    event_from_store,
+    event_kind,
+)
+from app.store.leases import Leases
+from app.store.repo import Repository
+from app.store.writer import SeqTakenError
+
+from .live import WORKER_PREFIX, LiveTask, LiveTasks
+
+MAX_WAIT_S = 30.0
+"""The longest a worker's long poll is held (below proxies' usual read timeouts)."""
+
+
+class WorkerLostError(Exception):
+    """The task is no longer this worker's: ended, canceled, or its lease taken."""
+
+
+def holder_of(principal: str, instance: str) -> str:
+    """The lease holder name of a worker instance (the principal its credential names, and its instance)."""
+    return f"{WORKER_PREFIX}{principal}:{instance}"
+
+
+def task_to_wire(task: Task) -> dict[str, Any]:
+    """A task as a worker receives it: store forms of its parts."""
+    return {
+        "id": task.id,
+        "contextId": task.context_id,
+        "status": task.status.to_store(),
+        "history": [m.to_store() for m in task.history],
+        "artifacts": [a.to_store() for a in task.artifacts],
+        "transitions": [{"state": t.state.value, "timestamp": t.timestamp} for t in task.transitions],
+    }
+
+
+def task_from_wire(d: Mapping[str, Any]) -> Task:
+    return Task(
+        id=d["id"],
+        context_id=d["contextId"],
+        status=TaskStatus.from_store(d["status"]),
+        history=[Message.from_store(m) for m in d.get("history", [])],
+        artifacts=[Artifact.from_store(a) for a in d.get("artifacts", [])],
+        transitions=[
+            StateTransition(TaskState(t["state"]), t["timestamp"]) for t in d.get("transitions", [])
+        ],
+    )
+
+
+def events_to_wire(events: list[Event]) -> list[dict[str, Any]]:
+    return [{"kind": event_kind(e), "body": e.to_store()} for e in events]
+
+
+def events_from_wire(task: Task, items: list[Mapping[str, Any]]) -> list[Event]:
+    return [event_from_store(task.id, task.context_id, i["kind"], i["body"]) for i in items]
+
+
+@dataclass(slots=True)
+class Claimed:
+    task: Task
+    owner: str
+    last_seq: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"task": task_to_wire(self.task), "owner": self.owner, "lastSeq": self.last_seq}
+
+
+class WorkerDesk:
+    """What the workers of one role ask of this replica."""
+
+    def __init__(
+        self,
+        tasks: LiveTasks,
+        repo: Repository,
+        engine: AsyncEngine,
+        bus: Bus,
+        ttl_s: float,
+        role: str | None,
+    ) -> None:
+        self._tasks = tasks
+        self._repo = repo
+        self._engine = engine
+        self._bus = bus
+        self._ttl_s = ttl_s
+        self._role = role
+        self._doorbell = asyncio.Event()
+        bus.on_queued(self._ring)
+
+    def _ring(self) -> None:
+        self._doorbell.set()
+        self._doorbell = asyncio.Event()
+
+    def _leases(self, holder: str) -> Leases:
+        return Leases(self._engine, holder, self._ttl_s, self._role)
+
+    async def claim(self, holder: str, limit: int, wait_s: float) -> list[Claimed]:
+        """Up to `limit` of the role's queued tasks, leased to the worker; waits up to `wait_s` for one."""
+        leases = self._leases(holder)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(wait_s, MAX_WAIT_S)
+        while True:
+            doorbell = self._doorbell
+            claimed = []
+            for task_id in await leases.claim_queued(limit):
+                stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+                if stored is None or stored.task.status.state.terminal:
+                    await leases.release([task_id])
+                    continue
+                claimed.append(Claimed(stored.task, stored.owner, stored.last_seq))
+            left = deadline - loop.time()
+            if claimed or left <= 0:
+                return claimed
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, 2.0)):  # the doorbell, or a look now and then
+                    await doorbell.wait()
+
+    async def record(self, holder: str, task_id: str, after: int, events: list[dict[str, Any]]) -> int:
+        """Store the worker's events numbered from `after + 1`; the task's last event number after it.
+
+        A batch (or its first part) already stored, as the same events, is acknowledged, not stored again;
+        events that are not the worker's at those numbers, or a task no longer the worker's, are
+        WorkerLostError."""
+        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        if stored is None:
+            raise WorkerLostError(task_id)
+        decoded = events_from_wire(stored.task, events)
+        done = stored.last_seq - after
+        if done < 0:
+            raise WorkerLostError(task_id)
+        if done > 0:
+            have = await self._repo.events_after(task_id, stored.task.context_id, after, owner=stored.owner)
+            theirs = [(event_kind(r.event), r.event.to_store()) for r in have[: len(decoded)]]
+            mine = [(event_kind(e), e.to_store()) for e in decoded[: len(theirs)]]
+            if theirs != mine:
+                raise WorkerLostError(task_id)
+            if done >= len(decoded):
+                return after + len(decoded)
+        recorded = await self._leases(holder).recorded(task_id)
+        if recorded is None or recorded[1] != holder or stored.task.status.state.terminal:
+            raise WorkerLostError(task_id)
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push, holder=holder)
+        try:
+            await self._tasks.apply(live, decoded[done:])
+        except SeqTakenError:
+            raise WorkerLostError(task_id) from None
+        return live.seq
+
+    async def sync(self, holder: str, held: Mapping[str, int], wait_s: float) -> dict[str, dict[str, Any]]:
+        """Renew the worker's leases on `held` (task id → its last event number) and say what others did to
+        them: `{"lost": true}`, or the newer `lastSeq` and `state` with the user's answer (`message`). With
+        nothing to say, waits up to `wait_s` for an event on one of them."""
+        leases = self._leases(holder)
+        subs: list[Subscription] = []
+        try:
+            if wait_s > 0 and held:
+                subs = [await self._bus.subscribe(t) for t in held]
+            renewed = await leases.renew(list(held))
+            news = await self._news(leases, held, renewed)
+            if news or not subs:
+                return news
+            gets = [asyncio.ensure_future(s.get()) for s in subs]
+            try:
+                await asyncio.wait(gets, timeout=min(wait_s, MAX_WAIT_S), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for g in gets:
+                    g.cancel()
+            return await self._news(leases, held, await leases.renew(list(held)))
+        finally:
+            for s in subs:
+                await self._bus.unsubscribe(s)
+
+    async def _news(
+        self, leases: Leases, held: Mapping[str, int], renewed: set[str]
+    ) -> dict[str, dict[str, Any]]:
+        news: dict[str, dict[str, Any]] = {}
+        for task_id, seq in held.items():
+            if task_id not in renewed:
+                news[task_id] = {"lost": True}
+                continue
+            recorded = await leases.recorded(task_id)
+            if recorded is None or recorded[0] <= seq:
+                continue
+            stored = await self._repo.get_task(task_id, owner=None, history=1)
+            if stored is None:
+                news[task_id] = {"lost": True}
+                continue
+            item: dict[str, Any] = {"lastSeq": stored.last_seq, "state": stored.task.status.state.value}
+            last = stored.task.history[-1] if stored.task.history else None
+            if last is not None and last.role is Role.USER:
+                item["message"] = last.to_store()
+            news[task_id] = item
+        return news
+
+    async def recorded(self, holder: str, task_id: str) -> tuple[int, str | None] | None:
+        return await self._leases(holder).recorded(task_id)
