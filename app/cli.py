@@ -97,9 +97,20 @@ def main(argv: list[str] | None = None) -> None:
     hk = sub.add_parser("hash-key", help="print the sha256 that API_KEYS stores for an API key")
     hk.add_argument("key", nargs="?", help="the key (default: one line from stdin)")
     hk.add_argument("--generate", action="store_true", help="make a new random key and print both")
+    wk = sub.add_parser("worker", help="run one role's agents here for a server elsewhere (a remote worker)")
+    wk.add_argument(
+        "--server", required=True, help="the server's base URL (its load balancer), e.g. https://a2a.example"
+    )
+    wk.add_argument("--role", required=True, help="the role whose tasks this worker runs")
+    wk.add_argument("--instance", help="this worker's instance name (default: hostname-pid)")
+    wk.add_argument("--slots", type=int, help="agent runs at once (default: the role's slots)")
     args = parser.parse_args(argv)
     if args.command == "hash-key":
         hash_key(args.key, args.generate)
+    elif args.command == "worker":
+        from app.worker import main as worker
+
+        worker(args.server, args.role, args.instance, args.slots)
     else:
         {"serve": serve, "migrate": migrate}[args.command]()
 

@@ -7,6 +7,8 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
   409 `{error: {code: "lost"}}` once the task is not the worker's any more
 - `POST /workers/v1/sync` `{role, instance, tasks: {id: lastSeq}, waitS}` → `{news: {id: {...}}}`
 - `GET /workers/v1/tasks/{id}?role=&instance=` → `{lastSeq, holder}`
+- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS}`; `POST /workers/v1/release` `{role,
+  instance, tasks}` gives leases up
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
 """
@@ -121,6 +123,38 @@ async def sync(request: Request) -> Response:
     desk, holder = found
     assert isinstance(ask, _Sync)
     return _json({"news": await desk.sync(holder, ask.tasks, ask.wait_s)})
+
+
+class _Release(_Ask):
+    tasks: list[str] = Field(default_factory=list, max_length=1024)
+
+
+@router.get("/whoami")
+async def whoami(request: Request) -> Response:
+    """The worker's lease holder name and the lease TTL it must renew within (a third of it, to be safe)."""
+    ask = await _parse(request, _Ask, dict(request.query_params))
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    return _json({"holder": holder, "leaseTtlS": desk.ttl_s})
+
+
+@router.post("/release")
+async def release(request: Request) -> Response:
+    """Give up leases (a worker stopping): waiting tasks are answerable by anyone, queued ones claimable."""
+    ask = await _parse(request, _Release)
+    if isinstance(ask, Response):
+        return ask
+    found = _desk(request, ask)
+    if isinstance(found, Response):
+        return found
+    desk, holder = found
+    assert isinstance(ask, _Release)
+    await desk.release(holder, ask.tasks)
+    return _json({})
 
 
 @router.get("/tasks/{task_id}")

@@ -223,3 +223,10 @@ class WorkerDesk:
 
     async def recorded(self, holder: str, task_id: str) -> tuple[int, str | None] | None:
         return await self._leases(holder).recorded(task_id)
+
+    async def release(self, holder: str, task_ids: list[str]) -> None:
+        await self._leases(holder).release(task_ids)
+
+    @property
+    def ttl_s(self) -> float:
+        return self._ttl_s
