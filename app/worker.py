@@ -25,7 +25,7 @@ import httpx
 
 from app import roles as roles_
 from app.agents.sdk import Agent
-from app.protocol.model import INTERRUPTED_STATES, Message, TaskState, status_update
+from app.protocol.model import INTERRUPTED_STATES, Message, Role, TaskState, status_update
 from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.leases import Held
@@ -99,8 +99,9 @@ class RemoteTasks:
         return self._live.get(task_id)
 
     @property
-    def held(self) -> dict[str, int]:
-        return {task_id: live.seq for task_id, live in self._live.items()}
+    def held(self) -> dict[str, dict[str, Any]]:
+        """Each run's task as the server's sync takes it: last event number, last user message id."""
+        return {task_id: _known(live) for task_id, live in self._live.items()}
 
     async def adopt(self, task_id: str) -> bool:
         live = self.claimed.pop(task_id, None)
@@ -185,7 +186,7 @@ class RemoteLeases:
     async def renew(self, task_ids: Collection[str]) -> set[str]:
         if not task_ids:
             return set()
-        held = {t: (live.seq if (live := self._tasks.get(t)) else 0) for t in task_ids}
+        held = {t: _known(live) if (live := self._tasks.get(t)) else {"seq": 0} for t in task_ids}
         _status, body = await self._server.call("POST", "/workers/v1/sync", {"tasks": held}, give_up_s=10)
         lost = {t for t, item in body.get("news", {}).items() if item.get("lost")}
         return set(task_ids) - lost
@@ -205,6 +206,11 @@ class RemoteLeases:
 
     async def release(self, task_ids: list[str]) -> None:
         await self._tasks.release(task_ids)
+
+
+def _known(live: LiveTask) -> dict[str, Any]:
+    user = next((m.message_id for m in reversed(live.task.history) if m.role is Role.USER), None)
+    return {"seq": live.seq, "user": user}
 
 
 class _NoBus:

@@ -5,7 +5,7 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
 - `POST /workers/v1/claim` `{role, instance, limit, waitS}` → `{tasks: [{task, owner, lastSeq}]}`
 - `POST /workers/v1/tasks/{id}/events` `{role, instance, after, events: [{kind, body}]}` → `{lastSeq}`;
   409 `{error: {code: "lost"}}` once the task is not the worker's any more
-- `POST /workers/v1/sync` `{role, instance, tasks: {id: lastSeq}, waitS}` → `{news: {id: {...}}}`
+- `POST /workers/v1/sync` `{role, instance, tasks: {id: {seq, user}}, waitS}` → `{news: {id: {...}}}`
 - `GET /workers/v1/tasks/{id}?role=&instance=` → `{lastSeq, holder}`
 - `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS}`; `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
@@ -50,7 +50,7 @@ class _Events(_Ask):
 
 
 class _Sync(_Ask):
-    tasks: dict[str, int] = Field(default_factory=dict, max_length=1024)
+    tasks: dict[str, int | dict[str, Any]] = Field(default_factory=dict, max_length=1024)
     wait_s: float = Field(default=0.0, ge=0, alias="waitS")
 
 

@@ -24,9 +24,11 @@ from app.bus.base import Bus, Subscription
 from app.protocol.model import (
     Artifact,
     Event,
+    EventRecord,
     Message,
     Role,
     StateTransition,
+    StatusUpdate,
     Task,
     TaskState,
     TaskStatus,
@@ -83,6 +85,29 @@ def events_to_wire(events: list[Event]) -> list[dict[str, Any]]:
 
 def events_from_wire(task: Task, items: list[Mapping[str, Any]]) -> list[Event]:
     return [event_from_store(task.id, task.context_id, i["kind"], i["body"]) for i in items]
+
+
+def _known(value: Any) -> tuple[int, str | None]:
+    """A held task as the worker describes it: its last event number and last user message id."""
+    if isinstance(value, dict):
+        return int(value.get("seq", 0)), value.get("user")
+    return int(value), None
+
+
+async def _status_change(subs: list[Subscription], wait_s: float) -> bool:
+    """Whether a status event (an answer, a cancel, an end) arrived on one of the subscriptions within
+    `wait_s`; artifact chunks are drained and ignored."""
+    gets = [asyncio.ensure_future(s.get()) for s in subs]
+    try:
+        done, _ = await asyncio.wait(gets, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for g in gets:
+            g.cancel()
+    for g in done:
+        record = g.result()
+        if not isinstance(record, EventRecord) or isinstance(record.event, StatusUpdate):
+            return True  # a status, or a resync: look again
+    return False
 
 
 @dataclass(slots=True)
@@ -175,35 +200,36 @@ class WorkerDesk:
             raise WorkerLostError(task_id) from None
         return live.seq
 
-    async def sync(self, holder: str, held: Mapping[str, int], wait_s: float) -> dict[str, dict[str, Any]]:
-        """Renew the worker's leases on `held` (task id → its last event number) and say what others did to
-        them: `{"lost": true}`, or the newer `lastSeq` and `state` with the user's answer (`message`). With
-        nothing to say, waits up to `wait_s` for an event on one of them."""
+    async def sync(self, holder: str, held: Mapping[str, Any], wait_s: float) -> dict[str, dict[str, Any]]:
+        """Renew the worker's leases on `held` (task id → `{"seq": its last event number, "user": the id of
+        the last user message it has}`) and say what others did to them: `{"lost": true}`, or the newer
+        `lastSeq` and `state` with the user's answer (`message`). With nothing to say, waits up to `wait_s`
+        for a status change on one of them (the worker's own chunks do not wake it)."""
+        known = {t: _known(v) for t, v in held.items()}
         leases = self._leases(holder)
         subs: list[Subscription] = []
         try:
-            if wait_s > 0 and held:
-                subs = [await self._bus.subscribe(t) for t in held]
-            renewed = await leases.renew(list(held))
-            news = await self._news(leases, held, renewed)
-            if news or not subs:
-                return news
-            gets = [asyncio.ensure_future(s.get()) for s in subs]
-            try:
-                await asyncio.wait(gets, timeout=min(wait_s, MAX_WAIT_S), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for g in gets:
-                    g.cancel()
-            return await self._news(leases, held, await leases.renew(list(held)))
+            if wait_s > 0 and known:
+                subs = [await self._bus.subscribe(t) for t in known]
+            renewed = await leases.renew(list(known))
+            news = await self._news(leases, known, renewed)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + min(wait_s, MAX_WAIT_S)
+            while not news and subs and (left := deadline - loop.time()) > 0:
+                if await _status_change(subs, left):
+                    news = await self._news(leases, known, renewed)
+            if subs:
+                news = news or await self._news(leases, known, await leases.renew(list(known)))
+            return news
         finally:
             for s in subs:
                 await self._bus.unsubscribe(s)
 
     async def _news(
-        self, leases: Leases, held: Mapping[str, int], renewed: set[str]
+        self, leases: Leases, known: Mapping[str, tuple[int, str | None]], renewed: set[str]
     ) -> dict[str, dict[str, Any]]:
         news: dict[str, dict[str, Any]] = {}
-        for task_id, seq in held.items():
+        for task_id, (seq, user) in known.items():
             if task_id not in renewed:
                 news[task_id] = {"lost": True}
                 continue
@@ -214,11 +240,13 @@ class WorkerDesk:
             if stored is None:
                 news[task_id] = {"lost": True}
                 continue
-            item: dict[str, Any] = {"lastSeq": stored.last_seq, "state": stored.task.status.state.value}
             last = stored.task.history[-1] if stored.task.history else None
-            if last is not None and last.role is Role.USER:
-                item["message"] = last.to_store()
-            news[task_id] = item
+            if last is not None and last.role is Role.USER and last.message_id != user:
+                news[task_id] = {
+                    "lastSeq": stored.last_seq,
+                    "state": stored.task.status.state.value,
+                    "message": last.to_store(),
+                }
         return news
 
     async def recorded(self, holder: str, task_id: str) -> tuple[int, str | None] | None:

@@ -1,0 +1,293 @@
+"""Remote workers: a role served only by `a2a-server worker` processes that connect out over HTTP.
+
+Two replicas behind nginx on PostgreSQL and Redis run the role `reviewer`; the role `triager` runs only in a
+worker connected through nginx with a worker key. Tasks sent to the triager run in the worker (streamed,
+multi-turn, canceled); killing the worker mid-task ends its task with a reason naming it; killing the
+replica the worker talks to loses and doubles no event; the worker key opens only the worker endpoints and
+an A2A key does not open them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+import pytest
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from httpx_sse import aconnect_sse
+
+from app.api.auth import hash_key
+from tests.cluster.test_chaos_load import ENDED, event_log
+from tests.conftest import _fresh_pg_database
+from tests.support.auth import KEYS, api_keys_env, key_of
+from tests.support.cluster import Cluster
+from tests.support.server import BIN, ROOT
+
+WORKER_KEY = "worker-" + os.urandom(8).hex()
+AGENTS = {
+    "reviewer": {"adapter": "scripted"},
+    "triager": {"adapter": "scripted", "card": {"name": "Triager"}},
+}
+TRIAGER = "/agents/triager"
+WAIT_S = 90
+
+
+class WorkerProcess:
+    def __init__(self, server_url: str, log_path: Path, instance: str) -> None:
+        self.server_url = server_url
+        self.log_path = log_path
+        self.instance = instance
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "A2A_WORKER_KEY": WORKER_KEY,
+            "AGENTS": json.dumps({"triager": AGENTS["triager"]}),
+            "LOG_LEVEL": "info",
+        }
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [
+                str(BIN / "a2a-server"),
+                "worker",
+                "--server",
+                self.server_url,
+                "--role",
+                "triager",
+                "--instance",
+                self.instance,
+                "--slots",
+                "4",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, str]]:
+    pg, redis = os.environ.get("TEST_POSTGRES_URL"), os.environ.get("TEST_REDIS_URL")
+    if not pg or not redis:
+        pytest.skip("TEST_POSTGRES_URL and TEST_REDIS_URL are not set: `make test` starts both")
+    db = await _fresh_pg_database(pg)
+    env = api_keys_env(
+        AGENTS=json.dumps(AGENTS),
+        AGENT_ROLES="reviewer",
+        WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "dev-vm"}),
+        LEASE_TTL_S="3",
+        QUEUE_POLL_S="0.5",
+    )
+    cl = Cluster(db, redis, tmp_path / "cluster", 2, grpc=True, **env)
+    await asyncio.to_thread(cl.start)
+    worker = WorkerProcess(cl.nginx_url, tmp_path / "worker.log", "vm1")
+    worker.start()
+    try:
+        yield cl, worker, db.replace("postgresql+asyncpg://", "postgresql://")
+    finally:
+        worker.stop()
+        await asyncio.to_thread(cl.stop)
+
+
+async def rpc(base: str, method: str, params: dict[str, Any], who: str = "alice") -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                try:
+                    resp = await c.post(f"{TRIAGER}/a2a/jsonrpc", json=body, headers=key_of(who))
+                    if resp.status_code == 200 and "result" in resp.json():
+                        return resp.json()["result"]
+                    if resp.status_code == 200:
+                        raise AssertionError(resp.json())
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+
+
+def msg(text: str, **extra: Any) -> dict[str, Any]:
+    mid = f"m-{os.urandom(4).hex()}"
+    return {
+        "kind": "message",
+        "messageId": mid,
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+        **extra,
+    }
+
+
+async def until(base: str, task_id: str, states: set[str]) -> dict[str, Any]:
+    async with asyncio.timeout(WAIT_S):
+        while (task := await rpc(base, "tasks/get", {"id": task_id}))["status"]["state"] not in states:
+            await asyncio.sleep(0.1)
+    return task
+
+
+async def follow(base: str, task_id: str) -> tuple[int, list[int]]:
+    """Alice follows the task by SSE to its end, resuming by Last-Event-ID; the snapshot's event number
+    and the numbers of the events after it."""
+    events: list[tuple[int, dict[str, Any]]] = []
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/resubscribe", "params": {"id": task_id}}
+    async with asyncio.timeout(WAIT_S), httpx.AsyncClient(timeout=httpx.Timeout(30, read=60)) as c:
+        while not events or not (
+            events[-1][1].get("final") or events[-1][1].get("status", {}).get("state") in ENDED
+        ):
+            headers = {**key_of("alice"), **({"Last-Event-ID": str(events[-1][0])} if events else {})}
+            try:
+                async with aconnect_sse(c, "POST", f"{base}/a2a/jsonrpc", json=body, headers=headers) as src:
+                    assert src.response.status_code == 200, src.response.status_code
+                    async for sse in src.aiter_sse():
+                        if sse.data:
+                            events.append((int(sse.id), json.loads(sse.data)["result"]))
+            except httpx.HTTPError:
+                await asyncio.sleep(0.2)
+    return events[0][0], [seq for seq, _ in events[1:]]
+
+
+def texts(task: dict[str, Any]) -> list[str]:
+    return [p.get("text", "") for a in task.get("artifacts", []) for p in a["parts"] if "text" in p]
+
+
+async def running(cl: Cluster) -> int:
+    total = 0
+    async with httpx.AsyncClient(timeout=10) as c:
+        for url in cl.urls:
+            total += (await c.get(f"{url}/healthz")).json()["runningAgents"]
+    return total
+
+
+async def test_the_worker_runs_its_roles_tasks_streams_answers_and_cancels(
+    team: tuple[Cluster, WorkerProcess, str],
+):
+    cl, worker, pg = team
+    base = cl.nginx_url
+    done = await rpc(base, "message/send", {"message": msg("say:hello;chunks:5;tool:Read")})
+    assert done["status"]["state"] == "completed", done["status"]
+    assert "chunk-4 " in "".join(texts(done))
+    assert await running(cl) == 0, "no replica ran the triager's agent"
+    assert "worker:dev-vm:vm1 serving role triager" in worker.log()
+
+    # Streamed to a client that resumes through nginx: exactly the task's event log.
+    task = await rpc(
+        base,
+        "message/send",
+        {"message": msg(";".join(["chunks:2", "sleep:0.1"] * 15)), "configuration": {"blocking": False}},
+    )
+    snapshot, seen = await follow(base + TRIAGER, task["id"])
+    log = await event_log(pg, task["id"])
+    assert seen == [s for s in log if s > snapshot]
+
+    # Multi-turn: the answer, sent to a replica, reaches the waiting run in the worker.
+    asked = await rpc(base, "message/send", {"message": msg("ask:go on?;say:after")})
+    assert asked["status"]["state"] == "input-required"
+    answered = await rpc(base, "message/send", {"message": msg("yes", taskId=asked["id"])})
+    assert answered["status"]["state"] == "completed", answered["status"]
+    assert texts(answered)[-2:] == ["answer:yes", "after"]
+
+    # Cancel: the task ends canceled and the worker stops its agent at once.
+    long = await rpc(
+        base, "message/send", {"message": msg("say:start;sleep:60"), "configuration": {"blocking": False}}
+    )
+    await until(base, long["id"], {"working"})
+    canceled = await rpc(base, "tasks/cancel", {"id": long["id"]})
+    assert canceled["status"]["state"] == "canceled"
+    async with asyncio.timeout(WAIT_S):
+        while f"task {long['id']} was ended or taken over" not in worker.log():
+            await asyncio.sleep(0.1)
+
+
+async def test_a_killed_worker_ends_its_task_with_a_reason_naming_it(
+    team: tuple[Cluster, WorkerProcess, str],
+):
+    cl, worker, _ = team
+    base = cl.nginx_url
+    task = await rpc(
+        base, "message/send", {"message": msg("say:start;sleep:60"), "configuration": {"blocking": False}}
+    )
+    await until(base, task["id"], {"working"})
+    worker.kill()
+    failed = await until(base, task["id"], {"failed", "completed", "canceled"})
+    reason = " ".join(p.get("text", "") for p in failed["status"]["message"]["parts"])
+    assert failed["status"]["state"] == "failed"
+    assert reason.startswith("Worker dev-vm:vm1 running this task stopped renewing its lease"), reason
+
+
+async def test_a_replica_killed_under_the_worker_loses_and_doubles_nothing(
+    team: tuple[Cluster, WorkerProcess, str],
+):
+    cl, _, pg = team
+    base = cl.nginx_url
+    script = ";".join(["chunks:3", "sleep:0.1"] * 40)
+    task = await rpc(base, "message/send", {"message": msg(script), "configuration": {"blocking": False}})
+    await until(base, task["id"], {"working"})
+    await asyncio.sleep(1)  # mid-stream: the worker is handing events over through both replicas
+    await asyncio.to_thread(cl.kill, 0)
+    done = await until(base, task["id"], {"completed", "failed"})
+    assert done["status"]["state"] == "completed", done["status"]
+    chunks = [t for t in texts(done) if t.startswith("chunk-")]
+    assert "".join(chunks).count("chunk-2 ") == 40, "every chunk once"
+    log = await event_log(pg, task["id"])
+    assert log == list(range(1, len(log) + 1))
+    conn = await asyncpg.connect(pg)
+    try:
+        kinds = [
+            r["kind"]
+            for r in await conn.fetch("SELECT kind FROM events WHERE task_id=$1 ORDER BY seq", task["id"])
+        ]
+    finally:
+        await conn.close()
+    assert kinds.count("artifact") >= 120
+
+
+async def test_a_worker_key_opens_only_the_worker_endpoints(team: tuple[Cluster, WorkerProcess, str]):
+    cl, _, _ = team
+    worker_h = {"X-API-Key": WORKER_KEY}
+    async with httpx.AsyncClient(base_url=cl.nginx_url, timeout=30) as c:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}}
+        for path in ("/a2a/jsonrpc", f"{TRIAGER}/a2a/jsonrpc"):
+            assert (await c.post(path, json=body, headers=worker_h)).status_code == 403
+        assert (
+            await c.get("/a2a/rest/tasks/x", headers={**worker_h, "A2A-Version": "1.0"})
+        ).status_code == 403
+        who = {"role": "triager", "instance": "probe"}
+        assert (await c.get("/workers/v1/whoami", params=who, headers=worker_h)).status_code == 200
+        assert (await c.get("/workers/v1/whoami", params=who, headers=key_of("alice"))).status_code == 403
+        assert (await c.get("/workers/v1/whoami", params=who)).status_code == 401
+        claim = {"role": "triager", "instance": "probe", "limit": 1}
+        assert (
+            await c.post("/workers/v1/claim", json=claim, headers={"X-API-Key": KEYS["bob"]})
+        ).status_code == 403
+    port = cl.replicas[0].grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await a2a_pb2_grpc.A2AServiceStub(ch).GetTask(
+                a2a_pb2.GetTaskRequest(id="x"), metadata=(("x-api-key", WORKER_KEY),), timeout=30
+            )
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
