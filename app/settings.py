@@ -11,13 +11,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.agents.errors import SettingError
 
-class SettingError(ValueError):
-    """A setting that validates alone but cannot work (with the others, or on disk); found at start-up."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
+__all__ = ["SettingError", "Settings", "get_settings"]
 
 
 class Settings(BaseSettings):
@@ -248,14 +244,6 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(item, strict=False)
             except ValueError as exc:
                 raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from exc
-        return v
-
-    @field_validator("agent_egress_allow")
-    @classmethod
-    def _egress_entries(cls, v: str) -> str:
-        from app.agents.egress import parse_allow
-
-        parse_allow(v)
         return v
 
     @field_validator("agent_sandbox", "agent_network", mode="before")
