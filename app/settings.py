@@ -84,7 +84,8 @@ class Settings(BaseSettings):
     agent_model: str | None = None
     """Passed to the CLI as its model (`--model`); unset: the CLI's default."""
     agent_command: str | None = None
-    """The `ndjson` adapter's command line (shell-like quoting), e.g. `python my_agent.py`."""
+    """The `ndjson` adapter's command line (shell-like quoting), e.g. `/usr/bin/python3 /srv/my_agent.py`
+    (it starts in the task's workspace)."""
     claude_bin: str = "claude"
     cursor_bin: str = "cursor-agent"
     codex_bin: str = "codex"

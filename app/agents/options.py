@@ -2,7 +2,7 @@
 
 The server-wide options come from the settings (`AgentOptions.from_settings`); a role's overrides are applied
 with `dataclasses.replace`, which checks the result again (`__post_init__`). Adapters and the jail read
-nothing else: no database URL, no credentials, no `get_settings()`.
+nothing else: no database URL, no credentials, never the settings themselves.
 """
 
 from __future__ import annotations
