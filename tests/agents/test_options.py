@@ -93,13 +93,13 @@ def test_a_bad_value_is_one_line_naming_the_setting_or_the_role() -> None:
     with pytest.raises(SettingError) as bad:
         dataclasses.replace(AgentOptions(role="reviewer"), egress_allow="x.example.com:99999")
     assert bad.value.name == "AGENTS"
-    assert str(bad.value).startswith("role 'reviewer', `egress_allow`: ") and "\n" not in str(bad.value)
+    assert str(bad.value).startswith("role 'reviewer', field egress_allow: ") and "\n" not in str(bad.value)
     with pytest.raises(SettingError) as bad:
         AgentOptions(sandbox="none", network="egress")
     assert bad.value.name == "AGENT_NETWORK" and "egress needs the jail" in str(bad.value)
     with pytest.raises(SettingError) as bad:
         AgentOptions(role="triage", idle_timeout_s=0)
-    assert bad.value.name == "AGENTS" and "`idle_timeout_s`" in str(bad.value)
+    assert bad.value.name == "AGENTS" and "field idle_timeout_s:" in str(bad.value)
 
 
 def test_where_names_the_setting_or_the_roles_field() -> None:
@@ -128,3 +128,42 @@ def test_the_agents_never_import_the_settings() -> None:
         if re.search(r"app\.settings|get_settings|^\s*(from|import) app\.(?!protocol\.model\b)", line)
     ]
     assert found == []
+
+
+def test_a_roles_entry_goes_over_the_server_wide_options() -> None:
+    """`roles.agent_options`: the role's fields replace the server-wide ones, its env adds to theirs."""
+    from app import roles
+
+    settings = Settings(
+        _env_file=None,
+        agents={
+            "reviewer": {
+                "adapter": "claude-code",
+                "bin": "/opt/claude-2",
+                "env": {"B": "2"},
+                "egress_allow": ["api.anthropic.com"],
+                "sandbox_read": ["/opt/r"],
+                "idle_timeout_s": 60,
+            },
+            "triage": {"adapter": "ndjson", "command": "/usr/bin/true", "egress_allow": ["a*b.example.com"]},
+        },
+        agent_env={"A": "1"},
+        agent_model="m-1",
+    )
+    loaded = roles.load(settings)
+    base = AgentOptions.from_settings(settings)
+    reviewer = roles.agent_options(base, loaded["reviewer"])
+    assert reviewer == dataclasses.replace(
+        base,
+        role="reviewer",
+        bin="/opt/claude-2",
+        env={"A": "1", "B": "2"},
+        egress_allow="api.anthropic.com",
+        sandbox_read=("/opt/r",),
+        idle_timeout_s=60,
+    )
+    assert reviewer.model == "m-1" and base.env == {"A": "1"}
+    with pytest.raises(SettingError) as bad:
+        roles.agent_options(base, loaded["triage"])
+    assert bad.value.name == "AGENTS"
+    assert str(bad.value).startswith("role 'triage', field egress_allow: ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -100,7 +101,7 @@ def test_a_cli_binary_that_is_a_shim_names_its_bin_setting_or_the_roles_bin(
     with pytest.raises(SettingError) as refused:
         CursorAgent(role)
     assert refused.value.name == "AGENTS"
-    assert str(refused.value).startswith("role 'reviewer', `bin`: ")
+    assert str(refused.value).startswith("role 'reviewer', field bin: ")
     assert str(refused.value).endswith(
         "show " + str(tool / "libexec") + " with the role 'reviewer''s `sandbox_read` in AGENTS "
         "(or AGENT_SANDBOX_READ for every role)"
@@ -156,25 +157,36 @@ def _pyenv_python() -> str | None:
 
 
 @pytest.mark.skipif(_pyenv_python() is None, reason="python3 here is not a pyenv shim")
-def test_a_pyenv_python3_stops_the_server_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("as_role", [False, True])
+def test_a_pyenv_python3_stops_the_server_with_one_line(tmp_path: Path, as_role: bool) -> None:
     """The issue's case: AGENT_COMMAND="python3 agent.py" with a pyenv python3 failed every task with status
-    127; now `a2a-server serve` says at once which path the jail hides and which setting shows it."""
+    127; now `a2a-server serve` says at once which path the jail hides and which setting shows it (for a
+    role of AGENTS: the role, its field, and its `sandbox_read`)."""
     agent = tmp_path / "agent.py"
     agent.write_text("print('hi')\n")
+    command = shlex.join(["python3", str(agent)])
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/a.db",
-        "AGENT_ADAPTER": "ndjson",
-        "AGENT_COMMAND": shlex.join(["python3", str(agent)]),
-        "AGENT_SANDBOX_READ": str(agent),
         "AUTH_MODE": "off",
         "PORT": "1",
     }
+    if as_role:
+        entry = {"adapter": "ndjson", "command": command, "sandbox_read": [str(agent)]}
+        env["AGENTS"] = json.dumps({"helper": entry})
+        start = (
+            "error: invalid setting AGENTS: role 'helper', field command: python3 cannot run in the jail: "
+        )
+        shows = " with the role 'helper''s `sandbox_read` in AGENTS (or AGENT_SANDBOX_READ for every role)"
+    else:
+        env |= {"AGENT_ADAPTER": "ndjson", "AGENT_COMMAND": command, "AGENT_SANDBOX_READ": str(agent)}
+        start = "error: invalid setting AGENT_COMMAND: python3 cannot run in the jail: "
+        shows = " with AGENT_SANDBOX_READ"
     done = subprocess.run(
         [str(BIN / "a2a-server"), "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("error: invalid setting AGENT_COMMAND: python3 cannot run in the jail: ")
-    assert "libexec/pyenv, which the jail hides; show " in lines[0] and " with AGENT_SANDBOX_READ" in lines[0]
+    assert lines[0].startswith(start), lines[0]
+    assert "libexec/pyenv, which the jail hides; show " in lines[0] and shows in lines[0], lines[0]
