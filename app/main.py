@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from app import roles as roles_
 from app.agents.loader import AdapterError, load_agent
+from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
 from app.api.auth import Authenticator
@@ -30,8 +31,9 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     settings = settings or get_settings()
     # All raise SettingError (or AdapterError) for settings that cannot work, before anything starts.
     roles = roles_.load(settings)
+    base = AgentOptions.from_settings(settings)
     agents = {
-        name: agent if agent is not None and i == 0 else _agent(settings, role, len(roles) > 1)
+        name: agent if agent is not None and i == 0 else _agent(settings, role, len(roles) > 1, base)
         for i, (name, role) in enumerate(roles.items())
     }
     authenticator = Authenticator(settings)
@@ -110,14 +112,16 @@ def _error_handlers(app: FastAPI) -> None:
         return Response(orjson.dumps(body), 400, media_type="application/json")
 
 
-def _agent(settings: Settings, role: roles_.Role, several: bool) -> Agent:
-    """The role's agent, with the role's options over the server-wide ones. A failure names the role."""
+def _agent(settings: Settings, role: roles_.Role, several: bool, base: AgentOptions | None = None) -> Agent:
+    """The role's agent, with the role's options over the server-wide ones (`base`, built from `settings`
+    when not given). A failure names the role."""
+    named = several or role.name != roles_.DEFAULT or bool(settings.agents or settings.agents_file)
+    base = base or AgentOptions.from_settings(settings)
     try:
-        return load_agent(
-            role.entry.adapter, role.entry.options, settings=roles_.agent_settings(settings, role)
-        )
+        options = roles_.agent_options(base, role, named)
+        return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
     except (AdapterError, SettingError) as exc:
-        if not several and role.name == roles_.DEFAULT and not settings.agents and not settings.agents_file:
+        if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
             raise
         field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
         if isinstance(exc, SettingError):

@@ -8,6 +8,7 @@ endpoints. `AGENT_ROLES` says which roles this process runs agents for; every pr
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.agents.options import AgentOptions
 from app.settings import SettingError, Settings
 
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
@@ -146,35 +148,34 @@ def _split(value: str) -> list[str]:
     return [x.strip() for x in value.split(",") if x.strip()]
 
 
-_BIN_SETTING = {
-    "claude-code": "claude_bin",
-    "codex": "codex_bin",
-    "gemini": "gemini_bin",
-    "cursor": "cursor_bin",
-}
+CLI_ADAPTERS = frozenset({"claude-code", "codex", "gemini", "cursor"})
+"""The built-in adapters that run a CLI binary (a role's `bin`)."""
 
 
-def agent_settings(settings: Settings, role: Role) -> Settings:
-    """The settings the role's adapter runs with: the server-wide `AGENT_*` ones, the role's entry over
-    them (its environment added to the server-wide one, lists replacing theirs)."""
+def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOptions:
+    """What the role's adapter runs with: the server-wide options (`AgentOptions.from_settings`), the role's
+    entry over them (its environment added to the server-wide one, lists replacing theirs), checked again.
+    `named`: errors name the role's entry in AGENTS (False for the one role of a server without AGENTS)."""
     e = role.entry
-    update: dict[str, Any] = {"agent_timeout_s": role.timeout_s, "max_concurrent_tasks": role.slots}
+    changes: dict[str, Any] = {"role": role.name if named else None}
     if e.bin is not None:
-        if e.adapter not in _BIN_SETTING:
-            raise SettingError("bin", f"adapter {e.adapter!r} runs no CLI binary")
-        update[_BIN_SETTING[e.adapter]] = e.bin
+        if e.adapter not in CLI_ADAPTERS:
+            raise SettingError(
+                "AGENTS", f"role {role.name!r}, field bin: adapter {e.adapter!r} runs no CLI binary"
+            )
+        changes["bin"] = e.bin
     if e.model is not None:
-        update["agent_model"] = e.model
+        changes["model"] = e.model
     if e.command is not None:
-        update["agent_command"] = e.command
+        changes["command"] = e.command
     if e.env is not None:
-        update["agent_env"] = {**settings.agent_env, **e.env}
+        changes["env"] = {**base.env, **e.env}
     if e.env_passthrough is not None:
-        update["agent_env_passthrough"] = ",".join(e.env_passthrough)
+        changes["env_passthrough"] = tuple(e.env_passthrough)
     if e.egress_allow is not None:
-        update["agent_egress_allow"] = ",".join(e.egress_allow)
+        changes["egress_allow"] = ",".join(e.egress_allow)
     if e.sandbox_read is not None:
-        update["agent_sandbox_read"] = ",".join(e.sandbox_read)
+        changes["sandbox_read"] = tuple(e.sandbox_read)
     if e.idle_timeout_s is not None:
-        update["agent_idle_timeout_s"] = e.idle_timeout_s
-    return settings.model_copy(update=update)
+        changes["idle_timeout_s"] = e.idle_timeout_s
+    return dataclasses.replace(base, **changes)

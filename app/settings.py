@@ -11,13 +11,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.agents.errors import SettingError
 
-class SettingError(ValueError):
-    """A setting that validates alone but cannot work (with the others, or on disk); found at start-up."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
+__all__ = ["SettingError", "Settings", "get_settings"]
 
 
 class Settings(BaseSettings):
@@ -88,7 +84,8 @@ class Settings(BaseSettings):
     agent_model: str | None = None
     """Passed to the CLI as its model (`--model`); unset: the CLI's default."""
     agent_command: str | None = None
-    """The `ndjson` adapter's command line (shell-like quoting), e.g. `python my_agent.py`."""
+    """The `ndjson` adapter's command line (shell-like quoting), e.g. `/usr/bin/python3 /srv/my_agent.py`
+    (it starts in the task's workspace)."""
     claude_bin: str = "claude"
     cursor_bin: str = "cursor-agent"
     codex_bin: str = "codex"
@@ -248,14 +245,6 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(item, strict=False)
             except ValueError as exc:
                 raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from exc
-        return v
-
-    @field_validator("agent_egress_allow")
-    @classmethod
-    def _egress_entries(cls, v: str) -> str:
-        from app.agents.egress import parse_allow
-
-        parse_allow(v)
         return v
 
     @field_validator("agent_sandbox", "agent_network", mode="before")

@@ -44,7 +44,6 @@ def _result_text(content: Any) -> str:
 
 
 class ClaudeRun(CliRun):
-    bin_setting = "CLAUDE_BIN"
     interruptible = True
 
     def __init__(self, request: Request, agent: ClaudeAgent) -> None:
@@ -56,22 +55,22 @@ class ClaudeRun(CliRun):
         self._failure: str | None = None
 
     def command(self) -> list[str]:
-        s = self.settings
-        argv = [s.claude_bin, "-p", "--output-format", "stream-json", "--verbose"]
+        o = self.options
+        argv = [self.agent.binary, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--input-format", "stream-json", "--include-partial-messages"]
-        if s.agent_force:
+        if o.force:
             argv.append("--dangerously-skip-permissions")
         else:
             argv += ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
-        if s.agent_model:
-            argv += ["--model", s.agent_model]
+        if o.model:
+            argv += ["--model", o.model]
         if session := self.session_id():
             argv += ["--resume", session]
         return argv
 
     def environment(self) -> dict[str, str]:
         """In the jail, Claude Code may skip its permission prompts even as root (it refuses otherwise)."""
-        return {"IS_SANDBOX": "1"} if self.settings.agent_sandbox == "bwrap" else {}
+        return {"IS_SANDBOX": "1"} if self.options.sandbox == "bwrap" else {}
 
     async def begin(self) -> None:
         assert self.proc is not None
@@ -209,6 +208,7 @@ class ClaudeRun(CliRun):
 
 class ClaudeAgent(CliAgent):
     adapter = "claude-code"
+    bin_field = "claude_bin"
     description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
     skills = (CODING_SKILL,)
     run_class = ClaudeRun

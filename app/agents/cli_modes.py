@@ -124,5 +124,5 @@ class TwoModeAgent(CliAgent):
     rpc_run: type[RpcRun]
 
     def start(self, request: Request) -> AgentRun:
-        run = self.headless_run if self.settings.agent_force else self.rpc_run
+        run = self.headless_run if self.options.force else self.rpc_run
         return run(request, self)

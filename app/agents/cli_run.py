@@ -3,7 +3,7 @@
 An adapter is a `CliAgent` subclass whose `run_class` (what `start()` runs) is a `CliRun` subclass
 implementing:
 
-- `command()`       the argv (binary from settings, flags for AGENT_FORCE / AGENT_MODEL / resume);
+- `command()`       the argv (`self.agent.binary`, flags for AGENT_FORCE / AGENT_MODEL / resume);
 - `environment()`   extra environment variables (optional);
 - `begin()`         what to write once the process runs, e.g. the prompt on stdin (optional);
 - `handle(obj)`     one JSON object from stdout → AgentEvents (may `await self.proc.send(...)`);
@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import signal
 from abc import abstractmethod
@@ -31,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
-from app.settings import Settings
 
-from .egress import EgressProxy, Policy, parse_allow
+from .egress import EgressProxy, Policy
 from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
-from .jail import Jail, agent_env, principal_home, principal_root
+from .jail import Jail, agent_env, check_command, principal_home, principal_root
 from .jail import check as jail_check
+from .options import AgentOptions
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .sdk import Request, Skill
 
@@ -69,32 +70,34 @@ def _dir_name(context_id: str) -> str:
     return hashlib.sha256(context_id.encode()).hexdigest()[:32]
 
 
-def workspace(settings: Settings, principal: str, context_id: str) -> Path:
+def workspace(options: AgentOptions, principal: str, context_id: str) -> Path:
     """The folder a CLI works in: AGENT_REPO_PATH (single-user), or
     `<AGENT_WORKSPACE_ROOT>/<principal hash>/<contextId>`."""
-    if settings.agent_repo_path:
-        return Path(settings.agent_repo_path).resolve()
-    return principal_root(settings, principal) / _dir_name(context_id)
+    if options.repo_path:
+        return Path(options.repo_path).resolve()
+    return principal_root(options, principal) / _dir_name(context_id)
 
 
-def _session_file(settings: Settings, adapter: str, principal: str, context_id: str) -> Path:
+def _session_file(options: AgentOptions, adapter: str, principal: str, context_id: str) -> Path:
     """Outside the workspace (a user's repository never gets our bookkeeping files) and out of the jail."""
-    root = principal_root(settings, principal) / ".sessions" / adapter
+    root = principal_root(options, principal) / ".sessions" / adapter
     return root / f"{_dir_name(context_id)}.json"
 
 
-def load_session(settings: Settings, adapter: str, principal: str, context_id: str) -> str | None:
+def load_session(options: AgentOptions, adapter: str, principal: str, context_id: str) -> str | None:
     """The CLI session id an earlier turn of this principal's context left, to resume it."""
     try:
-        data = json.loads(_session_file(settings, adapter, principal, context_id).read_text())
+        data = json.loads(_session_file(options, adapter, principal, context_id).read_text())
     except (OSError, ValueError):
         return None
     sid = data.get("sessionId") if isinstance(data, dict) else None
     return sid if isinstance(sid, str) and sid else None
 
 
-def save_session(settings: Settings, adapter: str, principal: str, context_id: str, session_id: str) -> None:
-    path = _session_file(settings, adapter, principal, context_id)
+def save_session(
+    options: AgentOptions, adapter: str, principal: str, context_id: str, session_id: str
+) -> None:
+    path = _session_file(options, adapter, principal, context_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"sessionId": session_id}))
@@ -143,17 +146,15 @@ def exit_reason(binary: str, code: int, stderr: str) -> str:
 class CliRun(AgentRun):
     """One turn of a CLI for one task; see the module docstring for the hooks."""
 
-    bin_setting = "the adapter's *_BIN setting"
-    """Named in the error when the binary cannot be started."""
     interruptible = False
     """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
 
     def __init__(self, request: Request, agent: CliAgent) -> None:
         super().__init__(request)
         self.agent = agent
-        self.settings = agent.settings
+        self.options = agent.options
         self.adapter = agent.adapter
-        self.workspace = workspace(self.settings, request.principal, request.context_id)
+        self.workspace = workspace(self.options, request.principal, request.context_id)
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0
@@ -189,12 +190,12 @@ class CliRun(AgentRun):
     # ---- the run ---------------------------------------------------------------------------------
 
     def session_id(self) -> str | None:
-        return load_session(self.settings, self.adapter, self.request.principal, self.request.context_id)
+        return load_session(self.options, self.adapter, self.request.principal, self.request.context_id)
 
     def remember_session(self, session_id: str | None) -> None:
         if session_id:
             r = self.request
-            save_session(self.settings, self.adapter, r.principal, r.context_id, session_id)
+            save_session(self.options, self.adapter, r.principal, r.context_id, session_id)
 
     async def answer(self, message: Message) -> None:
         self.waiting = False
@@ -208,16 +209,17 @@ class CliRun(AgentRun):
         if self.cancelled:
             return
         argv = self.command()
-        home = principal_home(self.settings, self.request.principal)
-        env = agent_env(self.settings, home, self.environment())
+        home = principal_home(self.options, self.request.principal)
+        env = agent_env(self.options, home, self.environment())
         jail = await self.agent.ready_jail()
         launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
-        proc = CliProcess(argv, self.workspace, env, owner=self.settings.replica_id, launcher=launcher)
+        proc = CliProcess(argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher)
         try:
             await proc.start()
         except OSError as exc:
             why = exc.strerror or str(exc)
-            yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {self.bin_setting}")
+            what = self.agent.program_setting()
+            yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {what}")
             return
         self.proc = proc
         ended = False
@@ -258,7 +260,7 @@ class CliRun(AgentRun):
     async def _next(self) -> dict[str, Any] | None:
         """The next stdout object; IdleTimeout after the idle limit, which never runs while waiting."""
         assert self.proc is not None
-        idle = self.settings.agent_idle_timeout_s
+        idle = self.options.idle_timeout_s
         loop = asyncio.get_running_loop()
         while True:
             left = idle if self.waiting else idle - (loop.time() - self._last_activity)
@@ -269,7 +271,8 @@ class CliRun(AgentRun):
                     continue
                 name = Path(self.proc.argv[0]).name
                 raise IdleTimeout(
-                    f"{name} printed nothing for {idle:g} s (AGENT_IDLE_TIMEOUT_S) and was stopped"
+                    f"{name} printed nothing for {idle:g} s ({self.options.where('idle_timeout_s')}) "
+                    "and was stopped"
                 ) from None
 
     async def cancel(self) -> None:
@@ -289,7 +292,7 @@ class CliRun(AgentRun):
 
     async def _stop(self, graceful: bool) -> None:
         assert self.proc is not None
-        grace = self.settings.cancel_grace_s
+        grace = self.options.cancel_grace_s
         if graceful and self.proc.returncode is None:
             await self.proc.close_stdin()
             try:
@@ -306,22 +309,52 @@ def _jailed(jail: Jail, workspace: Path, home: Path, argv: list[str], env: Mappi
 
 
 class CliAgent(EventAgent):
-    """An agent backed by a CLI, run with the settings it is given (the loader passes the app's).
+    """An agent backed by a CLI, run with the `AgentOptions` it is given (the loader passes the ones the
+    app builds from its settings, or a role's); it never reads the server's settings.
 
-    Construction fails (SettingError) when AGENT_SANDBOX=bwrap and bubblewrap cannot run here.
+    Construction fails (SettingError, one line) when AGENT_SANDBOX=bwrap and bubblewrap cannot run here, or
+    when the jail hides what the CLI's program needs (`jail.check_command`).
     """
 
     adapter = "cli"
     run_class: type[CliRun]
     """What `start` runs for a task: the adapter's `CliRun` subclass."""
+    bin_field: str | None = None
+    """The `AgentOptions` field (`claude_bin`, ...) of the CLI's executable when the role sets no `bin`."""
+    program_field = "bin"
+    """The `AgentOptions` field that sets what runs (`command` for the `ndjson` adapter)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
         self.name = f"coding-agent-a2a ({self.adapter})"
-        jail_check(self.settings)
+        jail_check(options)
+        self.check_program()
         self.egress: EgressProxy | None = None
         self.jail: Jail | None = None
         self._jail_lock = asyncio.Lock()
+
+    @property
+    def binary(self) -> str:
+        """The CLI's executable: the role's `bin`, else the adapter's `*_BIN` setting."""
+        default = getattr(self.options, self.bin_field) if self.bin_field else ""
+        return self.options.bin or default
+
+    def program(self) -> list[str]:
+        """The start of every argv this adapter runs (what the start-up check follows)."""
+        return [self.binary]
+
+    def program_setting(self) -> str:
+        """Where the program is set, for messages: CLAUDE_BIN, AGENT_COMMAND, or the role's field."""
+        return self.options.where(self.program_field, self._setting())
+
+    def _setting(self) -> str | None:
+        """The server-wide setting of `bin` (the adapter's `*_BIN`); None for a field with its own."""
+        return self.bin_field.upper() if self.program_field == "bin" and self.bin_field else None
+
+    def check_program(self) -> None:
+        """SettingError at start-up when the program cannot run where it will (see `jail.check_command`)."""
+        path = agent_env(self.options, Path(os.devnull), {}).get("PATH")
+        check_command(self.program(), path, self.options, self.program_field, self._setting())
 
     def start(self, request: Request) -> AgentRun:
         return self.run_class(request, self)
@@ -331,22 +364,21 @@ class CliAgent(EventAgent):
         running: their tasks are ended as lost by the runner, so nothing may go on working in their
         workspaces."""
         await self.ready_jail()
-        left = await asyncio.to_thread(reap_orphans, self.settings.replica_id)
+        owner = self.options.replica_id
+        left = await asyncio.to_thread(reap_orphans, owner) if owner else 0
         if left:
-            log.warning(
-                "killed %d process(es) a previous run of replica %s left", left, self.settings.replica_id
-            )
+            log.warning("killed %d process(es) a previous run of replica %s left", left, owner)
 
     async def ready_jail(self) -> Jail | None:
         """The jail runs are started in (None with AGENT_SANDBOX=none); its proxy is started on first use,
         so a run never goes unjailed because `setup()` was not called."""
-        s = self.settings
+        o = self.options
         async with self._jail_lock:
-            if s.agent_sandbox == "bwrap" and self.jail is None:
-                if s.agent_network_mode == "egress":
-                    self.egress = EgressProxy(Policy(parse_allow(s.agent_egress_allow)))
+            if o.sandbox == "bwrap" and self.jail is None:
+                if o.network == "egress":
+                    self.egress = EgressProxy(Policy(o.allowed))
                     await self.egress.start()
-                self.jail = Jail(s, self.egress.path if self.egress else None)
+                self.jail = Jail(o, self.egress.path if self.egress else None)
         return self.jail
 
     async def aclose(self) -> None:

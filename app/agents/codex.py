@@ -34,17 +34,15 @@ SANDBOX = "workspace-write"
 class CodexExecRun(HeadlessRun):
     """One unattended `codex exec` turn."""
 
-    bin_setting = "CODEX_BIN"
-
     def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
-        self.parser = ExecParser(model=self.settings.agent_model)
+        self.parser = ExecParser(model=self.options.model)
 
     def command(self) -> list[str]:
-        argv = [self.settings.codex_bin, "exec", "--json", "--skip-git-repo-check"]
+        argv = [self.agent.binary, "exec", "--json", "--skip-git-repo-check"]
         argv.append("--dangerously-bypass-approvals-and-sandbox")
-        if self.settings.agent_model:
-            argv += ["--model", self.settings.agent_model]
+        if self.options.model:
+            argv += ["--model", self.options.model]
         if thread := self.session_id():
             argv += ["resume", thread]
         return [*argv, "--", self.request.message.text()]
@@ -53,7 +51,6 @@ class CodexExecRun(HeadlessRun):
 class CodexAppServerRun(RpcRun):
     """One turn through `codex app-server`, asking the user before commands and file changes."""
 
-    bin_setting = "CODEX_BIN"
     label = "codex app-server"
 
     def __init__(self, request: Request, agent: CodexAgent) -> None:
@@ -65,7 +62,7 @@ class CodexAppServerRun(RpcRun):
         self.turn_id: str | None = None
 
     def command(self) -> list[str]:
-        return [self.settings.codex_bin, "app-server"]
+        return [self.agent.binary, "app-server"]
 
     async def begin(self) -> None:
         await self.call("initialize", {"clientInfo": {"name": "coding-agent-a2a", "version": "0.1.0"}})
@@ -76,8 +73,8 @@ class CodexAppServerRun(RpcRun):
             "approvalPolicy": APPROVAL_POLICY,
             "sandbox": SANDBOX,
         }
-        if self.settings.agent_model:
-            params["model"] = self.settings.agent_model
+        if self.options.model:
+            params["model"] = self.options.model
         return params
 
     def on_notification(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
@@ -131,6 +128,7 @@ class CodexAppServerRun(RpcRun):
 
 class CodexAgent(TwoModeAgent):
     adapter = "codex"
+    bin_field = "codex_bin"
     description = "OpenAI Codex CLI working in a workspace: edits files and runs commands."
     skills = (coding_skill("Coding with Codex", "the Codex CLI", "codex"),)
     headless_run = CodexExecRun

@@ -46,19 +46,17 @@ def _output(result: Any) -> str:
 
 
 class CursorRun(CliRun):
-    bin_setting = "CURSOR_BIN"
-
     def __init__(self, request: Request, agent: CursorAgent) -> None:
         super().__init__(request, agent)
         self._started = False
 
     def command(self) -> list[str]:
-        s = self.settings
-        argv = [s.cursor_bin, "-p", "--output-format", "stream-json"]
-        if s.agent_force:
+        o = self.options
+        argv = [self.agent.binary, "-p", "--output-format", "stream-json"]
+        if o.force:
             argv.append("--force")
-        if s.agent_model:
-            argv += ["--model", s.agent_model]
+        if o.model:
+            argv += ["--model", o.model]
         if session := self.session_id():
             argv += ["--resume", session]
         return [*argv, self.request.message.text()]
@@ -92,6 +90,7 @@ class CursorRun(CliRun):
 
 class CursorAgent(CliAgent):
     adapter = "cursor"
+    bin_field = "cursor_bin"
     description = "Cursor's agent CLI (`cursor-agent`) working in a workspace per conversation."
     skills = (CODING_SKILL,)
     run_class = CursorRun

@@ -52,17 +52,15 @@ def pick_option(options: list[Any], allow: bool) -> str | None:
 class GeminiHeadlessRun(HeadlessRun):
     """One unattended `gemini -p` turn."""
 
-    bin_setting = "GEMINI_BIN"
-
     def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = StreamJsonParser()
 
     def command(self) -> list[str]:
-        argv = [self.settings.gemini_bin, "--output-format", "stream-json", "--approval-mode", "yolo"]
+        argv = [self.agent.binary, "--output-format", "stream-json", "--approval-mode", "yolo"]
         argv.append("--skip-trust")
-        if self.settings.agent_model:
-            argv += ["--model", self.settings.agent_model]
+        if self.options.model:
+            argv += ["--model", self.options.model]
         if session := self.session_id():
             argv += ["--resume", session]
         return [*argv, f"--prompt={self.request.message.text()}"]
@@ -71,7 +69,6 @@ class GeminiHeadlessRun(HeadlessRun):
 class GeminiAcpRun(RpcRun):
     """One turn through `gemini --acp`, asking the user before each tool that needs permission."""
 
-    bin_setting = "GEMINI_BIN"
     label = "gemini --acp"
     jsonrpc_field = True
 
@@ -83,9 +80,9 @@ class GeminiAcpRun(RpcRun):
         self.acp_session: str | None = None
 
     def command(self) -> list[str]:
-        argv = [self.settings.gemini_bin, "--acp", "--skip-trust"]
-        if self.settings.agent_model:
-            argv += ["--model", self.settings.agent_model]
+        argv = [self.agent.binary, "--acp", "--skip-trust"]
+        if self.options.model:
+            argv += ["--model", self.options.model]
         return argv
 
     async def begin(self) -> None:
@@ -116,7 +113,7 @@ class GeminiAcpRun(RpcRun):
             self.acp_session = result.get("sessionId")
             prompt = [{"type": "text", "text": self.request.message.text()}]
             await self.call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
-            return [AgentEvent.init(model=self.settings.agent_model, session_id=self.acp_session)]
+            return [AgentEvent.init(model=self.options.model, session_id=self.acp_session)]
         elif method == "session/prompt":
             reason = result.get("stopReason")
             if reason in DONE_REASONS:
@@ -154,6 +151,7 @@ class GeminiAcpRun(RpcRun):
 
 class GeminiAgent(TwoModeAgent):
     adapter = "gemini"
+    bin_field = "gemini_bin"
     description = "Google Gemini CLI working in a workspace: edits files and runs commands."
     skills = (coding_skill("Coding with Gemini CLI", "the Gemini CLI", "gemini"),)
     headless_run = GeminiHeadlessRun

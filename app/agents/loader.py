@@ -7,15 +7,15 @@ import os
 import sys
 from typing import Any
 
-from app.settings import SettingError, Settings
-
 from .claude import ClaudeAgent
 from .cli_run import CliAgent
 from .codex import CodexAgent
 from .cursor import CursorAgent
 from .echo import EchoAgent
+from .errors import SettingError
 from .gemini import GeminiAgent
 from .ndjson import NdjsonAgent
+from .options import AgentOptions
 from .scripted import ScriptedAgent
 from .sdk import Agent
 
@@ -39,17 +39,18 @@ class AdapterError(ValueError):
         self.options = options
 
 
-def load_agent(spec: str, options: dict[str, Any] | None = None, *, settings: Settings) -> Agent:
+def load_agent(spec: str, options: dict[str, Any] | None = None, *, agent_options: AgentOptions) -> Agent:
     """Instantiate the agent named by `spec`: a built-in name or `package.module:attr`.
 
     `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance; `options`
     (the `AGENT_OPTIONS` setting) are passed to the class or factory as keyword arguments. A CLI
-    adapter (a `CliAgent` subclass) also gets `settings`, the ones the app is created with. Modules
+    adapter (a `CliAgent` subclass) also gets `agent_options` (`AgentOptions.from_settings`, or a
+    role's), first; never the server's settings. Modules
     are found from the working directory too, so `AGENT_ADAPTER=myagent:MyAgent` works beside it.
     """
     options = options or {}
     if spec in BUILTIN:
-        return _create(spec, BUILTIN[spec], options, settings)
+        return _create(spec, BUILTIN[spec], options, agent_options)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         names = ", ".join(sorted(BUILTIN))
@@ -73,13 +74,13 @@ def load_agent(spec: str, options: dict[str, Any] | None = None, *, settings: Se
         raise AdapterError(f"{spec!r} is a class but not an Agent subclass")
     if not callable(target):
         raise AdapterError(f"{spec!r} is not an Agent (got {type(target).__name__})")
-    return _create(spec, target, options, settings)
+    return _create(spec, target, options, agent_options)
 
 
-def _create(spec: str, factory: Any, options: dict[str, Any], settings: Settings) -> Agent:
+def _create(spec: str, factory: Any, options: dict[str, Any], agent_options: AgentOptions) -> Agent:
     try:
         if isinstance(factory, type) and issubclass(factory, CliAgent):
-            agent = factory(settings, **options)
+            agent = factory(agent_options, **options)
         else:
             agent = factory(**options)
     except SettingError:

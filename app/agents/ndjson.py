@@ -26,10 +26,10 @@ import shlex
 from typing import Any
 
 from app.protocol.model import Message
-from app.settings import Settings
 
 from .cli_run import CliAgent, CliRun, approval_decision
 from .events import AgentEvent, AgentEventKind
+from .options import AgentOptions
 from .sdk import Request, Skill
 
 
@@ -58,13 +58,11 @@ def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
 
 
 class NdjsonRun(CliRun):
-    bin_setting = "AGENT_COMMAND"
-
     def __init__(self, request: Request, agent: NdjsonAgent) -> None:
         super().__init__(request, agent)
 
     def command(self) -> list[str]:
-        return shlex.split(self.settings.agent_command or "")
+        return self.agent.program()
 
     async def begin(self) -> None:
         assert self.proc is not None
@@ -102,7 +100,17 @@ class NdjsonAgent(CliAgent):
         ),
     )
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        if not shlex.split(self.settings.agent_command or ""):
-            raise ValueError("AGENT_ADAPTER=ndjson needs AGENT_COMMAND, the command to run")
+    program_field = "command"
+
+    def __init__(self, options: AgentOptions) -> None:
+        try:
+            argv = shlex.split(options.command or "")
+        except ValueError as exc:
+            raise options.error("command", f"cannot be split like a shell would: {exc}") from None
+        if not argv:
+            raise ValueError(f"AGENT_ADAPTER=ndjson needs {options.where('command')}, the command to run")
+        self._argv = argv
+        super().__init__(options)
+
+    def program(self) -> list[str]:
+        return list(self._argv)

@@ -17,8 +17,8 @@ import pytest
 
 from app.agents.jail import principal_key
 from app.agents.ndjson import NdjsonAgent
+from app.agents.options import AgentOptions
 from app.api.auth import ANONYMOUS
-from app.settings import Settings
 from tests.conftest import make_server
 from tests.support.clis import (
     FAKES,
@@ -217,4 +217,4 @@ async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
 
 def test_ndjson_needs_a_command() -> None:
     with pytest.raises(ValueError, match="AGENT_COMMAND"):
-        NdjsonAgent(Settings(_env_file=None, agent_command="  "))
+        NdjsonAgent(AgentOptions(command="  "))

@@ -29,6 +29,7 @@ from app.agents.egress import Policy, Refused, parse_allow
 from app.agents.events import AgentEventKind
 from app.agents.jail import agent_env, principal_key
 from app.agents.ndjson import NdjsonAgent
+from app.agents.options import AgentOptions
 from app.agents.sdk import Request
 from app.protocol.model import Message, Part, Role
 from app.settings import SettingError, Settings
@@ -180,13 +181,8 @@ async def test_two_principals_sending_one_context_id_share_no_folder(jailed: Jai
 async def test_two_principals_with_one_context_id_get_two_workspaces_and_sessions(tmp_path: Path) -> None:
     """Runs of the cursor adapter (its fake CLI writes its argv into its workspace), in the jail, driven
     in-process: contexts are one principal's today, but the CLI layer must keep them apart anyway."""
-    settings = Settings(
-        _env_file=None,
-        cursor_bin=str(FAKES / "cursor_agent.py"),
-        agent_workspace_root=str(tmp_path / "ws"),
-        agent_egress_allow="",
-    )
-    agent = CursorAgent(settings)
+    options = AgentOptions(cursor_bin=str(FAKES / "cursor_agent.py"), workspace_root=str(tmp_path / "ws"))
+    agent = CursorAgent(options)
     await agent.setup()
 
     async def turn(principal: str) -> tuple[Path, list[str]]:
@@ -230,13 +226,15 @@ def test_the_environment_of_a_cli_is_the_allowlist(tmp_path: Path) -> None:
         "AWS_SECRET_ACCESS_KEY": "x",
         "OPENAI_API_KEY": "sk-passed",
     }
-    settings = Settings(
-        _env_file=None,
-        agent_sandbox="none",
-        agent_env={"ANTHROPIC_API_KEY": "sk-given"},
-        agent_env_passthrough="OPENAI_API_KEY, NOT_SET",
+    options = AgentOptions.from_settings(
+        Settings(
+            _env_file=None,
+            agent_sandbox="none",
+            agent_env={"ANTHROPIC_API_KEY": "sk-given"},
+            agent_env_passthrough="OPENAI_API_KEY, NOT_SET",
+        )
     )
-    env = agent_env(settings, tmp_path, {"IS_SANDBOX": "1"}, server_env)
+    env = agent_env(options, tmp_path, {"IS_SANDBOX": "1"}, server_env)
     assert env == {
         "PATH": "/usr/bin",
         "LC_ALL": "C.UTF-8",
@@ -255,14 +253,13 @@ async def test_a_single_user_repo_is_bound_alone_into_the_jail(tmp_path: Path) -
     repo.mkdir()
     other.mkdir(parents=True)
     (other / "bob.txt").write_text("bob's")
-    settings = Settings(
-        _env_file=None,
-        agent_command=shlex.join([PYTHON, str(FAKES / "hostile_agent.py")]),
-        agent_sandbox_read=str(FAKES / "hostile_agent.py"),
-        agent_repo_path=str(repo),
-        agent_workspace_root=str(tmp_path / "ws"),
+    options = AgentOptions(
+        command=shlex.join([PYTHON, str(FAKES / "hostile_agent.py")]),
+        sandbox_read=(str(FAKES / "hostile_agent.py"),),
+        repo_path=str(repo),
+        workspace_root=str(tmp_path / "ws"),
     )
-    agent = NdjsonAgent(settings)
+    agent = NdjsonAgent(options)
     await agent.setup()
     plan = {"read": [str(other), str(tmp_path)], "write": ["in-repo.txt", str(tmp_path / "beside.txt")]}
     message = Message(message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text=json.dumps(plan))])
@@ -284,11 +281,10 @@ async def test_a_single_user_repo_is_bound_alone_into_the_jail(tmp_path: Path) -
 def test_a_read_path_above_the_workspaces_stops_start_up(tmp_path: Path) -> None:
     with pytest.raises(SettingError, match="holds the workspaces of every principal"):
         NdjsonAgent(
-            Settings(
-                _env_file=None,
-                agent_command="true",
-                agent_workspace_root=str(tmp_path / "data" / "ws"),
-                agent_sandbox_read=f"/usr/share, {tmp_path}",
+            AgentOptions(
+                command="true",
+                workspace_root=str(tmp_path / "data" / "ws"),
+                sandbox_read=("/usr/share", str(tmp_path)),
             )
         )
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from app.agents.options import AgentOptions
 from app.settings import Settings
 from tests.support.server import BIN, ROOT, free_port
 
@@ -87,10 +88,10 @@ def test_plugin_agent_by_module_attr():
     from app.agents.echo import EchoAgent
     from app.agents.loader import load_agent
 
-    settings = Settings(_env_file=None)
-    assert isinstance(load_agent("app.agents.echo:EchoAgent", settings=settings), EchoAgent)
-    scripted = load_agent("app.agents.scripted:ScriptedAgent", settings=settings)
-    assert isinstance(load_agent("scripted", settings=settings), type(scripted))
+    options = AgentOptions.from_settings(Settings(_env_file=None))
+    assert isinstance(load_agent("app.agents.echo:EchoAgent", agent_options=options), EchoAgent)
+    scripted = load_agent("app.agents.scripted:ScriptedAgent", agent_options=options)
+    assert isinstance(load_agent("scripted", agent_options=options), type(scripted))
 
 
 def test_plugin_agent_gets_its_options():
@@ -98,19 +99,19 @@ def test_plugin_agent_gets_its_options():
     from tests.support.agents.capabilities import CapabilitiesAgent
 
     spec = "tests.support.agents.capabilities:CapabilitiesAgent"
-    agent = load_agent(spec, {"greeting": "hey"}, settings=Settings(_env_file=None))
+    agent = load_agent(spec, {"greeting": "hey"}, agent_options=AgentOptions())
     assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"
 
 
 @pytest.mark.parametrize("spec", ["ndjson", "app.agents.ndjson:NdjsonAgent"])
-def test_cli_agent_gets_the_apps_settings(spec: str):
-    """A CLI adapter runs with the settings the app is created with, not ones it reads itself."""
+def test_cli_agent_gets_the_options_it_is_given(spec: str):
+    """A CLI adapter runs with the AgentOptions it is given (the app's, or a role's), never the settings."""
     from app.agents.loader import load_agent
     from app.agents.ndjson import NdjsonAgent
 
-    settings = Settings(_env_file=None, agent_command="my-cli --json")
-    agent = load_agent(spec, settings=settings)
-    assert isinstance(agent, NdjsonAgent) and agent.settings is settings
+    options = AgentOptions.from_settings(Settings(_env_file=None, agent_command="my-cli --json"))
+    agent = load_agent(spec, agent_options=options)
+    assert isinstance(agent, NdjsonAgent) and agent.options is options
 
 
 @pytest.mark.e2e

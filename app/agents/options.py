@@ -1,0 +1,187 @@
+"""`AgentOptions`: what a coding-agent CLI adapter and its jail run with, instead of the server's `Settings`.
+
+The server-wide options come from the settings (`AgentOptions.from_settings`); a role's overrides are applied
+with `dataclasses.replace`, which checks the result again (`__post_init__`). Adapters and the jail read
+nothing else: no database URL, no credentials, never the settings themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .egress import Allowed, parse_allow
+from .errors import SettingError
+
+SETTING_OF: dict[str, str] = {
+    "workspace_root": "AGENT_WORKSPACE_ROOT",
+    "repo_path": "AGENT_REPO_PATH",
+    "sandbox": "AGENT_SANDBOX",
+    "network": "AGENT_NETWORK",
+    "egress_allow": "AGENT_EGRESS_ALLOW",
+    "env": "AGENT_ENV",
+    "env_passthrough": "AGENT_ENV_PASSTHROUGH",
+    "sandbox_read": "AGENT_SANDBOX_READ",
+    "home_seed": "AGENT_HOME_SEED",
+    "idle_timeout_s": "AGENT_IDLE_TIMEOUT_S",
+    "force": "AGENT_FORCE",
+    "model": "AGENT_MODEL",
+    "command": "AGENT_COMMAND",
+    "cancel_grace_s": "CANCEL_GRACE_S",
+    "replica_id": "REPLICA_ID",
+    "database_file": "DATABASE_URL",
+    "claude_bin": "CLAUDE_BIN",
+    "codex_bin": "CODEX_BIN",
+    "gemini_bin": "GEMINI_BIN",
+    "cursor_bin": "CURSOR_BIN",
+}
+"""The server-wide setting behind each field (`bin` has none of its own: the adapter's `*_BIN`)."""
+ROLE_FIELDS = frozenset(
+    {"bin", "model", "env", "env_passthrough", "egress_allow", "sandbox_read", "idle_timeout_s", "command"}
+)
+"""The fields a role's entry in AGENTS may set (its `bin`, `model`, ...); the others are server-wide."""
+
+
+class ServerSettings(Protocol):
+    """What `from_settings` reads of the server's settings (`settings.Settings`, not imported here)."""
+
+    agent_workspace_root: str
+    agent_repo_path: str | None
+    agent_sandbox: Literal["bwrap", "none"]
+    agent_egress_allow: str
+    agent_env: dict[str, str]
+    agent_home_seed: str | None
+    agent_idle_timeout_s: float
+    agent_force: bool
+    agent_model: str | None
+    agent_command: str | None
+    cancel_grace_s: float
+    claude_bin: str
+    codex_bin: str
+    gemini_bin: str
+    cursor_bin: str
+    replica_id: str
+    database_url: str
+
+    @property
+    def agent_network_mode(self) -> Literal["host", "egress"]: ...
+    @property
+    def agent_passthrough_names(self) -> list[str]: ...
+    @property
+    def agent_sandbox_read_paths(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """What one agent's CLI runs with. The defaults are the settings' defaults."""
+
+    workspace_root: str = "./data/workspaces"
+    """Parent of the per-principal workspaces and CLI HOMEs (AGENT_WORKSPACE_ROOT)."""
+    repo_path: str | None = None
+    """The one folder every run works in (AGENT_REPO_PATH); None: a workspace per context."""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    network: Literal["host", "egress"] = "egress"
+    """Resolved: AGENT_NETWORK, or egress in the jail and host without it."""
+    egress_allow: str = ""
+    """Comma-separated `host[:port]` the CLI may reach with egress (checked here)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables every CLI gets (AGENT_ENV)."""
+    env_passthrough: tuple[str, ...] = ()
+    """Names of the server's variables copied into every CLI's environment."""
+    sandbox_read: tuple[str, ...] = ()
+    """Extra paths the jailed CLI may read."""
+    home_seed: str | None = None
+    idle_timeout_s: float = 900.0
+    force: bool = True
+    model: str | None = None
+    command: str | None = None
+    """The `ndjson` adapter's command line."""
+    bin: str | None = None
+    """The CLI's executable; None: the adapter's default below (`claude_bin`, ...)."""
+    cancel_grace_s: float = 5.0
+    claude_bin: str = "claude"
+    codex_bin: str = "codex"
+    gemini_bin: str = "gemini"
+    cursor_bin: str = "cursor-agent"
+    replica_id: str = ""
+    """Tags the CLI processes so a restarted replica kills what its previous life left ("": untagged)."""
+    database_file: str | None = None
+    """The SQLite database file, which no AGENT_SANDBOX_READ path may show (None with PostgreSQL)."""
+    role: str | None = None
+    """The role these options are for, for errors to name its entry in AGENTS; None: the server-wide
+    AGENT_* settings alone (no AGENTS)."""
+
+    def __post_init__(self) -> None:
+        fix = object.__setattr__
+        fix(self, "env_passthrough", tuple(self.env_passthrough))
+        fix(self, "sandbox_read", tuple(self.sandbox_read))
+        fix(self, "env", dict(self.env))
+        if self.sandbox not in ("bwrap", "none"):
+            raise self.error("sandbox", f"must be bwrap or none, not {self.sandbox!r}")
+        if self.network not in ("host", "egress"):
+            raise self.error("network", f"must be host or egress, not {self.network!r}")
+        if self.network == "egress" and self.sandbox == "none":
+            raise self.error("network", "egress needs the jail (AGENT_SANDBOX=bwrap)")
+        try:
+            parse_allow(self.egress_allow)
+        except ValueError as exc:
+            raise self.error("egress_allow", str(exc)) from None
+        if not self.idle_timeout_s > 0:
+            raise self.error("idle_timeout_s", "must be greater than 0")
+        if not self.cancel_grace_s >= 0:
+            raise self.error("cancel_grace_s", "must be 0 or more")
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings) -> AgentOptions:
+        """The server-wide options (every role's unless it sets its own); SettingError for a bad one."""
+        s = settings
+        sqlite = s.database_url.split(":///", 1)[-1] if s.database_url.startswith("sqlite") else None
+        return cls(
+            workspace_root=s.agent_workspace_root,
+            repo_path=s.agent_repo_path,
+            sandbox=s.agent_sandbox,
+            network=s.agent_network_mode,
+            egress_allow=s.agent_egress_allow,
+            env=dict(s.agent_env),
+            env_passthrough=tuple(s.agent_passthrough_names),
+            sandbox_read=tuple(s.agent_sandbox_read_paths),
+            home_seed=s.agent_home_seed,
+            idle_timeout_s=s.agent_idle_timeout_s,
+            force=s.agent_force,
+            model=s.agent_model,
+            command=s.agent_command,
+            cancel_grace_s=s.cancel_grace_s,
+            claude_bin=s.claude_bin,
+            codex_bin=s.codex_bin,
+            gemini_bin=s.gemini_bin,
+            cursor_bin=s.cursor_bin,
+            replica_id=s.replica_id,
+            database_file=sqlite,
+        )
+
+    def replace(self, **changes: Any) -> AgentOptions:
+        """`dataclasses.replace`: a copy with `changes` (e.g. a role's), checked again."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def allowed(self) -> tuple[Allowed, ...]:
+        """The parsed egress allowlist."""
+        return parse_allow(self.egress_allow)
+
+    def where(self, name: str, setting: str | None = None) -> str:
+        """How an operator sets field `name`, for a message: `AGENT_SANDBOX_READ`, or for a role
+        "the role 'x''s `sandbox_read` in AGENTS (or AGENT_SANDBOX_READ for every role)". `setting` names
+        the server-wide setting when the field has none of its own (`bin`: CLAUDE_BIN, ...)."""
+        setting = setting or SETTING_OF.get(name, name.upper())
+        if self.role is None or name not in ROLE_FIELDS:
+            return setting
+        return f"the role {self.role!r}'s `{name}` in AGENTS (or {setting} for every role)"
+
+    def error(self, name: str, message: str, setting: str | None = None) -> SettingError:
+        """A one-line SettingError about field `name`: named by its setting (`setting` when the field has
+        none of its own), or by AGENTS and the role."""
+        if self.role is None or name not in ROLE_FIELDS:
+            return SettingError(setting or SETTING_OF.get(name, name.upper()), message)
+        return SettingError("AGENTS", f"role {self.role!r}, field {name}: {message}")

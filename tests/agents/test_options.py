@@ -1,0 +1,169 @@
+"""AgentOptions: what a CLI adapter runs with, built from the settings or for a role, never the Settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from app.agents.errors import SettingError
+from app.agents.options import AgentOptions
+from app.settings import SettingError as SettingsSettingError
+from app.settings import Settings
+
+AGENTS = Path(__file__).resolve().parents[2] / "app" / "agents"
+
+
+def test_from_settings_takes_every_agent_setting() -> None:
+    settings = Settings(
+        _env_file=None,
+        database_url="sqlite+aiosqlite:///./data/x.db",
+        agent_workspace_root="/srv/ws",
+        agent_repo_path="/srv/repo",
+        agent_egress_allow="api.example.com, *.googleapis.com:443",
+        agent_env={"MODEL_KEY": "k"},
+        agent_env_passthrough="A, B",
+        agent_sandbox_read="/opt/x, /opt/y",
+        agent_home_seed="/srv/seed",
+        agent_idle_timeout_s=12,
+        agent_force=False,
+        agent_model="m-1",
+        agent_command="python3 agent.py",
+        cancel_grace_s=1.5,
+        claude_bin="/opt/claude",
+        codex_bin="/opt/codex",
+        gemini_bin="/opt/gemini",
+        cursor_bin="/opt/cursor",
+        replica_id="r-1",
+    )
+    o = AgentOptions.from_settings(settings)
+    assert o == AgentOptions(
+        workspace_root="/srv/ws",
+        repo_path="/srv/repo",
+        sandbox="bwrap",
+        network="egress",
+        egress_allow="api.example.com, *.googleapis.com:443",
+        env={"MODEL_KEY": "k"},
+        env_passthrough=("A", "B"),
+        sandbox_read=("/opt/x", "/opt/y"),
+        home_seed="/srv/seed",
+        idle_timeout_s=12,
+        force=False,
+        model="m-1",
+        command="python3 agent.py",
+        bin=None,
+        cancel_grace_s=1.5,
+        claude_bin="/opt/claude",
+        codex_bin="/opt/codex",
+        gemini_bin="/opt/gemini",
+        cursor_bin="/opt/cursor",
+        replica_id="r-1",
+        database_file="./data/x.db",
+        role=None,
+    )
+    assert [a.host for a in o.allowed] == ["api.example.com", "*.googleapis.com"]
+
+
+def test_from_settings_resolves_the_network_and_knows_no_database_file_on_postgres() -> None:
+    jailed = AgentOptions.from_settings(Settings(_env_file=None, database_url="postgresql://u@h/db"))
+    assert (jailed.sandbox, jailed.network, jailed.database_file) == ("bwrap", "egress", None)
+    bare = AgentOptions.from_settings(Settings(_env_file=None, agent_sandbox="none"))
+    assert (bare.sandbox, bare.network) == ("none", "host")
+    host = AgentOptions.from_settings(Settings(_env_file=None, agent_network="host"))
+    assert (host.sandbox, host.network) == ("bwrap", "host")
+
+
+def test_a_role_is_a_checked_copy_and_the_server_wide_options_stay() -> None:
+    base = AgentOptions.from_settings(Settings(_env_file=None, agent_model="m-1", claude_bin="claude"))
+    role = dataclasses.replace(base, role="reviewer", bin="/opt/claude-2", sandbox_read=["/opt/r"])
+    assert role.sandbox_read == ("/opt/r",) and isinstance(role.sandbox_read, tuple)
+    assert (role.bin, role.model, role.role) == ("/opt/claude-2", "m-1", "reviewer")
+    assert (base.bin, base.sandbox_read, base.role) == (None, (), None)
+    assert base.replace(model="m-2").model == "m-2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        role.model = "other"  # type: ignore[misc]
+
+
+def test_a_bad_value_is_one_line_naming_the_setting_or_the_role() -> None:
+    with pytest.raises(SettingError) as bad:
+        AgentOptions(egress_allow="api.example.com,a*b.example.com")
+    assert bad.value.name == "AGENT_EGRESS_ALLOW" and "wildcard" in str(bad.value)
+    with pytest.raises(SettingError) as bad:
+        dataclasses.replace(AgentOptions(role="reviewer"), egress_allow="x.example.com:99999")
+    assert bad.value.name == "AGENTS"
+    assert str(bad.value).startswith("role 'reviewer', field egress_allow: ") and "\n" not in str(bad.value)
+    with pytest.raises(SettingError) as bad:
+        AgentOptions(sandbox="none", network="egress")
+    assert bad.value.name == "AGENT_NETWORK" and "egress needs the jail" in str(bad.value)
+    with pytest.raises(SettingError) as bad:
+        AgentOptions(role="triage", idle_timeout_s=0)
+    assert bad.value.name == "AGENTS" and "field idle_timeout_s:" in str(bad.value)
+
+
+def test_where_names_the_setting_or_the_roles_field() -> None:
+    assert AgentOptions().where("sandbox_read") == "AGENT_SANDBOX_READ"
+    assert AgentOptions().where("bin", "CLAUDE_BIN") == "CLAUDE_BIN"
+    role = AgentOptions(role="reviewer")
+    assert role.where("sandbox_read") == (
+        "the role 'reviewer''s `sandbox_read` in AGENTS (or AGENT_SANDBOX_READ for every role)"
+    )
+    assert role.where("sandbox") == "AGENT_SANDBOX", "not a role's field: server-wide"
+
+
+def test_a_bad_egress_entry_stops_start_up_through_the_options_not_the_settings() -> None:
+    Settings(_env_file=None, agent_egress_allow="a*b.example.com")  # the settings do not parse it
+    with pytest.raises(SettingError, match="wildcard"):
+        AgentOptions.from_settings(Settings(_env_file=None, agent_egress_allow="a*b.example.com"))
+
+
+def test_the_agents_never_import_the_settings() -> None:
+    """The room rule of docs/ARCHITECTURE.md: `grep -rn app.settings app/agents` is empty."""
+    assert SettingsSettingError is SettingError, "app.settings re-exports the agents' SettingError"
+    found = [
+        f"{p.name}:{n}"
+        for p in sorted(AGENTS.glob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"app\.settings|get_settings|^\s*(from|import) app\.(?!protocol\.model\b)", line)
+    ]
+    assert found == []
+
+
+def test_a_roles_entry_goes_over_the_server_wide_options() -> None:
+    """`roles.agent_options`: the role's fields replace the server-wide ones, its env adds to theirs."""
+    from app import roles
+
+    settings = Settings(
+        _env_file=None,
+        agents={
+            "reviewer": {
+                "adapter": "claude-code",
+                "bin": "/opt/claude-2",
+                "env": {"B": "2"},
+                "egress_allow": ["api.anthropic.com"],
+                "sandbox_read": ["/opt/r"],
+                "idle_timeout_s": 60,
+            },
+            "triage": {"adapter": "ndjson", "command": "/usr/bin/true", "egress_allow": ["a*b.example.com"]},
+        },
+        agent_env={"A": "1"},
+        agent_model="m-1",
+    )
+    loaded = roles.load(settings)
+    base = AgentOptions.from_settings(settings)
+    reviewer = roles.agent_options(base, loaded["reviewer"])
+    assert reviewer == dataclasses.replace(
+        base,
+        role="reviewer",
+        bin="/opt/claude-2",
+        env={"A": "1", "B": "2"},
+        egress_allow="api.anthropic.com",
+        sandbox_read=("/opt/r",),
+        idle_timeout_s=60,
+    )
+    assert reviewer.model == "m-1" and base.env == {"A": "1"}
+    with pytest.raises(SettingError) as bad:
+        roles.agent_options(base, loaded["triage"])
+    assert bad.value.name == "AGENTS"
+    assert str(bad.value).startswith("role 'triage', field egress_allow: ")
