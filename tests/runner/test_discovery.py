@@ -8,10 +8,14 @@ import asyncio
 import os
 import subprocess
 from datetime import timedelta
+from types import SimpleNamespace
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
+from app.api import agents as agents_api
 from app.api.agents import ROUTING_NOTE, listing
 from app.protocol.model import utcnow
 from app.runner.discovery import Discovery, Instance
@@ -296,3 +300,24 @@ def test_listing_shows_live_instances_and_every_configured_role():
         },
     ]
     assert body["routing_note"] == ROUTING_NOTE
+
+
+class Away:
+    """A discovery whose database is away."""
+
+    roles = ("default",)
+
+    async def live(self):
+        raise ConnectionRefusedError("database away")
+
+
+async def test_agents_answers_503_with_retry_after_while_the_database_is_away():
+    app = FastAPI()
+    app.include_router(agents_api.router)
+    app.state.components = SimpleNamespace(
+        discovery=Away(), roles=(), settings=SimpleNamespace(public_url="http://p")
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        resp = await client.get("/agents")
+    assert resp.status_code == 503 and resp.headers["retry-after"]
+    assert resp.json()["error"]["status"] == "UNAVAILABLE"
