@@ -5,6 +5,7 @@ shutdown removes the replica's entry at once, and without a credential the listi
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -130,3 +131,48 @@ async def test_agents_needs_a_credential(auth_server):
         listed = await client.get("/agents", headers=key_of("alice"))
         assert listed.status_code == 200
         assert [a["role"] for a in listed.json()["agents"]] == ["default"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_one_instance_per_role_run_here_and_a_role_run_nowhere_is_unavailable(backend, tmp_path):
+    agents_env = {
+        "reviewer": {"adapter": "scripted", "slots": 2, "card": {"name": "Reviewer"}},
+        "triager": {"adapter": "echo", "card": {"name": "Triager", "description": "Sorts issues."}},
+        "coder": {"adapter": "echo", "model": "big-one"},
+    }
+    srv = await make_server(
+        backend,
+        tmp_path,
+        REPLICA_ID="disc-3",
+        AGENTS=json.dumps(agents_env),
+        AGENT_ROLES="reviewer,triager",
+        **SHORT,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
+            body = await agents(client)
+            public = f"http://localhost:{srv.port}"
+            listed = by_name(body)
+            assert list(listed) == ["reviewer:disc-3", "triager:disc-3"]
+            reviewer, triager = listed["reviewer:disc-3"], listed["triager:disc-3"]
+            # The first role is the default one: its card is the root's.
+            assert reviewer["card_url"] == f"{public}/.well-known/agent-card.json"
+            assert reviewer["capabilities"]["agent"] == "Reviewer" and reviewer["slots"] == 2
+            assert triager["card_url"] == f"{public}/agents/triager/.well-known/agent-card.json"
+            assert triager["description"] == "Sorts issues." and triager["capabilities"]["adapter"] == "echo"
+            card = await client.get(triager["card_url"].removeprefix(public))
+            assert card.status_code == 200 and card.json()["name"] == "Triager"
+            assert body["roles"] == [
+                {"role": "reviewer", "available": True, "instances": 1, "card_url": reviewer["card_url"]},
+                {"role": "triager", "available": True, "instances": 1, "card_url": triager["card_url"]},
+                {
+                    "role": "coder",
+                    "available": False,
+                    "instances": 0,
+                    "card_url": f"{public}/agents/coder/.well-known/agent-card.json",
+                },
+            ]
+            # A role run nowhere still has its card here: every replica serves every role.
+            assert (await client.get("/agents/coder/.well-known/agent-card.json")).status_code == 200
+    finally:
+        srv.stop()
