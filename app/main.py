@@ -15,6 +15,7 @@ from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
+from app.api.agents import router as agents_router
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.fallback import Fallback, http_error
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     _bindings(app)
     app.include_router(health.router)
     app.include_router(workers.router)
+    app.include_router(agents_router)
     app.include_router(openapi.router)
     if metrics is not None:
         metrics.watch(lambda: getattr(app.state, "components", None))

@@ -113,6 +113,13 @@ class Settings(BaseSettings):
     or re-queued by another replica within this time."""
     queue_poll_s: float = Field(default=2.0, gt=0)
     """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
+    discovery_heartbeat_s: float = Field(default=45.0, gt=0)
+    """How often a process refreshes its instances (one per role it runs) in discovery (`GET /agents`)."""
+    discovery_max_age_s: float = Field(default=120.0, gt=0)
+    """An instance not refreshed for this long is no longer listed (a process that died without saying
+    so); above DISCOVERY_HEARTBEAT_S. Rows ten times older are deleted."""
+    role_wait_s: float = Field(default=30.0, ge=0)
+    """How long a task sent to a role with no live instance waits for one before it fails, saying so."""
     db_outage_grace_s: float = Field(default=120.0, gt=0)
     """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
     paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the
@@ -257,6 +264,14 @@ class Settings(BaseSettings):
     def _egress_needs_the_jail(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v == "egress" and info.data.get("agent_sandbox") == "none":
             raise ValueError("egress needs the jail (AGENT_SANDBOX=bwrap)")
+        return v
+
+    @field_validator("discovery_max_age_s")
+    @classmethod
+    def _outlives_the_heartbeat(cls, v: float, info: ValidationInfo) -> float:
+        heartbeat = info.data.get("discovery_heartbeat_s")
+        if heartbeat is not None and v <= heartbeat:
+            raise ValueError(f"must be above DISCOVERY_HEARTBEAT_S ({heartbeat:g}), or live instances vanish")
         return v
 
     @property

@@ -1,16 +1,17 @@
-"""Wiring: builds the store, bus and push deliverer once, and per role the limits, live tasks, runner (or
-`Idle`, for a role this process does not run) and task service, each given what it uses, then the gRPC
-server on them (when GRPC_PORT is set), and tears them down in the reverse order (an `AsyncExitStack`, so
-teardown mirrors setup). `lifespan` runs them for the FastAPI app: the default role's components in
-`app.state.components`, every other role's in its mounted sub-app's state (`mounts`)."""
+"""Wiring: builds the store, bus, push deliverer and discovery once, and per role the limits, live tasks,
+runner (or `Idle`, for a role this process does not run) and task service, each given what it uses, then
+the gRPC server on them (when GRPC_PORT is set), and tears them down in the reverse order (an
+`AsyncExitStack`, so teardown mirrors setup). `lifespan` runs them for the FastAPI app: the default role's
+components in `app.state.components`, every other role's in its mounted sub-app's state (`mounts`)."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
 
 from app import limits
@@ -27,11 +28,13 @@ from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
 from app.push.deliverer import Deliverer, options_from
 from app.roles import Role
+from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.db import create_engine
 from app.store.idempotency import IdempotencyKeys
+from app.store.instances import Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
@@ -119,6 +122,18 @@ async def wire(
         # reads, leases, limits and control messages are its own.
         several = len(roles) > 1
         every: dict[str, Components] = {}
+        cards = {
+            name: card.build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
+            for name, role in roles.items()
+        }
+        discovery = Discovery(
+            Instances(engine),
+            "replica",
+            settings.replica_id,
+            settings.discovery_heartbeat_s,
+            settings.discovery_max_age_s,
+            _instances(settings, roles, cards, every),
+        )
         for name, role in roles.items():
             scope = name if several else None
             shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None, scope)
@@ -168,7 +183,7 @@ async def wire(
             every[name] = Components(
                 settings=settings,
                 service=service,
-                card=card.build_card(settings, agent, built_at, has_extended=has_extended, role=role),
+                card=cards[name],
                 input_modes=tuple(agent.input_modes),
                 extended_card=(
                     card.build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
@@ -186,10 +201,14 @@ async def wire(
                 role=name,
                 roles=every,
                 workers=WorkerDesk(tasks, repo, engine, bus, settings.lease_ttl_s, scope),
+                discovery=discovery,
             )
         for c in every.values():
             await c.runner.open()
             stack.push_async_callback(c.runner.aclose)
+        # Once the runners are open, closed before them: listed only while this process takes work.
+        await discovery.start()
+        stack.push_async_callback(discovery.aclose)
         if settings.push_deliver:
             deliverer.start()
         components = next(iter(every.values()))
@@ -198,3 +217,39 @@ async def wire(
             served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
             stack.push_async_callback(served.stop)
         yield components
+
+
+def _instances(
+    settings: Settings,
+    roles: dict[str, Role],
+    cards: Mapping[str, card.Card],
+    every: Mapping[str, Components],
+) -> list[Instance]:
+    """This process's instance of each role it runs, as its card describes it; its running agents are read
+    from the role's runner (in `every` once wired) at each heartbeat."""
+    out = []
+    for name, role in roles.items():
+        if not role.runs_here:
+            continue
+        public = orjson.loads(cards[name].hybrid.body)
+        capabilities: dict[str, Any] = {
+            "agent": public["name"],
+            "adapter": role.entry.adapter,
+            **({"model": m} if (m := role.entry.model or settings.agent_model) else {}),
+            "streaming": public["capabilities"].get("streaming", False),
+            "pushNotifications": public["capabilities"].get("pushNotifications", False),
+            "skills": [s["id"] for s in public["skills"]],
+            "inputModes": public["defaultInputModes"],
+            "outputModes": public["defaultOutputModes"],
+        }
+        out.append(
+            Instance(
+                role=name,
+                description=public["description"],
+                card_url=f"{settings.public_url}{role.path}/.well-known/agent-card.json",
+                capabilities=capabilities,
+                slots=role.slots,
+                running=lambda name=name: every[name].runner.running,
+            )
+        )
+    return out

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from app.bus.base import Bus
     from app.push.deliverer import Deliverer
+    from app.runner.discovery import Discovery
     from app.runner.idle import Idle
     from app.runner.runner import Runner
     from app.store.writer import Writer
@@ -57,6 +58,9 @@ class Components:
     workers: WorkerDesk | None = None
     """What the role's remote workers call (`/workers/v1/...`)."""
     """Every role's components by name (shared by all of them), the default role first."""
+    discovery: Discovery | None = None
+    """This process's instances (one per role it runs) and the live listing of all (`GET /agents`), shared by
+    every role's components; None: no discovery (the listing is empty)."""
 
     @property
     def running(self) -> int:

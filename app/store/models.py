@@ -1,5 +1,5 @@
 """Tables: tasks, messages (history), artifacts (append-only chunks), the event log, push webhooks
-with their delivery outbox, and the callers' Idempotency-Keys."""
+with their delivery outbox, the callers' Idempotency-Keys, and the agent instances live for discovery."""
 
 from __future__ import annotations
 
@@ -221,3 +221,29 @@ class IdempotencyKeyRow(Base):
     expires_at: Mapped[datetime] = mapped_column(index=True)
 
     __table_args__ = (PrimaryKeyConstraint("owner", "key", name=IDEMPOTENCY_KEY_PKEY),)
+
+
+class AgentInstanceRow(Base):
+    """One process's instance of a role, for discovery (`GET /agents`): refreshed every heartbeat, hidden
+    once `last_seen` is older than the maximum age, deleted on a clean shutdown or, long stale, lazily."""
+
+    __tablename__ = "agent_instances"
+
+    name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    """`role:instance_id`: the discovery identity. Routing is by `role` only."""
+    role: Mapped[str] = mapped_column(String(40))
+    instance_id: Mapped[str] = mapped_column(String(256))
+    """The process: a replica's REPLICA_ID, or a remote worker's id."""
+    kind: Mapped[str] = mapped_column(String(16))
+    """`replica` or `worker`."""
+    description: Mapped[str] = mapped_column(String(2048))
+    card_url: Mapped[str] = mapped_column(String(2048))
+    capabilities: Mapped[dict[str, Any]]
+    slots: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer)
+    """Agent runs of the role at the last heartbeat."""
+    last_seen: Mapped[datetime]
+    started_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_agent_instances_last_seen", "last_seen"),)
+    """Listing the live ones and deleting the long stale ones both look by `last_seen`."""

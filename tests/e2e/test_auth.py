@@ -30,6 +30,7 @@ GUARDED = [
     ("GET", "/a2a/rest/v1/card", None),
     ("GET", "/a2a/tasks/x", None),
     ("GET", "/a2a/tasks", None),
+    ("GET", "/agents", None),
     ("GET", "/no/such/route", None),
 ]
 
