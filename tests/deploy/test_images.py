@@ -260,7 +260,9 @@ def test_the_worker_connects_out_through_nginx_with_a_worker_key_only(monkeypatc
     # No way into the database, Redis or the API as a client: only the worker credential.
     assert not {"DATABASE_URL", "REDIS_URL", "API_KEYS", "WORKER_KEYS", "JWT_JWKS_URL"} & set(env)
     settings = _settings(env, monkeypatch)
-    role = roles.load(settings)[command[command.index("--role") + 1]]
+    loaded = roles.load(settings)
+    role = loaded[command[command.index("--role") + 1]]
+    assert [r.name for r in loaded.values() if r.runs_here] == [role.name]
     (key,) = role.entry.env_passthrough
     assert env[key] == f"${{{key}:-}}"
     assert worker["build"] == {"context": ".", "target": "agents"}
