@@ -6,6 +6,11 @@
 
 Local runs (`make cluster`, the tests' Cluster) render it with loopback upstreams and every path (pid, logs,
 temp files) under a private prefix directory, and start `nginx -p PREFIX -c PREFIX/nginx.conf -e ...`.
+
+The compose rendering also serves the `team` profile's deployment (docker-compose.yml: the `reviewers` and
+`implementers` pools, both under the network alias `a2a-team`) on ports of its own, 8081 and 50052 for gRPC.
+Those replicas exist only with `--profile team`, so their name is resolved per request through Docker's DNS
+rather than in an `upstream` block, which nginx would refuse to start with when the name does not resolve.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +28,33 @@ COMPOSE_UPSTREAMS = ("a2a-1:41242", "a2a-2:41242", "a2a-3:41242")
 COMPOSE_LISTEN = "8080"
 COMPOSE_GRPC_UPSTREAMS = ("a2a-1:50051", "a2a-2:50051", "a2a-3:50051")
 COMPOSE_GRPC_LISTEN = "50051"
+
+
+@dataclass(frozen=True)
+class TeamProxy:
+    """A second deployment behind the same nginx, on its own ports, its replicas found by one name."""
+
+    host: str
+    """A name resolved per request (every address it has is a replica), or an address."""
+    port: int
+    """The replicas' HTTP port."""
+    listen: str
+    grpc_port: int = 0
+    """The replicas' gRPC port (0: no gRPC server for the team)."""
+    grpc_listen: str | None = None
+    resolver: str | None = None
+    """The DNS server that resolves `host` (None: `host` is an address)."""
+
+
+# docker compose --profile team (docker-compose.yml): the alias both pools carry, Docker's embedded DNS.
+COMPOSE_TEAM = TeamProxy(
+    host="a2a-team",
+    port=41242,
+    listen="8081",
+    grpc_port=50051,
+    grpc_listen="50052",
+    resolver="127.0.0.11",
+)
 
 _TEMPLATE = """\
 # {header}
@@ -51,7 +84,13 @@ http {{
 
         location / {{
             proxy_pass http://a2a;
+{proxy}
+        }}
+    }}
+{grpc}{team}}}
+"""
 
+_PROXY = """
             # HTTP/1.1 with keep-alive to the replicas; no hop-by-hop Connection header forwarded.
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -73,11 +112,7 @@ http {{
             # (that would need `non_idempotent`, deliberately absent): a JSON-RPC call is only retried
             # when the replica refused the connection or failed before the request went out.
             proxy_next_upstream error timeout http_502 http_503;
-            proxy_next_upstream_timeout 10s;
-        }}
-    }}
-{grpc}}}
-"""
+            proxy_next_upstream_timeout 10s;"""
 
 _GRPC = """
     upstream a2a_grpc {{
@@ -102,6 +137,40 @@ _GRPC = """
     }}
 """
 
+_TEAM = """
+    # The team deployment (docker compose --profile team) on ports of its own. Its replicas are every
+    # address the name below has, looked up per request (the resolver's answer kept 5 s): nginx starts
+    # without them (these ports then answer 502), and a pool scaled or restarted is picked up without a
+    # reload. A failed connection moves on to the name's next address, as the upstream above does to its
+    # next replica (with no keep-alive pool: nginx keeps one only for an upstream block).
+{resolver}    server {{
+        listen {listen};
+
+        location / {{
+            set $a2a_team {host};
+            proxy_pass http://$a2a_team:{port};
+{proxy}
+        }}
+    }}
+{grpc}"""
+
+_TEAM_GRPC = """
+    server {{
+        listen {listen} http2;
+
+        location / {{
+            set $a2a_team {host};
+            grpc_pass grpc://$a2a_team:{port};
+            grpc_set_header X-Real-IP $remote_addr;
+            grpc_read_timeout 1h;
+            grpc_send_timeout 1h;
+            grpc_connect_timeout 2s;
+            grpc_next_upstream error timeout;
+            grpc_next_upstream_timeout 10s;
+        }}
+    }}
+"""
+
 
 def render(
     upstreams: Sequence[str],
@@ -111,9 +180,10 @@ def render(
     worker_user: str | None = None,
     grpc_upstreams: Sequence[str] = (),
     grpc_listen: str | None = None,
+    team: TeamProxy | None = None,
 ) -> str:
     """The nginx.conf text for these `host:port` upstreams (and, with `grpc_listen`, a gRPC server in
-    front of the replicas' `grpc_upstreams`).
+    front of the replicas' `grpc_upstreams`; with `team`, a second deployment's servers).
 
     `prefix` None renders for the nginx container (logs to stdout/stderr, the image's own pid and temp
     paths); a prefix directory renders for a local process with the pid, logs and temp files under it.
@@ -142,7 +212,33 @@ def render(
             f"    {name}_temp_path {prefix / 'temp' / name};\n"
             for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         )
-    return _TEMPLATE.format(header=header, main=main, http=http, servers=servers, listen=listen, grpc=grpc)
+    return _TEMPLATE.format(
+        header=header,
+        main=main,
+        http=http,
+        servers=servers,
+        listen=listen,
+        proxy=_PROXY,
+        grpc=grpc,
+        team=_team(team) if team else "",
+    )
+
+
+def _team(team: TeamProxy) -> str:
+    grpc = ""
+    if team.grpc_listen:
+        grpc = _TEAM_GRPC.format(listen=team.grpc_listen, host=team.host, port=team.grpc_port)
+    resolver = ""
+    if team.resolver:
+        resolver = f"    resolver {team.resolver} valid=5s ipv6=off;\n    resolver_timeout 2s;\n\n"
+    return _TEAM.format(
+        host=team.host,
+        resolver=resolver,
+        listen=team.listen,
+        port=team.port,
+        proxy=_PROXY,
+        grpc=grpc,
+    )
 
 
 def _servers(upstreams: Sequence[str]) -> str:
@@ -150,20 +246,27 @@ def _servers(upstreams: Sequence[str]) -> str:
 
 
 def render_compose() -> str:
-    """The config docker compose mounts: the three replica services, listening on 8080 (and gRPC on 50051)."""
+    """The config docker compose mounts: the three replica services, listening on 8080 (and gRPC on 50051),
+    and the `team` profile's replicas on 8081 (gRPC 50052)."""
     return render(
         COMPOSE_UPSTREAMS,
         COMPOSE_LISTEN,
         grpc_upstreams=COMPOSE_GRPC_UPSTREAMS,
         grpc_listen=COMPOSE_GRPC_LISTEN,
+        team=COMPOSE_TEAM,
     )
 
 
 def write_local(
-    prefix: Path, upstreams: Sequence[str], port: int, grpc_upstreams: Sequence[str] = (), grpc_port: int = 0
+    prefix: Path,
+    upstreams: Sequence[str],
+    port: int,
+    grpc_upstreams: Sequence[str] = (),
+    grpc_port: int = 0,
+    team: TeamProxy | None = None,
 ) -> Path:
-    """Write a loopback config (listening on 127.0.0.1:`port`, and for gRPC on `grpc_port` when set) under
-    `prefix`; its path.
+    """Write a loopback config (listening on 127.0.0.1:`port`, and for gRPC on `grpc_port` when set, and
+    with `team` a second deployment's servers) under `prefix`; its path.
 
     As root, workers run as root too: the prefix usually sits in a private (0700) temp directory that the
     default `nobody` worker could not write request bodies into.
@@ -182,6 +285,7 @@ def write_local(
             worker_user=user,
             grpc_upstreams=grpc_upstreams,
             grpc_listen=grpc_listen,
+            team=team,
         )
     )
     return conf
