@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import orjson
@@ -34,13 +35,13 @@ from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.db import create_engine
 from app.store.idempotency import IdempotencyKeys
-from app.store.instances import Instances
+from app.store.instances import InstanceRecord, Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
-from app.tasks.workers import WorkerDesk
+from app.tasks.workers import Announcer, WorkerDesk
 
 __all__ = ["Components", "lifespan", "wire"]
 
@@ -126,8 +127,9 @@ async def wire(
             name: card.build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
             for name, role in roles.items()
         }
+        instances = Instances(engine)
         discovery = Discovery(
-            Instances(engine),
+            instances,
             "replica",
             settings.replica_id,
             settings.discovery_heartbeat_s,
@@ -163,7 +165,15 @@ async def wire(
                     queue_poll_s=settings.queue_poll_s,
                 )
                 if role.runs_here
-                else Idle(tasks, leases, bus, min(settings.queue_poll_s, settings.lease_ttl_s / 5))
+                else Idle(
+                    tasks,
+                    leases,
+                    bus,
+                    min(settings.queue_poll_s, settings.lease_ttl_s / 5),
+                    name,
+                    partial(discovery.available, name),
+                    settings.role_wait_s,
+                )
             )
             service = TaskService(
                 tasks,
@@ -200,7 +210,17 @@ async def wire(
                 metrics=metrics,
                 role=name,
                 roles=every,
-                workers=WorkerDesk(tasks, repo, engine, bus, settings.lease_ttl_s, scope),
+                workers=WorkerDesk(
+                    tasks,
+                    repo,
+                    engine,
+                    bus,
+                    settings.lease_ttl_s,
+                    scope,
+                    announce=Announcer(
+                        instances, _describe(settings, role, cards[name]), settings.discovery_heartbeat_s
+                    ),
+                ),
                 discovery=discovery,
             )
         for c in every.values():
@@ -219,6 +239,30 @@ async def wire(
         yield components
 
 
+def _describe(settings: Settings, role: Role, role_card: card.Card) -> InstanceRecord:
+    """How discovery describes an instance of the role, as its card does (instance id, kind and load are
+    filled in by who announces it: this process, or the replica a remote worker talks to)."""
+    public = orjson.loads(role_card.hybrid.body)
+    capabilities: dict[str, Any] = {
+        "agent": public["name"],
+        "adapter": role.entry.adapter,
+        **({"model": m} if (m := role.entry.model or settings.agent_model) else {}),
+        "streaming": public["capabilities"].get("streaming", False),
+        "pushNotifications": public["capabilities"].get("pushNotifications", False),
+        "skills": [s["id"] for s in public["skills"]],
+        "inputModes": public["defaultInputModes"],
+        "outputModes": public["defaultOutputModes"],
+    }
+    return InstanceRecord(
+        role=role.name,
+        instance_id="",
+        kind="worker",
+        description=public["description"],
+        card_url=f"{settings.public_url}{role.path}/.well-known/agent-card.json",
+        capabilities=capabilities,
+    )
+
+
 def _instances(
     settings: Settings,
     roles: dict[str, Role],
@@ -231,23 +275,13 @@ def _instances(
     for name, role in roles.items():
         if not role.runs_here:
             continue
-        public = orjson.loads(cards[name].hybrid.body)
-        capabilities: dict[str, Any] = {
-            "agent": public["name"],
-            "adapter": role.entry.adapter,
-            **({"model": m} if (m := role.entry.model or settings.agent_model) else {}),
-            "streaming": public["capabilities"].get("streaming", False),
-            "pushNotifications": public["capabilities"].get("pushNotifications", False),
-            "skills": [s["id"] for s in public["skills"]],
-            "inputModes": public["defaultInputModes"],
-            "outputModes": public["defaultOutputModes"],
-        }
+        described = _describe(settings, role, cards[name])
         out.append(
             Instance(
                 role=name,
-                description=public["description"],
-                card_url=f"{settings.public_url}{role.path}/.well-known/agent-card.json",
-                capabilities=capabilities,
+                description=described.description,
+                card_url=described.card_url,
+                capabilities=described.capabilities,
                 slots=role.slots,
                 running=lambda name=name: every[name].runner.running,
             )

@@ -14,11 +14,12 @@ task goes to its run, a cancel or a lease taken stops it. The protocol is in `ap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import httpx
@@ -52,6 +53,8 @@ class Server:
             base_url=url.rstrip("/"), headers=headers, timeout=httpx.Timeout(10, read=45)
         )
         self.ask = {"role": role, "instance": instance}
+        self.load: Callable[[], dict[str, int]] = dict
+        """The worker's slots and running agents, sent with claims and syncs for discovery."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -69,7 +72,7 @@ class Server:
                 if method == "GET":
                     resp = await self._http.get(path, params=self.ask)
                 else:
-                    resp = await self._http.post(path, json={**self.ask, **(body or {})})
+                    resp = await self._http.post(path, json={**self.ask, **self.load(), **(body or {})})
                 if resp.status_code < 500:
                     if resp.status_code in (401, 403):
                         raise ServerError(f"the server refused the worker credential: {resp.text}")
@@ -169,11 +172,13 @@ class RemoteLeases:
         self._server = server
         self._tasks = tasks
         self.replica_id = tasks.replica_id
+        self.claim_wait_s = CLAIM_WAIT_S
+        """How long a claim waits at the server: at most the discovery heartbeat, so an idle worker's calls
+        keep it listed."""
 
     async def claim_queued(self, limit: int) -> list[str]:
-        status, body = await self._server.call(
-            "POST", "/workers/v1/claim", {"limit": limit, "waitS": CLAIM_WAIT_S}
-        )
+        body = {"limit": limit, "waitS": self.claim_wait_s}
+        status, body = await self._server.call("POST", "/workers/v1/claim", body)
         if status != 200:
             raise RuntimeError(f"claim refused (HTTP {status}): {body}")
         ids = []
@@ -241,6 +246,8 @@ class Worker:
         ttl = float(me["leaseTtlS"])
         self.tasks = RemoteTasks(self.server, me["holder"], self.settings.db_outage_grace_s)
         leases = RemoteLeases(self.server, self.tasks)
+        if me.get("heartbeatS"):
+            leases.claim_wait_s = min(CLAIM_WAIT_S, float(me["heartbeatS"]) / 2)
         await self.agent.setup()
         self.runner = Runner(
             self.tasks,  # type: ignore[arg-type]
@@ -253,6 +260,8 @@ class Worker:
             lease_ttl_s=ttl,
             queue_poll_s=1.0,
         )
+        runner = self.runner
+        self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
         await self.runner.open()
         log.warning("worker %s serving role %s with %d slot(s)", me["holder"], self.role.name, self.slots)
         news = asyncio.create_task(self._news(ttl), name="news")
@@ -263,6 +272,8 @@ class Worker:
             await asyncio.gather(news, return_exceptions=True)
             await self.runner.aclose()
             await self.agent.aclose()
+            with contextlib.suppress(Exception):
+                await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
 
     async def _news(self, ttl: float) -> None:
         """What others did to this worker's tasks: answers go to their runs, lost tasks are stopped."""

@@ -7,7 +7,8 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
   409 `{error: {code: "lost"}}` once the task is not the worker's any more
 - `POST /workers/v1/sync` `{role, instance, tasks: {id: {seq, user}}, waitS}` → `{news: {id: {...}}}`
 - `GET /workers/v1/tasks/{id}?role=&instance=` → `{lastSeq, holder}`
-- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS}`; `POST /workers/v1/release` `{role,
+- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS}` (a worker calls at least
+  every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
@@ -39,7 +40,14 @@ class _Ask(BaseModel):
     instance: str = Field(pattern=INSTANCE.pattern)
 
 
-class _Claim(_Ask):
+class _Load(_Ask):
+    """A worker's load, for discovery: its slots and the agents it runs now."""
+
+    slots: int | None = Field(default=None, ge=0, le=10_000)
+    running: int | None = Field(default=None, ge=0, le=10_000)
+
+
+class _Claim(_Load):
     limit: int = Field(ge=1, le=256)
     wait_s: float = Field(default=0.0, ge=0, alias="waitS")
 
@@ -49,7 +57,7 @@ class _Events(_Ask):
     events: list[dict[str, Any]] = Field(max_length=10_000)
 
 
-class _Sync(_Ask):
+class _Sync(_Load):
     tasks: dict[str, int | dict[str, Any]] = Field(default_factory=dict, max_length=1024)
     wait_s: float = Field(default=0.0, ge=0, alias="waitS")
 
@@ -89,6 +97,8 @@ async def claim(request: Request) -> Response:
         return found
     desk, holder = found
     assert isinstance(ask, _Claim)
+    if desk.announce is not None:
+        await desk.announce.seen(holder, ask.slots, ask.running)
     claimed = await desk.claim(holder, ask.limit, ask.wait_s)
     return _json({"tasks": [c.to_wire() for c in claimed]})
 
@@ -122,16 +132,21 @@ async def sync(request: Request) -> Response:
         return found
     desk, holder = found
     assert isinstance(ask, _Sync)
+    if desk.announce is not None:
+        await desk.announce.seen(holder, ask.slots, ask.running)
     return _json({"news": await desk.sync(holder, ask.tasks, ask.wait_s)})
 
 
 class _Release(_Ask):
     tasks: list[str] = Field(default_factory=list, max_length=1024)
+    leaving: bool = False
+    """The worker is stopping: it leaves discovery at once."""
 
 
 @router.get("/whoami")
 async def whoami(request: Request) -> Response:
-    """The worker's lease holder name and the lease TTL it must renew within (a third of it, to be safe)."""
+    """The worker's lease holder name, the lease TTL it must renew within, and how often it must call to
+    stay listed in discovery."""
     ask = await _parse(request, _Ask, dict(request.query_params))
     if isinstance(ask, Response):
         return ask
@@ -139,7 +154,8 @@ async def whoami(request: Request) -> Response:
     if isinstance(found, Response):
         return found
     desk, holder = found
-    return _json({"holder": holder, "leaseTtlS": desk.ttl_s})
+    heartbeat = desk.announce.every_s if desk.announce is not None else None
+    return _json({"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat})
 
 
 @router.post("/release")
@@ -154,6 +170,8 @@ async def release(request: Request) -> Response:
     desk, holder = found
     assert isinstance(ask, _Release)
     await desk.release(holder, ask.tasks)
+    if ask.leaving and desk.announce is not None:
+        await desk.announce.gone(holder)
     return _json({})
 
 

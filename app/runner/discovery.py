@@ -120,6 +120,10 @@ class Discovery:
                 self.max_age_s,
             )
 
+    async def available(self, role: str) -> bool:
+        """Whether any process (a replica or a remote worker) runs the role now."""
+        return any(i.role == role for i in await self.live())
+
     async def live(self) -> list[InstanceRecord]:
         """Every instance (of any process) seen within the maximum age, by role then name."""
         return await self._store.live(self.max_age_s)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from app.bus.base import Bus
 from app.protocol.model import Message, TaskState
@@ -29,11 +31,24 @@ class Idle:
     running = 0
     slots = 0
 
-    def __init__(self, tasks: LiveTasks, leases: Leases, bus: Bus, reap_every_s: float) -> None:
+    def __init__(
+        self,
+        tasks: LiveTasks,
+        leases: Leases,
+        bus: Bus,
+        reap_every_s: float,
+        role: str = "default",
+        available: Callable[[], Awaitable[bool]] | None = None,
+        role_wait_s: float = 30.0,
+    ) -> None:
         self._tasks = tasks
         self._leases = leases
         self._bus = bus
         self._every_s = reap_every_s
+        self._role = role
+        self._available = available
+        """Whether an instance of the role is live anywhere (discovery); None: never refuse."""
+        self._wait = timedelta(seconds=role_wait_s)
         self._loop: asyncio.Task[None] | None = None
 
     def reserve(self) -> bool:
@@ -68,8 +83,24 @@ class Idle:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
 
+    async def _refuse_unserved(self) -> None:
+        """Fail the role's tasks queued for ROLE_WAIT_S while no instance of the role is live anywhere."""
+        if self._available is None:
+            return
+        waiting = await self._leases.queued_before(self._wait)
+        if not waiting or await self._available():
+            return
+        seconds = self._wait.total_seconds()
+        reason = (
+            f"No agent of the role {self._role!r} is available: none was live for {seconds:g} s after this "
+            "task was sent, so it was not started. Send it again once one is (GET /agents lists them)."
+        )
+        for task_id in waiting:
+            await self._tasks.refuse(task_id, reason)
+
     async def _reaper(self) -> None:
-        """Mark expired leases and end the working tasks whose lease stayed void (as `Runner._reap`)."""
+        """Mark expired leases and end the working tasks whose lease stayed void (as `Runner._reap`); fail
+        tasks queued past ROLE_WAIT_S while the role has no live instance."""
         outage = OutageLog("reaper")
         while True:
             try:
@@ -77,6 +108,7 @@ class Idle:
                 for held in await self._leases.expired():
                     if held.state is TaskState.WORKING:
                         await self._tasks.end_lost(held, lost_reason(held.owner))
+                await self._refuse_unserved()
                 outage.ok()
             except Exception as exc:
                 outage.failed_or_bug(exc, log, "reaping failed; retrying")

@@ -229,6 +229,22 @@ class Leases:
             rows = (await conn.execute(stmt)).all()
         return [Held(tid, TaskState(state), owner) for tid, state, owner in rows]
 
+    async def queued_before(self, age: timedelta, limit: int = 100) -> list[str]:
+        """Queued tasks nobody has claimed for `age` (oldest first)."""
+        stmt = (
+            select(_tasks.c.id)
+            .where(
+                self._role,
+                _tasks.c.state == TaskState.SUBMITTED.value,
+                _tasks.c.lease_owner.is_(None),
+                _tasks.c.created_at < utcnow() - age,
+            )
+            .order_by(_tasks.c.created_at)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return list((await conn.execute(stmt)).scalars())
+
     async def mine(self) -> list[Held]:
         """Unfinished tasks leased to this replica's name: after a restart, left by the previous life."""
         stmt = select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner).where(

@@ -437,6 +437,22 @@ class LiveTasks:
         self._notices.add(notice)
         notice.add_done_callback(self._notices.discard)
 
+    async def refuse(self, task_id: str, reason: str) -> bool:
+        """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
+        this replica can take it; True when it did."""
+        if not await self._leases.take(task_id):
+            return False
+        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        if stored is None or stored.task.status.state is not TaskState.SUBMITTED:
+            await self._leases.release([task_id])
+            return False
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        event = status_update(task_id, stored.task.context_id, TaskState.FAILED, reason)
+        try:
+            return bool(await self.apply(live, [event]))
+        except SeqTakenError:
+            return False
+
     def lose(self, task_id: str) -> bool:
         """The task was ended or taken over by another replica: stop holding it here, and send the
         blocking requests waiting on it to follow it from the log instead. True if it was held here."""

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -34,7 +38,9 @@ from app.protocol.model import (
     TaskStatus,
     event_from_store,
     event_kind,
+    utcnow,
 )
+from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import SeqTakenError
@@ -110,6 +116,45 @@ async def _status_change(subs: list[Subscription], wait_s: float) -> bool:
     return False
 
 
+class Announcer:
+    """Lists remote workers in discovery: the replica a worker calls refreshes the worker's instance (at
+    most once a heartbeat per worker here), as the worker cannot reach the database itself."""
+
+    def __init__(self, instances: Instances, template: InstanceRecord, heartbeat_s: float) -> None:
+        self._instances = instances
+        self._template = template
+        self.every_s = heartbeat_s
+        self._last: dict[str, float] = {}
+        self._started: dict[str, datetime] = {}
+
+    async def seen(self, holder: str, slots: int | None, running: int | None) -> None:
+        if slots is None:
+            return
+        now = time.monotonic()
+        if now - self._last.get(holder, -math.inf) < self.every_s / 2:
+            return
+        self._last[holder] = now
+        record = dataclasses.replace(
+            self._template,
+            instance_id=holder.removeprefix(WORKER_PREFIX),
+            kind="worker",
+            slots=slots,
+            running=running or 0,
+            started_at=self._started.setdefault(holder, utcnow()),
+        )
+        try:
+            await self._instances.upsert([record])
+        except Exception:
+            self._last.pop(holder, None)  # try again on its next call
+            raise
+
+    async def gone(self, holder: str) -> None:
+        """The worker said it is leaving: out of the listing at once."""
+        self._last.pop(holder, None)
+        self._started.pop(holder, None)
+        await self._instances.forget([instance_name(self._template.role, holder.removeprefix(WORKER_PREFIX))])
+
+
 @dataclass(slots=True)
 class Claimed:
     task: Task
@@ -131,7 +176,9 @@ class WorkerDesk:
         bus: Bus,
         ttl_s: float,
         role: str | None,
+        announce: Announcer | None = None,
     ) -> None:
+        self.announce = announce
         self._tasks = tasks
         self._repo = repo
         self._engine = engine

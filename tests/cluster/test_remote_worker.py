@@ -104,6 +104,9 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
         WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "dev-vm"}),
         LEASE_TTL_S="3",
         QUEUE_POLL_S="0.5",
+        DISCOVERY_HEARTBEAT_S="1",
+        DISCOVERY_MAX_AGE_S="3",
+        ROLE_WAIT_S="2",
     )
     cl = Cluster(db, redis, tmp_path / "cluster", 2, grpc=True, **env)
     await asyncio.to_thread(cl.start)
@@ -291,3 +294,53 @@ async def test_a_worker_key_opens_only_the_worker_endpoints(team: tuple[Cluster,
                 a2a_pb2.GetTaskRequest(id="x"), metadata=(("x-api-key", WORKER_KEY),), timeout=30
             )
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def listing(base: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+        resp = await c.get("/agents", headers=key_of("alice"))
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+async def until_listed(base: str, role: str, available: bool) -> dict[str, Any]:
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            found = await listing(base)
+            if {r["role"]: r["available"] for r in found["roles"]}[role] is available:
+                return found
+            await asyncio.sleep(0.2)
+
+
+async def test_discovery_lists_the_worker_and_a_role_without_instances_refuses_work(
+    team: tuple[Cluster, WorkerProcess, str],
+):
+    cl, worker, _ = team
+    base = cl.nginx_url
+    found = await until_listed(base, "triager", True)
+    kinds = {(a["role"], a["kind"]) for a in found["agents"]}
+    assert kinds == {("reviewer", "replica"), ("triager", "worker")}, found
+    assert sum(a["role"] == "reviewer" for a in found["agents"]) == 2
+    listed = next(a for a in found["agents"] if a["kind"] == "worker")
+    assert listed["name"] == "triager:dev-vm:vm1" and listed["slots"] == 4
+    assert listed["card_url"].endswith("/agents/triager/.well-known/agent-card.json")
+    assert "routing" in found["routing_note"].lower() or "role" in found["routing_note"]
+
+    # Every instance of the role gone: unavailable within the maximum age, and a send fails after ROLE_WAIT_S.
+    worker.kill()
+    await until_listed(base, "triager", False)
+    refused = await rpc(base, "message/send", {"message": msg("say:never")})
+    assert refused["status"]["state"] == "failed", refused["status"]
+    reason = " ".join(p.get("text", "") for p in refused["status"]["message"]["parts"])
+    assert "No agent of the role 'triager' is available" in reason, reason
+
+    # A restarted instance takes new work.
+    worker.start()
+    await until_listed(base, "triager", True)
+    done = await rpc(base, "message/send", {"message": msg("say:back")})
+    assert done["status"]["state"] == "completed", done["status"]
+
+    # A worker that stops cleanly leaves the listing at once (no wait for the maximum age).
+    worker.stop()
+    found = await listing(base)
+    assert not [a for a in found["agents"] if a["kind"] == "worker"], found
