@@ -20,6 +20,8 @@ from a2a.helpers import get_message_text, new_text_message
 from a2a.types import GetTaskRequest, Role, SendMessageRequest, Task, a2a_pb2, a2a_pb2_grpc
 
 from tests.conftest import BACKENDS, make_server
+from tests.interop.test_interop_js import Variant, run_interop
+from tests.interop.test_interop_js import node as node  # the fixture, for the JS test here
 from tests.interop.test_interop_sdk import only_v03
 from tests.support.auth import api_keys_env, key_of
 from tests.support.server import BIN, ROOT, ServerProcess, free_port
@@ -218,3 +220,35 @@ def test_a_bad_entry_stops_start_up_with_one_line_naming_role_and_field(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: invalid setting AGENT"), done.stderr
     assert says in lines[0], lines[0]
+
+
+JS_STEPS = ("send", "stream", "get", "cancel", "not_found", "multi_turn")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        Variant(("--transport", "JSONRPC", "--protocol", "1.0"), "JSONRPC", "1.0"),
+        Variant(("--transport", "HTTP+JSON", "--protocol", "1.0"), "HTTP+JSON", "1.0"),
+        Variant(("--transport", "JSONRPC", "--protocol", "0.3"), "JSONRPC", "0.3"),
+    ],
+    ids=["v10-jsonrpc", "v10-rest", "v03-jsonrpc"],
+)
+async def test_the_official_js_sdk_reaches_a_role_from_its_card(tmp_path: Path, node: str, variant: Variant):
+    """@a2a-js/sdk's client, built from the role's card URL, stays on the role's endpoints for every step."""
+    srv = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENTS=json.dumps({"default": {"adapter": "echo"}, "coder": {"adapter": "scripted"}}),
+    )
+    try:
+        variant = Variant((*variant.args, "--steps", ",".join(JS_STEPS)), variant.transport, variant.version)
+        # A base URL with its trailing slash, as URL resolution (and so the JS SDK's card resolver) needs it.
+        run = await run_interop(node, srv.base_url + "/agents/coder/", variant)
+        for name in JS_STEPS:
+            step = run.step(name)
+            paths = [call["path"] for call in step["wire"]]
+            assert paths and all(p.startswith("/agents/coder/") for p in paths), (name, paths)
+        assert run.client["transport"] == variant.transport
+    finally:
+        srv.stop()
