@@ -239,6 +239,10 @@ async def wire(
         yield components
 
 
+def _running(every: Mapping[str, Components], role: str) -> int:
+    return every[role].runner.running
+
+
 def _describe(settings: Settings, role: Role, role_card: card.Card) -> InstanceRecord:
     """How discovery describes an instance of the role, as its card does (instance id, kind and load are
     filled in by who announces it: this process, or the replica a remote worker talks to)."""
@@ -283,7 +287,7 @@ def _instances(
                 card_url=described.card_url,
                 capabilities=described.capabilities,
                 slots=role.slots,
-                running=lambda name=name: every[name].runner.running,
+                running=partial(_running, every, name),
             )
         )
     return out

@@ -177,8 +177,8 @@ class RemoteLeases:
         keep it listed."""
 
     async def claim_queued(self, limit: int) -> list[str]:
-        body = {"limit": limit, "waitS": self.claim_wait_s}
-        status, body = await self._server.call("POST", "/workers/v1/claim", body)
+        ask = {"limit": limit, "waitS": self.claim_wait_s}
+        status, body = await self._server.call("POST", "/workers/v1/claim", ask)
         if status != 200:
             raise RuntimeError(f"claim refused (HTTP {status}): {body}")
         ids = []
@@ -221,7 +221,7 @@ def _known(live: LiveTask) -> dict[str, Any]:
 class _NoBus:
     """The runner hears of queued work by its claims' long poll: no doorbell here."""
 
-    def on_queued(self, callback: Any) -> None:
+    def on_queued(self, callback: Callable[[], None]) -> None:
         return None
 
 
@@ -250,9 +250,9 @@ class Worker:
             leases.claim_wait_s = min(CLAIM_WAIT_S, float(me["heartbeatS"]) / 2)
         await self.agent.setup()
         self.runner = Runner(
-            self.tasks,  # type: ignore[arg-type]
-            leases,  # type: ignore[arg-type]
-            _NoBus(),  # type: ignore[arg-type]
+            self.tasks,
+            leases,
+            _NoBus(),
             self.agent,
             max_concurrent=self.slots,
             timeout_s=self.role.timeout_s,

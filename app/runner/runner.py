@@ -20,17 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
-from app.bus.base import Bus
 from app.protocol.errors import InternalError
 from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
-from app.store.leases import Leases
+from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.live import WORKER_PREFIX, LiveTasks, TaskLostError, UnrecordedError
+from app.tasks.live import WORKER_PREFIX, LiveTask, TaskLostError, UnrecordedError
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
@@ -46,6 +45,41 @@ RETRY_S = 1.0
 """Longest wait before a background loop tries again after the database failed it."""
 
 
+class RunTasks(Protocol):
+    """What a runner reads and changes of its runs' tasks: `LiveTasks` on a replica, `worker.RemoteTasks`
+    in a remote worker."""
+
+    outage_grace_s: float
+
+    def get(self, task_id: str) -> LiveTask | None: ...
+    async def adopt(self, task_id: str) -> bool: ...
+    async def record(self, task_id: str, events: list[Event]) -> bool: ...
+    async def fail(self, task_id: str, reason: str, wait: bool = False) -> None: ...
+    def forget(self, task_id: str) -> None: ...
+    def lose(self, task_id: str) -> bool: ...
+    async def release(self, task_ids: list[str]) -> None: ...
+    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool: ...
+
+
+class RunLeases(Protocol):
+    """What a runner asks of leases: `Leases` on a replica, `worker.RemoteLeases` in a remote worker."""
+
+    replica_id: str
+
+    async def claim_queued(self, limit: int) -> list[str]: ...
+    async def renew(self, task_ids: Collection[str]) -> set[str]: ...
+    async def recorded(self, task_id: str) -> tuple[int, str | None] | None: ...
+    async def mine(self) -> list[Held]: ...
+    async def suspect(self) -> int: ...
+    async def expired(self) -> list[Held]: ...
+
+
+class QueueBell(Protocol):
+    """Where a runner hears that work waits (the bus; a remote worker's claims long-poll instead)."""
+
+    def on_queued(self, callback: Callable[[], None]) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class _Entry:
     task: asyncio.Task[None]
@@ -57,9 +91,9 @@ class Runner:
 
     def __init__(
         self,
-        tasks: LiveTasks,
-        leases: Leases,
-        bus: Bus,
+        tasks: RunTasks,
+        leases: RunLeases,
+        bus: QueueBell,
         agent: Agent,
         max_concurrent: int,
         timeout_s: float,

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -89,7 +89,7 @@ def events_to_wire(events: list[Event]) -> list[dict[str, Any]]:
     return [{"kind": event_kind(e), "body": e.to_store()} for e in events]
 
 
-def events_from_wire(task: Task, items: list[Mapping[str, Any]]) -> list[Event]:
+def events_from_wire(task: Task, items: Sequence[Mapping[str, Any]]) -> list[Event]:
     return [event_from_store(task.id, task.context_id, i["kind"], i["body"]) for i in items]
 
 
