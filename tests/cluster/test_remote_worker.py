@@ -1,7 +1,8 @@
 """Remote workers: a role served only by `a2a-server worker` processes that connect out over HTTP.
 
-Two replicas behind nginx on PostgreSQL and Redis run the role `reviewer`; the role `triager` runs only in a
-worker connected through nginx with a worker key. Tasks sent to the triager run in the worker (streamed,
+Two replicas behind nginx on PostgreSQL and Redis, one running the role `reviewer`, the other the role
+`implementer`; the role `triager` runs only in a worker connected through nginx with a worker key. Tasks sent
+through nginx run only where their role runs. Tasks sent to the triager run in the worker (streamed,
 multi-turn, canceled); killing the worker mid-task ends its task with a reason naming it; killing the
 replica the worker talks to loses and doubles no event; the worker key opens only the worker endpoints and
 an A2A key does not open them.
@@ -29,14 +30,26 @@ from app.api.auth import hash_key
 from tests.cluster.test_chaos_load import ENDED, event_log
 from tests.conftest import _fresh_pg_database
 from tests.support.auth import KEYS, api_keys_env, key_of
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, Replica
 from tests.support.server import BIN, ROOT
 
 WORKER_KEY = "worker-" + os.urandom(8).hex()
 AGENTS = {
     "reviewer": {"adapter": "scripted"},
+    "implementer": {"adapter": "scripted", "card": {"name": "Implementer"}},
     "triager": {"adapter": "scripted", "card": {"name": "Triager"}},
 }
+POOLS = ("reviewer", "implementer")
+"""The role each replica runs, by index."""
+
+
+class Pools(Cluster):
+    """Each replica runs one role's agents (`AGENT_ROLES`), all of them serve every role."""
+
+    def replica_env(self, replica: Replica) -> dict[str, str]:
+        return {**super().replica_env(replica), "AGENT_ROLES": POOLS[replica.index]}
+
+
 TRIAGER = "/agents/triager"
 WAIT_S = 90
 
@@ -100,7 +113,6 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
     db = await _fresh_pg_database(pg)
     env = api_keys_env(
         AGENTS=json.dumps(AGENTS),
-        AGENT_ROLES="reviewer",
         WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "dev-vm"}),
         LEASE_TTL_S="3",
         QUEUE_POLL_S="0.5",
@@ -108,7 +120,7 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
         DISCOVERY_MAX_AGE_S="3",
         ROLE_WAIT_S="2",
     )
-    cl = Cluster(db, redis, tmp_path / "cluster", 2, grpc=True, **env)
+    cl = Pools(db, redis, tmp_path / "cluster", 2, grpc=True, **env)
     await asyncio.to_thread(cl.start)
     worker = WorkerProcess(cl.nginx_url, tmp_path / "worker.log", "vm1")
     worker.start()
@@ -318,9 +330,14 @@ async def test_discovery_lists_the_worker_and_a_role_without_instances_refuses_w
     cl, worker, _ = team
     base = cl.nginx_url
     found = await until_listed(base, "triager", True)
-    kinds = {(a["role"], a["kind"]) for a in found["agents"]}
-    assert kinds == {("reviewer", "replica"), ("triager", "worker")}, found
-    assert sum(a["role"] == "reviewer" for a in found["agents"]) == 2
+    instances = {(a["role"], a["instance_id"], a["kind"]) for a in found["agents"]}
+    assert instances == {
+        ("reviewer", "a2a-1", "replica"),
+        ("implementer", "a2a-2", "replica"),
+        ("triager", "dev-vm:vm1", "worker"),
+    }, found
+    for url in cl.urls:  # any replica lists every live instance
+        assert {a["name"] for a in (await listing(url))["agents"]} == {a["name"] for a in found["agents"]}
     listed = next(a for a in found["agents"] if a["kind"] == "worker")
     assert listed["name"] == "triager:dev-vm:vm1" and listed["slots"] == 4
     assert listed["card_url"].endswith("/agents/triager/.well-known/agent-card.json")
@@ -344,3 +361,31 @@ async def test_discovery_lists_the_worker_and_a_role_without_instances_refuses_w
     worker.stop()
     found = await listing(base)
     assert not [a for a in found["agents"] if a["kind"] == "worker"], found
+
+
+async def test_tasks_sent_through_nginx_run_only_where_their_role_runs(
+    team: tuple[Cluster, WorkerProcess, str],
+):
+    cl, _, _ = team
+    for path, runner in (("", 0), ("/agents/implementer", 1)):
+        body = {"message": msg("say:start;sleep:2;say:end"), "configuration": {"blocking": False}}
+        send = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": body}
+        async with httpx.AsyncClient(base_url=cl.nginx_url, timeout=30) as c:
+            task_id = (await c.post(f"{path}/a2a/jsonrpc", json=send, headers=key_of("alice"))).json()[
+                "result"
+            ]["id"]
+            async with asyncio.timeout(WAIT_S):
+                while not sum(
+                    counts := [(await c.get(f"{u}/healthz")).json()["runningAgents"] for u in cl.urls]
+                ):
+                    await asyncio.sleep(0.05)
+            assert counts[runner] == 1 and counts[1 - runner] == 0, (path, counts)
+            get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task_id}}
+            async with asyncio.timeout(WAIT_S):
+                while True:
+                    task = (await c.post(f"{path}/a2a/jsonrpc", json=get, headers=key_of("alice"))).json()[
+                        "result"
+                    ]
+                    if task["status"]["state"] == "completed":
+                        break
+                    await asyncio.sleep(0.1)
