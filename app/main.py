@@ -11,7 +11,6 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from app import roles as roles_
-from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
@@ -21,8 +20,8 @@ from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
-from app.settings import SettingError, Settings, get_settings
-from app.wiring import lifespan
+from app.settings import Settings, get_settings
+from app.wiring import lifespan, role_agent
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     roles = roles_.load(settings)
     base = AgentOptions.from_settings(settings)
     agents = {
-        name: agent if agent is not None and i == 0 else _agent(settings, role, len(roles) > 1, base)
+        name: agent if agent is not None and i == 0 else role_agent(settings, role, len(roles) > 1, base)
         for i, (name, role) in enumerate(roles.items())
     }
     authenticator = Authenticator(settings)
@@ -112,20 +111,3 @@ def _error_handlers(app: FastAPI) -> None:
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         body = {"error": {"code": 400, "message": "Invalid request"}}
         return Response(orjson.dumps(body), 400, media_type="application/json")
-
-
-def _agent(settings: Settings, role: roles_.Role, several: bool, base: AgentOptions | None = None) -> Agent:
-    """The role's agent, with the role's options over the server-wide ones (`base`, built from `settings`
-    when not given). A failure names the role."""
-    named = several or role.name != roles_.DEFAULT or bool(settings.agents or settings.agents_file)
-    base = base or AgentOptions.from_settings(settings)
-    try:
-        options = roles_.agent_options(base, role, named)
-        return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
-    except (AdapterError, SettingError) as exc:
-        if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
-            raise
-        field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
-        if isinstance(exc, SettingError):
-            field = exc.name.lower()
-        raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None

@@ -17,6 +17,8 @@ from fastapi import FastAPI
 
 from app import limits
 from app import roles as roles_
+from app.agents.loader import AdapterError, load_agent
+from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api import card, grpc_server, grpc_v03, grpc_v10
 from app.api.auth import Authenticator
@@ -32,7 +34,7 @@ from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.runner import Runner
-from app.settings import Settings
+from app.settings import SettingError, Settings
 from app.store.db import create_engine
 from app.store.idempotency import IdempotencyKeys
 from app.store.instances import InstanceRecord, Instances
@@ -43,7 +45,7 @@ from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
 
-__all__ = ["Components", "lifespan", "wire"]
+__all__ = ["Components", "lifespan", "role_agent", "wire"]
 
 
 def lifespan(
@@ -79,6 +81,26 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
+
+
+def role_agent(
+    settings: Settings, role: roles_.Role, several: bool, base: AgentOptions | None = None
+) -> Agent:
+    """The role's agent, given the options built for its role (never the server's whole settings): the
+    role's over the server-wide ones (`base`, built from `settings` when not given). A failure names the
+    role."""
+    named = several or role.name != roles_.DEFAULT or bool(settings.agents or settings.agents_file)
+    base = base or AgentOptions.from_settings(settings)
+    try:
+        options = roles_.agent_options(base, role, named)
+        return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
+    except (AdapterError, SettingError) as exc:
+        if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
+            raise
+        field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
+        if isinstance(exc, SettingError):
+            field = exc.name.lower()
+        raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None
 
 
 @asynccontextmanager

@@ -315,7 +315,7 @@ class Worker:
 
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
     """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
-    from app.main import _agent
+    from app.wiring import role_agent
 
     settings = Settings()
     logging.basicConfig(
@@ -330,7 +330,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     roles = roles_.load(settings)
     role = roles.get(role_name) or next(iter(roles.values()))
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
-    agent = _agent(settings, role, len(roles) > 1)
+    agent = role_agent(settings, role, len(roles) > 1)
     instance = instance or f"{socket.gethostname()}-{os.getpid()}"
     server = Server(server_url, headers, role_name, instance)
 
