@@ -50,7 +50,7 @@ test: $(VENV)/.test-installed
 test-unit: $(VENV)/.test-installed
 	env -u TEST_POSTGRES_URL -u TEST_REDIS_URL $(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
 
-## Leases under chaos at scale (tests/cluster/test_chaos_leases.py, about 20-30 minutes): 10 runs of 60
+## Leases under chaos at scale (tests/cluster/test_chaos_leases.py, about 20 minutes): 10 runs of 60
 ## streaming tasks, each with a replica killed and restarted, Redis stopped and started, PostgreSQL down 30 s
 ## with a live replica frozen until the reapers mark its leases; then the variant (a replica restarting as
 ## PostgreSQL returns). `make test` runs one short run of each. Figures per run are printed; the replicas'
