@@ -81,6 +81,9 @@ class LiveTask:
     holder: str | None = None
     """Who holds its lease when not this replica: a remote worker (`tasks/workers.py`), for whom this
     replica writes; its commits keep the lease the worker's."""
+    retries: int = 0
+    """How often a write that collides is made again on the task re-read: a request's write to a remote
+    worker's task, which the worker writes meanwhile through any replica (its own batches never retry)."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
@@ -210,7 +213,14 @@ class LiveTasks:
             if live is None:
                 if stored is None:
                     raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
-                live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push, holder=worker)
+                live = LiveTask(
+                    stored.task,
+                    stored.owner,
+                    stored.last_seq,
+                    stored.push,
+                    holder=worker,
+                    retries=5 if worker else 0,
+                )
                 if took and not stored.task.status.state.terminal:
                     self._live[task_id] = live
         if live.owner != owner:
@@ -227,6 +237,36 @@ class LiveTasks:
             self._live[task.id] = LiveTask(task, owner, 1, bool(write.push_configs), artifact_rows=0)
 
     async def apply(
+        self,
+        live: LiveTask,
+        events: list[Event],
+        messages: Iterable[Message] = (),
+        admit: Callable[[Task], None] | None = None,
+        key_row: dict[str, Any] | None = None,
+        wait: bool = False,
+    ) -> list[EventRecord]:
+        """`_apply`; a request's write for a remote worker's task (`live.retries`) that collides with the
+        worker's own events, stored meanwhile through another replica, is made again on the task as it
+        now stands (`admit` sees it again)."""
+        messages = list(messages)
+        for attempt in range(live.retries + 1):
+            try:
+                return await self._apply(live, events, messages, admit, key_row, wait)
+            except SeqTakenError:
+                if attempt == live.retries:
+                    raise
+                stored = await self._repo.get_task(live.task.id, owner=None, to_write=True)
+                if stored is None:
+                    raise
+                live.task, live.seq, live.push, live.artifact_rows = (
+                    stored.task,
+                    stored.last_seq,
+                    stored.push,
+                    None,
+                )
+        raise AssertionError("unreachable")
+
+    async def _apply(
         self,
         live: LiveTask,
         events: list[Event],
@@ -280,9 +320,10 @@ class LiveTasks:
             try:
                 await self._commit(live, write, wait)
             except SeqTakenError:
-                # Our next event number is taken: another replica took this task over.
-                self.lose(task.id)
-                log.warning("task %s was taken over by another replica; dropping it here", task.id)
+                if live.holder is None:
+                    # Our next event number is taken: another replica took this task over.
+                    self.lose(task.id)
+                    log.warning("task %s was taken over by another replica; dropping it here", task.id)
                 raise
             if write.notifications and self._push_ring is not None:
                 self._push_ring()

@@ -226,10 +226,10 @@ async def test_the_worker_runs_its_roles_tasks_streams_answers_and_cancels(
     assert answered["status"]["state"] == "completed", answered["status"]
     assert texts(answered)[-2:] == ["answer:yes", "after"]
 
-    # Cancel: the task ends canceled and the worker stops its agent at once.
-    long = await rpc(
-        base, "message/send", {"message": msg("say:start;sleep:60"), "configuration": {"blocking": False}}
-    )
+    # Cancel, while the worker streams (its events and the cancel race for the same event numbers): the task
+    # ends canceled and the worker stops its agent at once.
+    chatty = ";".join(["chunks:1", "sleep:0.02"] * 1500)
+    long = await rpc(base, "message/send", {"message": msg(chatty), "configuration": {"blocking": False}})
     await until(base, long["id"], {"working"})
     canceled = await rpc(base, "tasks/cancel", {"id": long["id"]})
     assert canceled["status"]["state"] == "canceled"
