@@ -16,8 +16,10 @@ Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 f
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
@@ -70,33 +72,49 @@ def _error(status: int, code: str, message: str) -> Response:
     return _json({"error": {"code": code, "message": message}}, status)
 
 
-async def _parse(request: Request, model: type[_Ask], extra: dict[str, Any] | None = None) -> _Ask | Response:
+class _Refused(Exception):
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+A = TypeVar("A", bound=_Ask)
+
+
+async def _open(request: Request, model: type[A], query: bool = False) -> tuple[A, WorkerDesk, str]:
+    """The call's request (the JSON body, or the query), the role's desk and the worker's lease holder name
+    (from the credential's principal); `_Refused` with the answer when the request is bad or the role
+    unknown."""
     try:
-        raw = orjson.loads(await request.body()) if extra is None else extra
-        return model.model_validate(raw)
+        raw = dict(request.query_params) if query else orjson.loads(await request.body())
+        ask = model.model_validate(raw)
     except (orjson.JSONDecodeError, ValidationError) as exc:
-        return _error(400, "invalid", f"Invalid request: {str(exc).splitlines()[0]}")
-
-
-def _desk(request: Request, ask: _Ask) -> tuple[WorkerDesk, str] | Response:
-    """The role's desk and the worker's lease holder name, from the credential's principal."""
+        raise _Refused(_error(400, "invalid", f"Invalid request: {str(exc).splitlines()[0]}")) from None
     c: Components = components(request)
     role = c.roles.get(ask.role) if c.roles else (c if ask.role == c.role else None)
     if role is None or role.workers is None:
-        return _error(404, "unknown_role", f"No role {ask.role!r} here")
-    return role.workers, holder_of(request.scope[PRINCIPAL_KEY].name, ask.instance)
+        raise _Refused(_error(404, "unknown_role", f"No role {ask.role!r} here"))
+    return ask, role.workers, holder_of(request.scope[PRINCIPAL_KEY].name, ask.instance)
+
+
+def _answers(
+    endpoint: Callable[..., Awaitable[Response]],
+) -> Callable[..., Awaitable[Response]]:
+    """The endpoint, with a refused request answered (400, 404) instead of raised."""
+
+    @functools.wraps(endpoint)
+    async def answer(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return await endpoint(*args, **kwargs)
+        except _Refused as refused:
+            return refused.response
+
+    return answer
 
 
 @router.post("/claim")
+@_answers
 async def claim(request: Request) -> Response:
-    ask = await _parse(request, _Claim)
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
-    assert isinstance(ask, _Claim)
+    ask, desk, holder = await _open(request, _Claim)
     if desk.announce is not None:
         await desk.announce.seen(holder, ask.slots, ask.running)
     claimed = await desk.claim(holder, ask.limit, ask.wait_s)
@@ -104,15 +122,9 @@ async def claim(request: Request) -> Response:
 
 
 @router.post("/tasks/{task_id}/events")
+@_answers
 async def events(task_id: str, request: Request) -> Response:
-    ask = await _parse(request, _Events)
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
-    assert isinstance(ask, _Events)
+    ask, desk, holder = await _open(request, _Events)
     try:
         last_seq = await desk.record(holder, task_id, ask.after, ask.events)
     except WorkerLostError:
@@ -123,15 +135,9 @@ async def events(task_id: str, request: Request) -> Response:
 
 
 @router.post("/sync")
+@_answers
 async def sync(request: Request) -> Response:
-    ask = await _parse(request, _Sync)
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
-    assert isinstance(ask, _Sync)
+    ask, desk, holder = await _open(request, _Sync)
     if desk.announce is not None:
         await desk.announce.seen(holder, ask.slots, ask.running)
     return _json({"news": await desk.sync(holder, ask.tasks, ask.wait_s)})
@@ -144,31 +150,20 @@ class _Release(_Ask):
 
 
 @router.get("/whoami")
+@_answers
 async def whoami(request: Request) -> Response:
     """The worker's lease holder name, the lease TTL it must renew within, and how often it must call to
     stay listed in discovery."""
-    ask = await _parse(request, _Ask, dict(request.query_params))
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
+    _, desk, holder = await _open(request, _Ask, query=True)
     heartbeat = desk.announce.every_s if desk.announce is not None else None
     return _json({"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat})
 
 
 @router.post("/release")
+@_answers
 async def release(request: Request) -> Response:
     """Give up leases (a worker stopping): waiting tasks are answerable by anyone, queued ones claimable."""
-    ask = await _parse(request, _Release)
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
-    assert isinstance(ask, _Release)
+    ask, desk, holder = await _open(request, _Release)
     await desk.release(holder, ask.tasks)
     if ask.leaving and desk.announce is not None:
         await desk.announce.gone(holder)
@@ -176,14 +171,9 @@ async def release(request: Request) -> Response:
 
 
 @router.get("/tasks/{task_id}")
+@_answers
 async def task_lease(task_id: str, request: Request) -> Response:
-    ask = await _parse(request, _Ask, dict(request.query_params))
-    if isinstance(ask, Response):
-        return ask
-    found = _desk(request, ask)
-    if isinstance(found, Response):
-        return found
-    desk, holder = found
+    _, desk, holder = await _open(request, _Ask, query=True)
     recorded = await desk.recorded(holder, task_id)
     if recorded is None:
         return _error(404, "not_found", f"No task {task_id}")
