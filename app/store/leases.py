@@ -51,6 +51,7 @@ class Leases:
         tasks."""
         self._engine = engine
         self.replica_id = replica_id
+        self._scoped = role is not None
         self._role = _tasks.c.role == role if role is not None else true()
         self.ttl = timedelta(seconds=ttl_s)
         self._pg = engine.dialect.name == "postgresql"
@@ -72,11 +73,16 @@ class Leases:
         if limit <= 0:
             return []
         now = utcnow()
-        free = or_(_tasks.c.lease_owner.is_(None), self._void(now))
-        # A `working` task nobody holds was answered on a replica that does not run its role: it waits
-        # for a runner of the role to resume it (a `working` task with a void lease is the reaper's).
-        resumable = and_(_tasks.c.state == TaskState.WORKING.value, _tasks.c.lease_owner.is_(None))
-        free = or_(and_(_tasks.c.state == TaskState.SUBMITTED.value, free), resumable)
+        free = and_(
+            _tasks.c.state == TaskState.SUBMITTED.value,
+            or_(_tasks.c.lease_owner.is_(None), self._void(now)),
+        )
+        if self._scoped:
+            # With several roles, a `working` task nobody holds was answered on a replica that does not run
+            # its role: a runner of the role resumes it (a `working` task with a void lease is the reaper's).
+            # With one, every replica runs it: there is none, and the claim stays one index range.
+            resumable = and_(_tasks.c.state == TaskState.WORKING.value, _tasks.c.lease_owner.is_(None))
+            free = or_(free, resumable)
         pick = select(_tasks.c.id).where(self._role, free).order_by(_tasks.c.created_at).limit(limit)
         if self._pg:
             pick = pick.with_for_update(skip_locked=True)

@@ -75,7 +75,6 @@ class TaskRow(Base):
         Index("ix_tasks_owner_updated", "owner", "updated_at"),
         Index("ix_tasks_state", "state"),
         Index("ix_tasks_state_created", "state", "created_at"),
-        Index("ix_tasks_role_state_created", "role", "state", "created_at"),
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),

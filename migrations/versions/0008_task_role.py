@@ -4,8 +4,9 @@ Revision ID: 0008_task_role
 Revises: 0007_lease_suspect
 Create Date: 2026-11-26
 
-Existing tasks belong to the role `default`: without `AGENTS`, the one role a deployment serves. Claims look
-for a role's queued tasks by `(role, state, created_at)`.
+Existing tasks belong to the role `default`: without `AGENTS`, the one role a deployment serves. No index
+of its own: a role's claims find its queued tasks through `(state, created_at)` (queued tasks are few), and
+another index on a column set at every state change would cost every write.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("tasks") as batch:
         batch.add_column(sa.Column("role", sa.String(40), nullable=False, server_default="default"))
-    op.create_index("ix_tasks_role_state_created", "tasks", ["role", "state", "created_at"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_tasks_role_state_created", "tasks")
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("role")
