@@ -109,8 +109,9 @@ class Settings(BaseSettings):
     """This process's name in leases and control messages; defaults to hostname:port, stable across
     restarts so a restarted replica recovers its own tasks at once."""
     lease_ttl_s: float = Field(default=15.0, gt=0)
-    """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended
-    or re-queued by another replica within this time."""
+    """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended or
+    re-queued by another replica about twice this after it died (a reaper marks the expired lease, then
+    gives the holder one more TTL to renew: `store/leases.py`)."""
     queue_poll_s: float = Field(default=2.0, gt=0)
     """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
     discovery_heartbeat_s: float = Field(default=45.0, gt=0)
