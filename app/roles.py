@@ -71,10 +71,6 @@ class Role:
     path: str = field(default="")
     """The URL prefix of its endpoints: empty for the default role's root ones."""
 
-    @property
-    def prefix(self) -> str:
-        return f"/agents/{self.name}"
-
 
 def load(settings: Settings) -> dict[str, Role]:
     """The roles the settings configure, the default one first. Raises SettingError naming the role and

@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from app.bus.base import Bus
-from app.protocol.model import Message, TaskState
+from app.protocol.model import Message
 from app.store.leases import Leases
 from app.store.outage import OutageLog
 from app.tasks.live import LiveTasks
 
-from .runner import lost_reason
+from .runner import reap
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,7 @@ class Idle:
         outage = OutageLog("reaper")
         while True:
             try:
-                await self._leases.suspect()
-                for held in await self._leases.expired():
-                    if held.state is TaskState.WORKING:
-                        await self._tasks.end_lost(held, lost_reason(held.owner))
+                await reap(self._leases, self._tasks)
                 await self._refuse_unserved()
                 outage.ok()
             except Exception as exc:

@@ -325,11 +325,7 @@ class Runner:
         """End tasks whose replica died mid-run: mark the leases found expired (`Leases.suspect`), end the
         working tasks whose lease stayed unrenewed a lease TTL after its mark (`Leases.expired`). Queued
         and waiting tasks need nothing: claims take a void lease, answers an expired one."""
-        await self._leases.suspect()
-        for held in await self._leases.expired():
-            # Never a run alive here: the one guard against a reaper ending its own replica's live run.
-            if held.state is TaskState.WORKING and held.task_id not in self._runs:
-                await self._tasks.end_lost(held, lost_reason(held.owner))
+        await reap(self._leases, self._tasks, self._runs)
 
     async def _run(self, task_id: str) -> None:
         try:
@@ -485,6 +481,16 @@ class Runner:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+
+
+async def reap(leases: RunLeases, tasks: RunTasks, alive: Collection[str] = ()) -> None:
+    """One pass of a reaper (a runner's, or `Idle`'s for a role not run here): mark the leases found expired,
+    end the working tasks whose lease stayed void. Never a run in `alive`: the one guard against a reaper
+    ending a live run of its own replica."""
+    await leases.suspect()
+    for held in await leases.expired():
+        if held.state is TaskState.WORKING and held.task_id not in alive:
+            await tasks.end_lost(held, lost_reason(held.owner))
 
 
 def lost_reason(holder: str) -> str:
