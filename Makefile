@@ -35,13 +35,14 @@ migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
 
 ## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx installed for the cluster
-## tests, bubblewrap for the coding agents' jail; the pinned coding-agent CLIs from npm into .cache/cli), run
-## the suite on SQLite and PostgreSQL.
+## tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
+## pinned coding-agent CLIs from npm into .cache/cli), run the suite on SQLite and PostgreSQL.
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start
 	scripts/install-deb.sh nginx nginx
 	scripts/install-deb.sh bwrap bubblewrap
+	scripts/install-deb.sh chromium chromium
 	scripts/install-clis.sh
 	TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from app import roles as roles_
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
-from app.api import card, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
+from app.api import card, console, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
 from app.api.agents import router as agents_router
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(workers.router)
     app.include_router(agents_router)
     app.include_router(openapi.router)
+    app.include_router(console.router)
     if metrics is not None:
         metrics.watch(lambda: getattr(app.state, "components", None))
         app.include_router(metrics.router())

@@ -207,6 +207,10 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
 
+    console_admins: str = ""
+    """Comma-separated principals who see every principal's tasks and usage in the console and the read
+    APIs (others see only their own, as in the task API)."""
+
     @field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
@@ -330,6 +334,10 @@ class Settings(BaseSettings):
     @property
     def cors_origin_list(self) -> list[str]:
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def console_admin_set(self) -> frozenset[str]:
+        return frozenset(p.strip() for p in self.console_admins.split(",") if p.strip())
 
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:

@@ -20,7 +20,7 @@ from tests.support.server import ServerProcess
 BACKENDS = ["sqlite", "postgres"]
 
 TESTS = Path(__file__).resolve().parent
-KINDS = ("e2e", "cluster", "interop", "cli")
+KINDS = ("e2e", "cluster", "interop", "cli", "console")
 """Process-level suites: each is a folder of tests/ and a marker (pyproject.toml) of the same name."""
 
 

@@ -1,9 +1,9 @@
 """The ASGI layers in front of every route: CORS (but not for the card), body size, authentication.
 
-Authentication runs here, before any route, so no route can forget it; only the agent card and the
-health checks are public. A refused request is answered in the error shape of the route it aimed at:
-a JSON-RPC error on the JSON-RPC endpoints, the v0.3 REST body under `/a2a/rest/v1` and the `/a2a/tasks`
-aliases, a `google.rpc.Status` everywhere else.
+Authentication runs here, before any route, so no route can forget it; only the agent card, the
+health checks, the metrics and the console's page and assets (not its API) are public. A refused request
+is answered in the error shape of the route it aimed at: a JSON-RPC error on the JSON-RPC endpoints, the
+v0.3 REST body under `/a2a/rest/v1` and the `/a2a/tasks` aliases, a `google.rpc.Status` everywhere else.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDenied
 
 from .admission import http_headers
 from .auth import Authenticator, challenge
+from .console import is_public
 from .deps import PRINCIPAL_KEY
 from .jsonrpc import _error as jsonrpc_error
 from .paths import route_path
@@ -77,7 +78,7 @@ class Guard:
         self.max_body = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or route_path(scope["path"]) in PUBLIC_PATHS:
+        if scope["type"] != "http" or route_path(scope["path"]) in PUBLIC_PATHS or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         if NUL in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):

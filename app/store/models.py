@@ -66,6 +66,8 @@ class TaskRow(Base):
     holder clears it. The task is ended as lost only a lease TTL after this mark (`leases.py`)."""
     role: Mapped[str] = mapped_column(String(40), server_default="default")
     """The role (agent) the task was sent to: only that role's endpoints see it, only its runners claim it."""
+    title: Mapped[str | None] = mapped_column(String(200))
+    """The first message's text, cut to `TITLE_CHARS`: what the console lists and searches (NULL: none)."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;
@@ -78,6 +80,7 @@ class TaskRow(Base):
         Index("ix_tasks_lease_owner", "lease_owner"),
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
+        Index("ix_tasks_status_at", "status_at", "id"),
         Index(RETRY_KEY_UNIQUE, "owner", "retry_key", unique=True),
     )
 

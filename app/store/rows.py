@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
     from app.protocol.model import Event, EventRecord, Message, StateTransition, Task, TaskStatus
 
+TITLE_CHARS = 200
+"""A task's title (`tasks.title`): its first message's text up to this many characters."""
+
 
 def message_row(task_id: str, owner: str, m: Message, now: datetime) -> dict[str, Any]:
     return {
@@ -98,6 +101,7 @@ def new_task(
         "status": task.status.to_store(),
         "transitions": transition_rows(task.transitions),
         "metadata": None,
+        "title": title(task),
         "last_seq": 1,
         "created_at": now,
         "updated_at": now,
@@ -107,6 +111,14 @@ def new_task(
         "retry_key": retry_key,
         "role": role,
     }
+
+
+def title(task: Task) -> str | None:
+    """The first message's text, whitespace folded and cut to `TITLE_CHARS` (None when it has none)."""
+    if not task.history:
+        return None
+    text = " ".join(task.history[0].text().split())
+    return text[:TITLE_CHARS] or None
 
 
 def folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:

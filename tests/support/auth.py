@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from app.api.auth import hash_key
 
-KEYS = {"alice": "alice-" + uuid.uuid4().hex, "bob": "bob-" + uuid.uuid4().hex}
+KEYS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("alice", "bob", "carol")}
+"""API keys by principal; carol is the console admin where a test makes one (CONSOLE_ADMINS)."""
 ISSUER = "https://issuer.test"
 AUDIENCE = "a2a-tests"
 

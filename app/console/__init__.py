@@ -1,0 +1,1 @@
+"""The web console's page (index.html, console.js, console.css), served by `app/api/console.py`."""

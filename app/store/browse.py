@@ -1,0 +1,193 @@
+"""The console's reads: every role's tasks in one list, filtered, a page at a time; one task with its role.
+
+The task API sees one role's tasks at that role's endpoints; a person watching a team wants them together.
+These reads cross roles, never owners: `owner=None` (all owners) is only for the principals the edge lets
+see everything (`CONSOLE_ADMINS`).
+
+A page is the keyset ListTasks uses, newest status first on `(status_at, id)`, by the owner's index (or
+`ix_tasks_status_at` for all owners). Filters the index does not serve (role, state, text) look at a bounded
+window of that order (`WINDOW` rows): a page never reads more than that, whatever the store holds, and a
+sparse filter answers a short page with a cursor to go on from.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, or_, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.protocol.model import TaskState, iso, parse_iso
+
+from .models import TaskRow
+from .repo import Repository, StoredTask
+
+_tasks = TaskRow.__table__
+
+WINDOW = 2_000
+"""Most rows one page looks at under a filter its index does not serve."""
+
+
+@dataclass(slots=True)
+class TaskLine:
+    """One task in the console's list: its row, without history or artifacts."""
+
+    id: str
+    context_id: str
+    owner: str
+    role: str
+    state: str
+    status_at: str
+    created_at: str
+    title: str | None
+    metadata: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class Filters:
+    owner: str | None
+    """None: every owner's tasks (an admin's view)."""
+    state: TaskState | None = None
+    role: str | None = None
+    context_id: str | None = None
+    text: str | None = None
+    """Matched, case-blind, against the title, the task id and the context id."""
+    changed_after: str | None = None
+    """Only tasks whose status changed after this ISO time (the console's live refresh)."""
+
+
+@dataclass(slots=True)
+class LinePage:
+    lines: list[TaskLine]
+    next_cursor: str
+    """'' at the end; else where the next page starts (a sparse filter may answer a short page with one)."""
+
+
+class BadCursor(ValueError):
+    """A cursor this server did not issue."""
+
+
+def _cursor(status_at: str, task_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{status_at}|{task_id}".encode()).decode()
+
+
+def _uncursor(cursor: str) -> tuple[str, str]:
+    try:
+        ts, task_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        parse_iso(ts)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadCursor(cursor) from exc
+    return ts, task_id
+
+
+def _like(text: str) -> str:
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class Browse:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._repo = Repository(engine)
+
+    async def page(self, filters: Filters, *, limit: int, cursor: str | None = None) -> LinePage:
+        """A page of tasks, newest status first. BadCursor for a cursor not issued here."""
+        keyed: list[ColumnElement[bool]] = []
+        if filters.owner is not None:
+            keyed.append(_tasks.c.owner == filters.owner)
+            if filters.context_id is not None:
+                keyed.append(_tasks.c.context_id == filters.context_id)
+        if filters.changed_after is not None:
+            keyed.append(_tasks.c.status_at > filters.changed_after)
+        if cursor:
+            keyed.append(tuple_(_tasks.c.status_at, _tasks.c.id) < tuple_(*_uncursor(cursor)))
+        order = (_tasks.c.status_at.desc(), _tasks.c.id.desc())
+        columns = (
+            _tasks.c.id,
+            _tasks.c.context_id,
+            _tasks.c.owner,
+            _tasks.c.role,
+            _tasks.c.state,
+            _tasks.c.status_at,
+            _tasks.c.created_at,
+            _tasks.c.title,
+            _tasks.c.metadata,
+        )
+        async with self._engine.connect() as conn:
+            if not _loose(filters, _tasks.c):
+                rows = (
+                    await conn.execute(select(*columns).where(*keyed).order_by(*order).limit(limit + 1))
+                ).all()
+                more = len(rows) > limit
+                rows = rows[:limit]
+                last = rows[-1] if more else None
+            else:
+                window = select(*columns).where(*keyed).order_by(*order).limit(WINDOW).subquery()
+                w = window.c
+                matched = (
+                    select(window)
+                    .where(*_loose(filters, w))
+                    .order_by(w.status_at.desc(), w.id.desc())
+                    .limit(limit + 1)
+                )
+                rows = (await conn.execute(matched)).all()
+                more = len(rows) > limit
+                rows = rows[:limit]
+                last = rows[-1] if more else None
+                if (
+                    not more
+                    and (await conn.execute(select(func.count()).select_from(window))).scalar_one() >= WINDOW
+                ):
+                    # The window ran out before the page filled: go on from its last row.
+                    last = (
+                        await conn.execute(
+                            select(w.status_at, w.id).order_by(w.status_at.asc(), w.id.asc()).limit(1)
+                        )
+                    ).first()
+        lines = [
+            TaskLine(
+                id=r.id,
+                context_id=r.context_id,
+                owner=r.owner,
+                role=r.role,
+                state=r.state,
+                status_at=r.status_at,
+                created_at=iso(r.created_at),
+                title=r.title,
+                metadata=r._mapping["metadata"],
+            )
+            for r in rows
+        ]
+        return LinePage(lines, _cursor(last.status_at, last.id) if last is not None else "")
+
+    async def task(self, task_id: str, owner: str | None) -> tuple[StoredTask, str] | None:
+        """The task with all its history and artifacts, and its role, if `owner` owns it (None: any)."""
+        stored = await self._repo.get_task(task_id, owner=owner)
+        if stored is None:
+            return None
+        async with self._engine.connect() as conn:
+            role = (await conn.execute(select(_tasks.c.role).where(_tasks.c.id == task_id))).scalar_one()
+        return stored, role
+
+
+def _loose(filters: Filters, c: Any) -> list[ColumnElement[bool]]:
+    """The filters no index serves, on the columns `c` (the table's, or a window's over them)."""
+    where: list[ColumnElement[bool]] = []
+    if filters.owner is None and filters.context_id is not None:
+        where.append(c.context_id == filters.context_id)
+    if filters.state is not None:
+        where.append(c.state == filters.state.value)
+    if filters.role is not None:
+        where.append(c.role == filters.role)
+    if filters.text:
+        pattern = _like(filters.text)
+        where.append(
+            or_(
+                func.lower(func.coalesce(c.title, "")).like(pattern, escape="\\"),
+                func.lower(c.id).like(pattern, escape="\\"),
+                func.lower(c.context_id).like(pattern, escape="\\"),
+            )
+        )
+    return where

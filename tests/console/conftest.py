@@ -1,0 +1,43 @@
+"""Fixtures for the console's browser tests: Debian's Chromium driven by Playwright, and a server with two
+roles (the scripted agent, and one whose output tries to run script), API keys for alice, bob and carol
+(the console admin)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BACKENDS, make_server
+from tests.support.auth import api_keys_env
+from tests.support.browser import CHROMIUM, Browser, launch
+from tests.support.server import ServerProcess
+
+AGENTS = {
+    "default": {"adapter": "scripted"},
+    "hostile": {"adapter": "tests.support.agents.hostile:HostileAgent"},
+}
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    async with launch() as b:
+        yield b
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+async def console_server(
+    request: pytest.FixtureRequest, tmp_path_factory: Any
+) -> AsyncIterator[ServerProcess]:
+    srv = await make_server(
+        request.param,
+        tmp_path_factory.mktemp(f"console-{request.param}"),
+        **api_keys_env(AGENTS=json.dumps(AGENTS), CONSOLE_ADMINS="carol"),
+    )
+    yield srv
+    srv.stop()
