@@ -88,9 +88,10 @@ def _like(text: str) -> str:
 
 
 class Browse:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, window: int = WINDOW) -> None:
         self._engine = engine
         self._repo = Repository(engine)
+        self._window = window
 
     async def page(self, filters: Filters, *, limit: int, cursor: str | None = None) -> LinePage:
         """A page of tasks, newest status first. BadCursor for a cursor not issued here."""
@@ -124,7 +125,7 @@ class Browse:
                 rows = rows[:limit]
                 last = rows[-1] if more else None
             else:
-                window = select(*columns).where(*keyed).order_by(*order).limit(WINDOW).subquery()
+                window = select(*columns).where(*keyed).order_by(*order).limit(self._window).subquery()
                 w = window.c
                 matched = (
                     select(window)
@@ -138,7 +139,8 @@ class Browse:
                 last = rows[-1] if more else None
                 if (
                     not more
-                    and (await conn.execute(select(func.count()).select_from(window))).scalar_one() >= WINDOW
+                    and (await conn.execute(select(func.count()).select_from(window))).scalar_one()
+                    >= self._window
                 ):
                     # The window ran out before the page filled: go on from its last row.
                     last = (
