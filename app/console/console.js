@@ -457,7 +457,7 @@ function renderTask(box, info, task, steer) {
   );
 }
 
-function steerPanel(info, task, onSent) {
+function steerPanel(info, task, onSent, draft = "") {
   const state = task.status?.state;
   const panel = el("div", { class: "steer", id: "steer" });
   if (!info.own) {
@@ -465,10 +465,13 @@ function steerPanel(info, task, onSent) {
     return panel;
   }
   const endpoint = info.endpoint;
+  const text = el("textarea", { id: "reply-text", rows: 3, placeholder: WAITING.has(state) ? "Your answer" : "A follow-up in the same context" });
+  text.value = draft; // what was typed before the state changed stays
   const send = async (parts, sameTask) => {
     const message = { messageId: newId(), role: "ROLE_USER", contextId: task.contextId, parts };
     if (sameTask) message.taskId = task.id;
     const result = await rpc(endpoint, "SendMessage", { message, configuration: { returnImmediately: true } });
+    text.value = "";
     onSent(result?.task?.id || task.id);
   };
   const guard = (fn) => async () => {
@@ -482,7 +485,6 @@ function steerPanel(info, task, onSent) {
       panel.querySelectorAll("button").forEach((b) => (b.disabled = false));
     }
   };
-  const text = el("textarea", { id: "reply-text", rows: 3, placeholder: WAITING.has(state) ? "Your answer" : "A follow-up in the same context" });
   if (WAITING.has(state)) {
     panel.append(
       el("button", { type: "button", id: "approve", class: "primary", text: "Approve",
@@ -596,7 +598,8 @@ async function taskView(view, taskId) {
       if (token !== viewToken) return;
       if (task.status?.state !== lastState) {
         lastState = task.status?.state;
-        steerBox.replaceChildren(steerPanel(info, task, sent));
+        const draft = steerBox.querySelector("#reply-text")?.value || "";
+        steerBox.replaceChildren(steerPanel(info, task, sent, draft));
       }
       renderTask(box, info, task, steerBox);
     });

@@ -155,6 +155,7 @@ async def test_approve_deny_answer_follow_up_and_cancel(
     )
 
     # A follow-up to a finished task is a new task in its context; the page moves to it.
+    await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
     await page.fill("#reply-text", "say:and one more thing")
     await page.click("#follow-up")
     await expect(page).not_to_have_url(f"{base}/console/tasks/{answer['id']}", timeout=WAIT_MS)
@@ -321,3 +322,19 @@ async def test_sign_in_refuses_a_wrong_credential_and_keeps_it_out_of_urls(
     await sign_in(page, console_server.base_url, "alice")
     assert not any(wrong in u or "alice-" in u for u in watch.requests)
     await context.close()
+
+
+async def test_the_agents_page_lists_roles_and_live_instances(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    async with httpx.AsyncClient(base_url=console_server.base_url) as c:
+        listing = (await c.get("/agents", headers=key_of("alice"))).json()
+    page, watch = await open_page(browser, console_server, path="/console/agents")
+    for role in ("default", "hostile"):
+        await expect(page.locator(f"#roles tr[data-role='{role}']")).to_contain_text("yes", timeout=WAIT_MS)
+    rows = page.locator("#instances tbody tr")
+    await expect(rows).to_have_count(len(listing["agents"]))
+    first = listing["agents"][0]
+    await expect(page.locator("#instances")).to_contain_text(f"{first['running']} / {first['slots']}")
+    assert not watch.errors
+    await page.context.close()
