@@ -10,16 +10,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-import uuid
 from pathlib import Path
-from typing import Any
 
-import httpx
 from playwright.async_api import async_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.rpc import start_v10 as send  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "images"
@@ -35,26 +33,6 @@ DIFF = "say:" + "\n".join(
         "+    return verify(token)",
     ]
 )
-
-
-async def send(base: str, text: str, **message: Any) -> dict[str, Any]:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": str(uuid.uuid4()),
-                "role": "ROLE_USER",
-                "parts": [{"text": text}],
-                **message,
-            },
-            "configuration": {"returnImmediately": True},
-        },
-    }
-    async with httpx.AsyncClient(timeout=30) as c:
-        resp = await c.post(f"{base}/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
-    return resp.json()["result"]["task"]
 
 
 async def main() -> None:

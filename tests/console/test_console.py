@@ -14,6 +14,7 @@ from playwright.async_api import Page, expect
 
 from tests.support.auth import key_of
 from tests.support.browser import Browser, Watch, sign_in
+from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
 
 WAIT_MS = 15_000
@@ -24,25 +25,8 @@ every 0.7 s)."""
 async def send(
     base_url: str, text: str, who: str = "alice", role_path: str = "", **message: Any
 ) -> dict[str, Any]:
-    """A task started through the A2A API (v1.0 JSON-RPC, not waiting for it), as any client would."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": str(uuid.uuid4()),
-                "role": "ROLE_USER",
-                "parts": [{"text": text}],
-                **message,
-            },
-            "configuration": {"returnImmediately": True},
-        },
-    }
-    headers = {**key_of(who), "A2A-Version": "1.0"}
-    async with httpx.AsyncClient(timeout=30) as c:
-        resp = await c.post(f"{base_url}{role_path}/a2a/jsonrpc", json=body, headers=headers)
-    return resp.json()["result"]["task"]
+    """A task started through the A2A API, as any client would, by `who`."""
+    return await start_v10(base_url, text, key_of(who), role_path, **message)
 
 
 async def get_task(base_url: str, task_id: str, who: str = "alice") -> dict[str, Any]:

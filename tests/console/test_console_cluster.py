@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 from playwright.async_api import Page, expect
 
 from tests.support.browser import Browser, Watch
 from tests.support.cluster import TEST_ENV
+from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
 
 CHUNKS = 300
@@ -32,21 +31,6 @@ PROGRESS = """([connects, seen]) => {
   return Number(live.dataset.connects || 0) > connects || n >= seen + 5;
 }"""
 """The stream dropped and the page subscribed again, or five more chunks came over the same connection."""
-
-
-async def start_task(url: str) -> dict[str, Any]:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {
-            "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": STREAM}]},
-            "configuration": {"returnImmediately": True},
-        },
-    }
-    async with httpx.AsyncClient(timeout=30) as c:
-        resp = await c.post(f"{url}/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
-    return resp.json()["result"]["task"]
 
 
 def chunks_seen(text: str) -> list[int]:
@@ -71,7 +55,7 @@ async def test_a_task_page_keeps_streaming_when_its_replica_is_killed(
     )
     await asyncio.to_thread(outside.start)
     try:
-        task = await start_task(outside.base_url)
+        task = await start_v10(outside.base_url, STREAM)
         page = await (await browser.new_context()).new_page()
         watch = Watch(page, cluster.nginx_url)
         await page.goto(f"{cluster.nginx_url}/console/tasks/{task['id']}")

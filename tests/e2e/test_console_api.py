@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import BACKENDS, make_server
 from tests.support.auth import api_keys_env, key_of
+from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
 
 AGENTS = {"default": {"adapter": "scripted"}, "second": {"adapter": "echo"}}
@@ -33,21 +34,7 @@ async def srv(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIte
 async def send(
     c: httpx.AsyncClient, text: str, who: str = "alice", path: str = "", **message: Any
 ) -> dict[str, Any]:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": str(uuid.uuid4()),
-                "role": "ROLE_USER",
-                "parts": [{"text": text}],
-                **message,
-            }
-        },
-    }
-    resp = await c.post(f"{path}/a2a/jsonrpc", json=body, headers={**key_of(who), "A2A-Version": "1.0"})
-    return resp.json()["result"]["task"]
+    return await start_v10(str(c.base_url).rstrip("/"), text, key_of(who), path, wait=True, **message)
 
 
 async def listing(c: httpx.AsyncClient, who: str = "alice", **query: str) -> dict[str, Any]:

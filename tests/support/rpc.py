@@ -59,3 +59,33 @@ async def send(client: httpx.AsyncClient, text: str, **config: Any) -> dict[str,
     if config:
         params["configuration"] = config
     return await result(client, "message/send", params)
+
+
+async def start_v10(
+    base_url: str,
+    text: str,
+    headers: dict[str, str] | None = None,
+    role_path: str = "",
+    wait: bool = False,
+    **message: Any,
+) -> dict[str, Any]:
+    """A task started as a v1.0 client does it (JSON-RPC `SendMessage`; `wait`: until it stops); its Task."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": str(uuid.uuid4()),
+                "role": "ROLE_USER",
+                "parts": [{"text": text}],
+                **message,
+            },
+            "configuration": {"returnImmediately": not wait},
+        },
+    }
+    async with httpx.AsyncClient(timeout=30) as c:
+        resp = await c.post(
+            f"{base_url}{role_path}/a2a/jsonrpc", json=body, headers={**(headers or {}), "A2A-Version": "1.0"}
+        )
+    return resp.json()["result"]["task"]
