@@ -85,15 +85,6 @@ class SigningKey:
             return self.key.sign(data, padding.PKCS1v15(), hashes.SHA256())
         return self.key.sign(data)
 
-    def public_jwk(self) -> dict[str, Any]:
-        """The public key as a JWK (with `kid`, `alg`, `use`), for a JWKS to publish at CARD_SIGNING_JKU."""
-        from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
-
-        public = self.key.public_key()
-        algorithm = {"ES256": ECAlgorithm, "RS256": RSAAlgorithm, "EdDSA": OKPAlgorithm}[self.alg]
-        jwk = algorithm.to_jwk(public, as_dict=True)  # type: ignore[attr-defined]
-        return {**jwk, "kid": self.kid, "alg": self.alg, "use": "sig"}
-
 
 @dataclass(slots=True)
 class Signer:
