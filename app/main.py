@@ -13,10 +13,11 @@ from starlette.exceptions import HTTPException
 from app import roles as roles_
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
-from app.api import card, console, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
+from app.api import card, card_signing, console, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
 from app.api.agents import router as agents_router
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
+from app.api.extensions import EchoExtensions
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     }
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
+    card_signing.signer(settings)  # a signing key that cannot sign fails here, before anything starts
 
     metrics = Metrics() if settings.metrics_enabled else None
     # Every role but the default one: the same bindings under /agents/{role}, over its own components.
@@ -62,6 +64,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         metrics.watch(lambda: getattr(app.state, "components", None))
         app.include_router(metrics.router())
     app.state.authenticator = authenticator
+    # Innermost: the extensions a call activated, echoed in its response's headers.
+    app.add_middleware(EchoExtensions)
     # Added last is outermost: CORS answers preflights before the guard asks for a credential.
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
     if settings.cors_origin_list:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from functools import lru_cache
 from typing import Any, Literal
@@ -188,6 +189,18 @@ class Settings(BaseSettings):
     """JSON list of extra skills for the authenticated extended card."""
     extended_card_file: str = ""
     """A JSON file holding such a list (or `{"skills": [...]}`); read at start-up."""
+    card_extensions: list[dict[str, Any]] = Field(default_factory=list)
+    """JSON list of A2A extensions every card declares (`capabilities.extensions`), each
+    `{"uri", "description", "required", "params"}`; the agent's own (`Agent.extensions`) are added, these
+    win for the same URI. A request that does not name a `required` one in `A2A-Extensions` is refused."""
+    card_signing_key_file: str = ""
+    """Sign every card (JWS, `signatures`): a private key file, PEM or JWK (EC P-256: ES256, RSA: RS256,
+    Ed25519: EdDSA). Two comma-separated files during a key rotation: the card carries a signature by each."""
+    card_signing_kid: str = ""
+    """The `kid` of each key of CARD_SIGNING_KEY_FILE, comma-separated in the same order (a JWK file's own
+    `kid` when unset)."""
+    card_signing_jku: str = ""
+    """Optional: the URL of the JWKS with the public keys, put in each signature's protected header."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_message_parts: int = Field(default=64, ge=1)
     max_message_text_chars: int = Field(default=1_000_000, ge=1)
@@ -320,7 +333,16 @@ class Settings(BaseSettings):
             out[digest] = principal.strip()
         return out
 
-    @field_validator("jwt_jwks_url", "oidc_discovery_url")
+    @field_validator("card_extensions")
+    @classmethod
+    def _extensions(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [extension_entry(e) for e in v]
+        uris = [e["uri"] for e in out]
+        if len(set(uris)) != len(uris):
+            raise ValueError("each extension uri may appear once")
+        return out
+
+    @field_validator("jwt_jwks_url", "oidc_discovery_url", "card_signing_jku")
     @classmethod
     def _optional_http_url(cls, v: str) -> str:
         if v and not v.startswith(("http://", "https://")):
@@ -352,6 +374,36 @@ class Settings(BaseSettings):
         if not self.replica_id:
             self.replica_id = f"{socket.gethostname()}:{self.port}"
         return self
+
+
+EXTENSION_FIELDS = ("uri", "description", "required", "params")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s,]+")
+
+
+def extension_entry(e: Any) -> dict[str, Any]:
+    """One declared extension as the card prints it: `uri` (an absolute URI, no comma or space: the header
+    lists them comma-separated), `description` if any, `required` (false unless true), `params` if any."""
+    if not isinstance(e, dict):
+        raise ValueError('each extension must be an object {"uri", "description", "required", "params"}')
+    unknown = sorted(set(e) - set(EXTENSION_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown extension field {unknown[0]!r} (fields: {', '.join(EXTENSION_FIELDS)})")
+    uri = e.get("uri")
+    if not isinstance(uri, str) or not _URI.fullmatch(uri):
+        raise ValueError(f"extension uri {uri!r} must be an absolute URI without spaces or commas")
+    if not isinstance(e.get("description", ""), str):
+        raise ValueError(f"extension {uri}: description must be a string")
+    if not isinstance(e.get("required", False), bool):
+        raise ValueError(f"extension {uri}: required must be true or false")
+    if e.get("params") is not None and not isinstance(e["params"], dict):
+        raise ValueError(f"extension {uri}: params must be a JSON object")
+    out: dict[str, Any] = {"uri": uri}
+    if e.get("description"):
+        out["description"] = e["description"]
+    out["required"] = e.get("required", False)
+    if e.get("params") is not None:
+        out["params"] = e["params"]
+    return out
 
 
 def _split(value: str) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ from app.protocol.model import (
 __all__ = [
     "RESPONSE_ARTIFACT",
     "Agent",
+    "Extension",
     "Message",
     "Part",
     "Request",
@@ -96,6 +97,20 @@ class Skill:
     output_modes: tuple[str, ...] = ()
 
 
+@dataclass(slots=True, frozen=True)
+class Extension:
+    """An A2A extension the agent card declares (`capabilities.extensions`).
+
+    `required`: a request that does not name it in `A2A-Extensions` is refused (-32008) before the agent
+    sees it. `params`: the extension's own configuration, a JSON object, printed on the card as given.
+    """
+
+    uri: str
+    description: str = ""
+    required: bool = False
+    params: Mapping[str, Any] | None = None
+
+
 @dataclass(slots=True)
 class Request:
     """What the caller sent, whatever the wire version: the message, its context and who sent it."""
@@ -108,6 +123,10 @@ class Request:
     """Earlier messages of this task, oldest first (the new `message` is not included)."""
     extensions: tuple[str, ...] = ()
     """Extension URIs the caller requested (the `A2A-Extensions` header) or the message declares."""
+    active_extensions: tuple[str, ...] = ()
+    """The extensions the server activated for this request: those the caller requested (the
+    `A2A-Extensions` header) that the agent card declares (`Agent.extensions`, `CARD_EXTENSIONS`), echoed
+    to the caller in the response. A card's required extensions are always among them."""
 
     @property
     def text(self) -> str:
@@ -163,6 +182,7 @@ class TaskContext(Request):
             task_id=task_id,
             history=request.history,
             extensions=request.extensions,
+            active_extensions=request.active_extensions,
         )
         self._emit = emit
         self._answers: asyncio.Queue[Message] = asyncio.Queue()
@@ -320,6 +340,9 @@ class Agent(ABC):
     skills: Sequence[Skill] = ()
     input_modes: Sequence[str] = ("text/plain",)
     output_modes: Sequence[str] = ("text/plain",)
+    extensions: Sequence[Extension] = ()
+    """The A2A extensions the agent supports, declared on its card (with `CARD_EXTENSIONS`, which wins
+    for the same URI); the ones a request activates reach `run` as `TaskContext.active_extensions`."""
 
     @abstractmethod
     async def run(self, task: TaskContext) -> None:

@@ -143,7 +143,9 @@ def security_fields(settings: Settings) -> dict[str, Any]:
         }
         schemes["bearer"] = {
             "type": "http",
-            "scheme": "bearer",
+            # The same value in both forms (auth schemes are case-insensitive, RFC 9110 §11.1): a v1.0
+            # client that reads the v0.3 form (a2a-sdk's card resolver) sees the scheme a signature covers.
+            "scheme": "Bearer",
             "httpAuthSecurityScheme": {"scheme": "Bearer"},
         }
         scopes["apiKey"] = scopes["bearer"] = []
@@ -158,7 +160,7 @@ def security_fields(settings: Settings) -> dict[str, Any]:
         else:
             schemes["jwt"] = {
                 "type": "http",
-                "scheme": "bearer",
+                "scheme": "Bearer",
                 "bearerFormat": "JWT",
                 "httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"},
             }

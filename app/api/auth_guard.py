@@ -158,7 +158,13 @@ class CorsExceptCard:
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=CORS_HEADERS,
-            expose_headers=["WWW-Authenticate", "Retry-After", "Content-Type"],
+            expose_headers=[
+                "WWW-Authenticate",
+                "Retry-After",
+                "Content-Type",
+                "A2A-Extensions",
+                "X-A2A-Extensions",
+            ],
             max_age=600,
         )
 

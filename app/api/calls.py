@@ -13,8 +13,11 @@ from app.protocol.model import Event, EventRecord, Message, Task
 from app.tasks.service import Snapshot
 
 from .deps import Components, components, owner_of
+from .extensions import ACTIVE_KEY, split
 
 SUPPORTED_MAJORS = {"0": "0.3", "1": "1.0"}
+DISCOVERY = frozenset({"agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard", "GetAgentCard"})
+"""The operations (JSON-RPC methods, gRPC RPCs) that fetch a card: they never need an extension."""
 # Event sequence numbers are INTEGER columns: 32-bit signed on PostgreSQL.
 MAX_SEQ = 2**31 - 1
 MAX_SEQ_DIGITS = len(str(MAX_SEQ))
@@ -30,18 +33,30 @@ class Call:
     owner: str
     version: str
     extensions: list[str] = field(default_factory=list)
+    """The extension URIs the request names (`A2A-Extensions`, `X-A2A-Extensions`; gRPC: metadata)."""
     idempotency_key: str | None = None
     """The `Idempotency-Key` header; sends use it (the task service checks and keeps it)."""
+    active: tuple[str, ...] = ()
+    """The extensions activated for this call: those requested that the role's card declares."""
 
     @classmethod
-    def of(cls, request: Request) -> Call:
+    def of(cls, request: Request, *, discovery: bool = False, version: str | None = None) -> Call:
+        """The call of an HTTP request; refused (-32008) when it does not name an extension the card
+        requires, unless it fetches a card (`discovery`). What it activates is echoed in the response
+        (`extensions.EchoExtensions`)."""
+        c = components(request)
+        requested = requested_extensions(request)
+        active = c.card.extensions.activate(requested, discovery)
+        if active:
+            request.scope[ACTIVE_KEY] = active
         return cls(
             headers=request.headers,
-            c=components(request),
+            c=c,
             owner=owner_of(request),
-            version=requested_version(request),
-            extensions=requested_extensions(request),
+            version=version or requested_version(request),
+            extensions=requested,
             idempotency_key=request.headers.get("idempotency-key"),
+            active=active,
         )
 
 
@@ -108,12 +123,7 @@ def parse_version(raw: str) -> str:
 def requested_extensions(request: Request) -> list[str]:
     """Extension URIs from `A2A-Extensions` (v1.0) and `X-A2A-Extensions` (v0.3), comma-separated."""
     headers = request.headers
-    return split_extensions(headers.getlist("a2a-extensions") + headers.getlist("x-a2a-extensions"))
-
-
-def split_extensions(values: list[str]) -> list[str]:
-    """Extension URIs from header values, each comma-separated."""
-    return [uri.strip() for v in values for uri in v.split(",") if uri.strip()]
+    return split(headers.getlist("a2a-extensions") + headers.getlist("x-a2a-extensions"))
 
 
 def _accepts(mode: str, media_type: str) -> bool:
@@ -124,9 +134,11 @@ def _accepts(mode: str, media_type: str) -> bool:
 
 
 def accept_message(message: Message, call: Call) -> Message:
-    """Check a new message against what the agent takes, and attach the extensions the call asked for."""
+    """Check a new message against what the agent takes, and attach the extensions the call asked for
+    and those it activated."""
     check_parts(message, call.c.input_modes)
     message.requested_extensions = call.extensions
+    message.active_extensions = list(call.active)
     return message
 
 

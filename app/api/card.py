@@ -4,6 +4,11 @@ The card is built once at start-up from the settings and the active agent; it ad
 works: streaming, push notifications and state-transition history yes, the authenticated extended card
 when one is configured (and authentication is on), and the security schemes in force.
 
+It declares the A2A extensions of the agent and of CARD_EXTENSIONS (`capabilities.extensions`; what a
+request must name is checked by `extensions.Declared`), and, with CARD_SIGNING_KEY_FILE, carries a JWS per
+key in `signatures` (`card_signing.py`), over the v1.0 view, so every variant is signed alike; the ETag is
+the body's, so it changes with the keys.
+
 It comes in two variants. The hybrid one serves both versions in one document: v1.0 clients read
 `supportedInterfaces`, v0.3 clients `url` and friends. The 1.0 one has only the v1.0 AgentCard's fields,
 for checkers that refuse unknown ones. A request with `A2A-Version: 1.x` gets the 1.0 card, `0.x` the
@@ -13,7 +18,7 @@ hybrid, none the one `CARD_COMPAT` names (`Vary: A2A-Version`; each variant has 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import format_datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -25,10 +30,12 @@ from fastapi import APIRouter, Request, Response
 from app.agents.sdk import Agent
 from app.protocol import json_v03, protojson_v10
 from app.roles import Role
-from app.settings import SettingError, Settings
+from app.settings import SettingError, Settings, extension_entry
 
+from . import card_signing
 from .auth import security_fields
 from .deps import components
+from .extensions import Declared
 
 router = APIRouter()
 
@@ -107,6 +114,8 @@ class Card:
     """CARD_COMPAT=1.0: the 1.0 variant for requests that name no version."""
     last_modified: str
     max_age: int
+    extensions: Declared = field(default_factory=Declared)
+    """The extensions the card declares: what a request activates, and must name (`required`)."""
 
     def for_request(self, request: Request) -> Variant:
         """The variant the request's `A2A-Version` (header or query parameter) asks for."""
@@ -163,6 +172,27 @@ def extended_skills(settings: Settings) -> list[dict[str, Any]] | None:
     return [{"tags": [], **s} for s in skills]
 
 
+def card_extensions(settings: Settings, agent: Agent) -> list[dict[str, Any]]:
+    """The agent's extensions (`Agent.extensions`), then CARD_EXTENSIONS (which replace the agent's entry
+    of the same URI), as the card prints them."""
+    merged: dict[str, dict[str, Any]] = {}
+    for ext in agent.extensions:
+        raw = {
+            "uri": getattr(ext, "uri", None),
+            "description": getattr(ext, "description", ""),
+            "required": getattr(ext, "required", False),
+            "params": dict(ext.params) if getattr(ext, "params", None) is not None else None,
+        }
+        try:
+            entry = extension_entry(raw)
+        except ValueError as exc:
+            raise SettingError("AGENT_ADAPTER", f"{type(agent).__name__}.extensions: {exc}") from None
+        merged[entry["uri"]] = entry
+    for entry in settings.card_extensions:
+        merged[entry["uri"]] = entry
+    return list(merged.values())
+
+
 def build_card(
     settings: Settings,
     agent: Agent,
@@ -196,7 +226,7 @@ def build_card(
     ]
     if overrides is not None and overrides.skills is not None:
         skills = list(overrides.skills)
-    extensions = []
+    extensions = card_extensions(settings, agent)
     if role is not None and role.path and grpc_address:
         extensions.append(
             {
@@ -250,12 +280,17 @@ def build_card(
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(settings),
     }
+    signer = card_signing.signer(settings)
+    if signer is not None:
+        # Over the card as the v1.0 AgentCard proto sees it: the same for both variants.
+        card["signatures"] = signer.signatures(v10_only(card))
     return Card(
         hybrid=Variant.of(card),
         v10=Variant.of(v10_only(card)),
         default_v10=settings.card_compat == "1.0",
         last_modified=format_datetime(built_at, usegmt=True),
         max_age=settings.card_max_age_s,
+        extensions=Declared.of(extensions),
     )
 
 

@@ -10,7 +10,8 @@ and its ProtoJSON answer is parsed into the response proto (`json_format.ParseDi
 
 The metadata carries what HTTP headers carry: the credential (`authorization: Bearer ...`, `x-api-key`,
 checked by the same `Authenticator`), `a2a-role` (the role whose agent serves the call; none: the default
-role), `a2a-version` (optional; another version than the service's is refused), `a2a-extensions`,
+role), `a2a-version` (optional; another version than the service's is refused), `a2a-extensions` (the
+activated ones are echoed in the initial metadata, `api/extensions.py`),
 `idempotency-key`, `last-event-id`. Every error aborts the call with the error's `grpc_status` and a
 `google.rpc.Status` carrying the ErrorInfo (reason, domain) in the `grpc-status-details-bin` trailer; v0.3
 messages are `<ErrorClassName>: <message>`, which the v0.3 clients map back to their error classes. Bytes that
@@ -46,9 +47,10 @@ from app.settings import SettingError, Settings
 
 from .admission import open_stream
 from .auth import Authenticator
-from .calls import Call, parse_version, split_extensions
+from .calls import DISCOVERY, Call, parse_version
 from .card import ROLE_METADATA
 from .deps import Components
+from .extensions import echo_metadata, split
 from .faults import unexpected
 from .jsonrpc import error_info
 from .rest import error_name
@@ -182,15 +184,18 @@ class Binding:
             )
         return grpc.method_handlers_generic_handler(service.name, table)
 
-    async def _call(self, service: Service, context: grpc.aio.ServicerContext) -> Call:
-        """The call: the caller's principal from the metadata, the service's version."""
+    async def _call(self, service: Service, m: Method, context: grpc.aio.ServicerContext) -> Call:
+        """The call: the caller's principal from the metadata, the service's version, the extensions it
+        activates (refused when it misses a required one; echoed in the initial metadata)."""
         headers: dict[str, str] = {}
         extensions: list[str] = []
+        legacy = False
         for key, value in context.invocation_metadata() or ():
             if isinstance(value, str):
                 headers.setdefault(key, value)
                 if key in ("a2a-extensions", "x-a2a-extensions"):
                     extensions.append(value)
+                    legacy = legacy or key == "x-a2a-extensions"
         principal = await self.auth.authenticate(headers)
         if principal.worker:
             raise PermissionDeniedError("A worker credential may call only the worker endpoints")
@@ -208,13 +213,18 @@ class Binding:
                     f"No agent has the role {role!r} here (metadata {ROLE_METADATA})",
                     {"role": role, "roles": list(self.c.roles)},
                 )
+        requested = split(extensions)
+        active = c.card.extensions.activate(requested, m.name in DISCOVERY)
+        if active:
+            await context.send_initial_metadata(echo_metadata(active, legacy))
         return Call(
             headers=headers,
             c=c,
             owner=principal.name,
             version=service.version,
-            extensions=split_extensions(extensions),
+            extensions=requested,
             idempotency_key=headers.get("idempotency-key"),
+            active=active,
         )
 
     def _params(self, m: Method, request: Message | _Undecodable) -> dict[str, Any]:
@@ -244,7 +254,7 @@ class Binding:
         async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
             started = time.perf_counter()
             try:
-                call = await self._call(service, context)
+                call = await self._call(service, m, context)
                 result = await m.handler(self._params(m, request), call)
                 answer = to_proto(result or {}, m.response)
             except Exception as exc:
@@ -263,7 +273,7 @@ class Binding:
             request: Message | _Undecodable, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[Message]:
             try:
-                call = await self._call(service, context)
+                call = await self._call(service, m, context)
                 params = self._params(m, request)
                 items, encode = await open_stream(call, lambda: m.handler(params, call))
             except Exception as exc:

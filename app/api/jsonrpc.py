@@ -26,7 +26,7 @@ from app.protocol.errors import (
 
 from . import ops_v03, ops_v10
 from .admission import http_headers, open_stream
-from .calls import Call
+from .calls import DISCOVERY, Call
 from .faults import unexpected
 from .sanity import check_json
 from .sse import sse_once, sse_response
@@ -88,7 +88,7 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
     if not isinstance(params, dict | list):
         return _error(rid, InvalidRequestError("params must be an object or an array"), v10)
     try:
-        call = Call.of(request)
+        call = Call.of(request, discovery=method in DISCOVERY)
         if method in ops_v10.METHODS or method in ops_v10.STREAMING:
             if call.version != "1.0":
                 raise VersionNotSupportedError(

@@ -42,7 +42,6 @@ from app.protocol.validation import snake
 from . import ops_v03, ops_v10
 from .admission import http_headers, open_stream
 from .calls import Call, Handler, StreamHandler
-from .deps import components, owner_of
 from .faults import unexpected
 from .sanity import check_json
 from .sse import sse_response
@@ -114,16 +113,18 @@ class RestBinding:
     """One HTTP+JSON binding (v0.3 or v1.0). Each route extracts the params (path, query, body) and an
     operation handler does the work, as for JSON-RPC; what differs is read here."""
 
-    call_of: Callable[[Request], Call]
-    """The call, checked against the versions this binding speaks."""
+    call_of: Callable[..., Call]
+    """The call (`call_of(request, discovery=...)`), checked against the versions this binding speaks."""
     error: ErrorAnswer
     media: Callable[[Request], str]
     """The media type of an answer."""
 
-    def unary(self, handler: Handler, params: Params) -> Endpoint:
+    def unary(self, handler: Handler, params: Params, discovery: bool = False) -> Endpoint:
+        """`discovery`: the route fetches a card, which never needs an extension."""
+
         @error_path(self.error)
         async def endpoint(request: Request) -> Response:
-            call = self.call_of(request)
+            call = self.call_of(request, discovery=discovery)
             result = await handler(await params(request), call)
             return Response(orjson.dumps(result), media_type=self.media(request))
 
@@ -194,7 +195,7 @@ def _json(payload: Any) -> Response:
 
 def _call(request: Request) -> Call:
     """The call of an alias: version-neutral paths, so `A2A-Version` is not read; answers are v0.3."""
-    return Call(headers=request.headers, c=components(request), owner=owner_of(request), version="0.3")
+    return Call.of(request, version="0.3")
 
 
 @router.get("/a2a/tasks/{task_id}", include_in_schema=False)

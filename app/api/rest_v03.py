@@ -58,8 +58,8 @@ def v03_error(request: Request, err: A2AError) -> Response:
     return rest_error(err, err.rest_v03_status)
 
 
-def v03_call(request: Request) -> Call:
-    call = Call.of(request)
+def v03_call(request: Request, discovery: bool = False) -> Call:
+    call = Call.of(request, discovery=discovery)
     if call.version != "0.3":
         raw = request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
         raise VersionNotSupportedError(
@@ -156,7 +156,7 @@ ROUTES: list[tuple[str, list[str], Endpoint]] = [
     ("/tasks/{id}/pushNotificationConfigs", ["GET"], unary(ops_v03.list_push, _push_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["GET"], unary(ops_v03.get_push, _push_params)),
     ("/tasks/{id}/pushNotificationConfigs/{config_id}", ["DELETE"], unary(_delete_push, _push_params)),
-    ("/card", ["GET"], unary(ops_v03.agent_card, _none)),
+    ("/card", ["GET"], BINDING.unary(functools.partial(ops_v03.agent_card, wire=ops_v03.REST), _none, True)),
 ]
 
 for _path, _methods, _endpoint in ROUTES:

@@ -89,9 +89,9 @@ def status_error(request: Request, err: A2AError) -> Response:
     )
 
 
-def v10_call(request: Request) -> Call:
+def v10_call(request: Request, discovery: bool = False) -> Call:
     """The call, as v1.0: no version or any 1.x is fine, another explicit version is refused."""
-    call = Call.of(request)
+    call = Call.of(request, discovery=discovery)
     raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
     if raw and call.version != "1.0":
         raise VersionNotSupportedError(
@@ -155,7 +155,9 @@ async def _delete_push(params: Any, call: Call) -> Any:
 @error_path(status_error)
 async def _extended_card(request: Request) -> Response:
     """GetExtendedAgentCard: the card variant for the request's A2A-Version, with its ETag (private)."""
-    return card_response(request, ops_v10.extended(v10_call(request)), _media(request), public=False)
+    return card_response(
+        request, ops_v10.extended(v10_call(request, discovery=True)), _media(request), public=False
+    )
 
 
 BINDING = RestBinding(v10_call, status_error, _media)

@@ -132,6 +132,8 @@ class Message:
     metadata: dict[str, Any] | None = None
     requested_extensions: list[str] = field(default_factory=list)
     """Extensions the caller asked for in the request's headers: kept for the agent, never encoded."""
+    active_extensions: list[str] = field(default_factory=list)
+    """Those of them the server activated (the card declares them): kept for the agent, never encoded."""
 
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if p.text is not None)
@@ -160,6 +162,8 @@ class Message:
         )
         if self.requested_extensions:
             out["requestedExtensions"] = self.requested_extensions
+        if self.active_extensions:
+            out["activeExtensions"] = self.active_extensions
         return out
 
     @classmethod
@@ -174,6 +178,7 @@ class Message:
             extensions=d.get("extensions", []),
             metadata=d.get("metadata"),
             requested_extensions=d.get("requestedExtensions", []),
+            active_extensions=d.get("activeExtensions", []),
         )
 
 

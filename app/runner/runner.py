@@ -376,6 +376,7 @@ class Runner:
             task_id=task_id,
             history=history,
             extensions=tuple(dict.fromkeys(message.requested_extensions + message.extensions)),
+            active_extensions=tuple(message.active_extensions),
         )
 
     async def reply(self, owner: str, message: Message) -> Message | None:

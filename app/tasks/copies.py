@@ -40,6 +40,7 @@ def fingerprint(message: Message, config: SendConfig, push: PushConfig | None) -
     webhook and the result's shape (`blocking` only changes how long the answer waits)."""
     body = message.to_store()
     body.pop("requestedExtensions", None)
+    body.pop("activeExtensions", None)
     return _digest([body, config.history_length, config.accepted_output_modes, push])
 
 

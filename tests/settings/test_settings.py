@@ -66,6 +66,20 @@ def test_plain_postgres_url_gets_the_async_driver():
         ({"AGENT_EGRESS_ALLOW": "api.example.com,a*b.example.com"}, "AGENT_EGRESS_ALLOW"),
         ({"AGENT_EGRESS_ALLOW": "api.example.com:99999"}, "AGENT_EGRESS_ALLOW"),
         ({"AGENT_ENV": '["not", "an object"]'}, "AGENT_ENV"),
+        ({"CARD_EXTENSIONS": '{"uri": "https://x.example/e"}'}, "CARD_EXTENSIONS"),
+        ({"CARD_EXTENSIONS": '[{"uri": "not a uri"}]'}, "CARD_EXTENSIONS"),
+        ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "required": "yes"}]'}, "CARD_EXTENSIONS"),
+        ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "colour": 1}]'}, "CARD_EXTENSIONS"),
+        (
+            {"CARD_EXTENSIONS": '[{"uri": "https://x.example/e"}, {"uri": "https://x.example/e"}]'},
+            "CARD_EXTENSIONS",
+        ),
+        (
+            {"CARD_SIGNING_KEY_FILE": "/nonexistent/key.pem", "CARD_SIGNING_KID": "k", "AUTH_MODE": "off"},
+            "CARD_SIGNING_KEY_FILE",
+        ),
+        ({"CARD_SIGNING_KID": "k", "AUTH_MODE": "off"}, "CARD_SIGNING_KID"),
+        ({"CARD_SIGNING_JKU": "ftp://keys"}, "CARD_SIGNING_JKU"),
     ],
 )
 def test_bad_setting_is_one_clear_line(env, name, tmp_path):

@@ -10,7 +10,8 @@
 - `done:<text>`       completes with a final message; `fail:<text>` fails; `reject:<text>` rejects
 - `raise`             raises inside `run` (the task fails with the exception's text)
 - `spin`              emits chunks without pause until cancelled
-- `whoami`            a data artifact with what the agent was told: principal, ids, extensions, ...
+- `whoami`            a data artifact with what the agent was told: principal, ids, extensions (requested
+                      and active), ...
 - `files`             a data artifact describing each incoming part (kind, media type, name, size)
 """
 
@@ -20,6 +21,7 @@ import json
 
 from app.agents.sdk import (
     Agent,
+    Extension,
     Message,
     Request,
     Skill,
@@ -110,6 +112,7 @@ class CapabilitiesAgent(Agent):
                 "taskId": task.id,
                 "contextId": task.context_id,
                 "extensions": list(task.extensions),
+                "activeExtensions": list(task.active_extensions),
                 "metadata": task.metadata,
                 "history": len(task.history),
                 "greeting": self.greeting,
@@ -130,3 +133,17 @@ class CapabilitiesAgent(Agent):
             await task.artifact([data_part({"parts": parts})], name="parts")
         else:
             await task.say(task.text)
+
+
+AGENT_REQUIRED = "https://example.com/ext/agent-required/v1"
+AGENT_OPTIONAL = "https://example.com/ext/agent-optional/v1"
+
+
+class ExtensionsAgent(CapabilitiesAgent):
+    """The same agent declaring two extensions through the agent API, one of them required."""
+
+    name = "Extensions Test Agent"
+    extensions = (
+        Extension(AGENT_REQUIRED, "A request must name it", required=True),
+        Extension(AGENT_OPTIONAL, "Activated when asked", params={"depth": 2, "modes": ["a", "b"]}),
+    )
