@@ -127,10 +127,19 @@ def _admin(request: Request) -> bool:
 
 
 def _roles(request: Request) -> list[dict[str, Any]]:
-    """Every role this deployment serves and where its A2A endpoints are (the default role at the root)."""
+    """Every role this deployment serves, where its A2A endpoints are (the default role at the root) and the
+    extensions its card requires."""
     c = components(request)
-    names = list(c.roles) or [c.role]
-    return [{"name": n, "path": "" if i == 0 else f"/agents/{n}"} for i, n in enumerate(names)]
+    roles = c.roles or {c.role: c}
+    return [
+        {
+            "name": name,
+            "path": "" if i == 0 else f"/agents/{name}",
+            # The page names these in every A2A call it makes to the role (A2A-Extensions).
+            "requiredExtensions": list(role.card.extensions.required),
+        }
+        for i, (name, role) in enumerate(roles.items())
+    ]
 
 
 @router.get(f"{API}me")

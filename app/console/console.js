@@ -58,6 +58,15 @@ function headers(extra = {}) {
   return h;
 }
 
+function a2aHeaders(endpoint, extra = {}) {
+  // An A2A call: version 1.0, and the extensions the role's card requires (the page supports what it
+  // needs of them: it only shows what comes back).
+  const role = (me?.roles || []).find((r) => `${r.path}/a2a/jsonrpc` === endpoint);
+  const h = headers({ "Content-Type": "application/json", "A2A-Version": "1.0", ...extra });
+  if (role?.requiredExtensions?.length) h["A2A-Extensions"] = role.requiredExtensions.join(",");
+  return h;
+}
+
 class Unauthenticated extends Error {}
 
 async function api(path) {
@@ -72,7 +81,7 @@ let rpcId = 0;
 async function rpc(endpoint, method, params) {
   const resp = await fetch(endpoint, {
     method: "POST",
-    headers: headers({ "Content-Type": "application/json", "A2A-Version": "1.0" }),
+    headers: a2aHeaders(endpoint),
     body: JSON.stringify({ jsonrpc: "2.0", id: ++rpcId, method, params }),
   });
   if (resp.status === 401) throw new Unauthenticated("sign in");
@@ -537,7 +546,7 @@ async function follow(token, task, render, reload, cursor) {
   while (token === viewToken && !TERMINAL.has(task.status?.state)) {
     let ended = "dropped";
     try {
-      const h = headers({ "Content-Type": "application/json", "A2A-Version": "1.0", Accept: "text/event-stream" });
+      const h = a2aHeaders(task.endpoint, { Accept: "text/event-stream" });
       if (lastEventId) h["Last-Event-ID"] = lastEventId;
       const resp = await fetch(task.endpoint, {
         method: "POST",

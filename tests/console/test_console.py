@@ -4,6 +4,7 @@ a new task), output that tries to run script, and one principal never seeing ano
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -12,7 +13,8 @@ import httpx
 import pytest
 from playwright.async_api import Page, expect
 
-from tests.support.auth import key_of
+from tests.conftest import make_server
+from tests.support.auth import api_keys_env, key_of
 from tests.support.browser import Browser, Watch, sign_in
 from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
@@ -322,3 +324,21 @@ async def test_the_agents_page_lists_roles_and_live_instances(
     await expect(page.locator("#instances")).to_contain_text(f"{first['running']} / {first['slots']}")
     assert not watch.errors
     await page.context.close()
+
+
+async def test_a_role_that_requires_an_extension_is_steered_with_it(browser: Browser, tmp_path: Any) -> None:
+    """The page names the extensions a role's card requires in its A2A calls, so they are not refused."""
+    uri = "https://example.com/ext/review/v1"
+    extensions = json.dumps([{"uri": uri, "description": "Review", "required": True}])
+    server = await make_server("sqlite", tmp_path, **api_keys_env(CARD_EXTENSIONS=extensions))
+    try:
+        page, watch = await open_page(browser, server, path="/console/new")
+        await page.fill("#new-text", "ask:Merge it?")
+        await page.click("#new-task button[type=submit]")
+        await page.wait_for_url(f"{server.base_url}/console/tasks/**", timeout=WAIT_MS)
+        await page.click("#approve")
+        await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+        assert not watch.errors
+        await page.context.close()
+    finally:
+        server.stop()

@@ -52,7 +52,10 @@ async def test_me_names_the_principal_roles_and_admin(srv: ServerProcess) -> Non
         "principal": "alice",
         "admin": False,
         "authenticated": True,
-        "roles": [{"name": "default", "path": ""}, {"name": "second", "path": "/agents/second"}],
+        "roles": [
+            {"name": "default", "path": "", "requiredExtensions": []},
+            {"name": "second", "path": "/agents/second", "requiredExtensions": []},
+        ],
     }
     assert carol["admin"] is True
     assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers
