@@ -20,8 +20,9 @@ from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
+from app.api.usage import router as usage_router
 from app.settings import Settings, get_settings
-from app.wiring import lifespan, role_agent
+from app.wiring import lifespan, price_table, role_agent
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     }
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
+    price_table(settings)  # a bad PRICE_TABLE_FILE fails start-up here, before anything starts
 
     metrics = Metrics() if settings.metrics_enabled else None
     # Every role but the default one: the same bindings under /agents/{role}, over its own components.
@@ -56,6 +58,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(health.router)
     app.include_router(workers.router)
     app.include_router(agents_router)
+    app.include_router(usage_router)
     app.include_router(openapi.router)
     if metrics is not None:
         metrics.watch(lambda: getattr(app.state, "components", None))
