@@ -364,9 +364,10 @@ class TaskContext(Request):
     async def _interrupt(
         self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
     ) -> Message:
-        await self._send([self._status(state, text, parts, usage)])
-        waiting = time.monotonic()
+        status = self._status(state, text, parts, usage)
+        waiting = time.monotonic()  # from the question on, the time is the user's
         try:
+            await self._send([status])
             return await self._answers.get()
         finally:
             self._waited += time.monotonic() - waiting

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .models import TaskUsageRow
@@ -62,6 +62,18 @@ _SUMS = (
 _INTS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "wallMs", "turns", "toolCalls")
 
 
+def group_keys(query: UsageQuery, by: str) -> tuple[Any, ...]:
+    """The columns of a group's key: `GROUPS[by]`, a context's with its owner when summing every owner."""
+    keys = GROUPS[by]
+    return (_u.owner, *keys) if by == "context" and query.owner is None else keys
+
+
+def grouped(query: UsageQuery, by: str) -> Select[Any]:
+    """The sums of the rows `query` names, per group."""
+    keys = group_keys(query, by)
+    return select(*keys, *_SUMS).where(*query.where()).group_by(*keys)
+
+
 def _figures(row: Any) -> dict[str, Any]:
     m = row._mapping
     out: dict[str, Any] = {k: int(m[k] or 0) for k in _INTS}
@@ -86,11 +98,9 @@ class UsageReads:
         return groups, await self._total(q), more
 
     async def _groups(self, query: UsageQuery, by: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        keys = GROUPS[by]
-        if by == "context" and query.owner is None:
-            keys = (_u.owner, *keys)
+        keys = group_keys(query, by)
         names = [k.name for k in keys]
-        stmt = select(*keys, *_SUMS).where(*query.where()).group_by(*keys).order_by(*keys).limit(limit + 1)
+        stmt = grouped(query, by).order_by(*keys).limit(limit + 1)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         out = []
