@@ -169,6 +169,8 @@ class CliRun(AgentRun):
         self.waiting = False
         self._last_activity = 0.0
         self._stopping: asyncio.Task[None] | None = None
+        self._reported = False
+        """The CLI reported how its run ended (`done` or `error`): stopping it after that is graceful."""
 
     # ---- hooks -----------------------------------------------------------------------------------
 
@@ -244,9 +246,11 @@ class CliRun(AgentRun):
                     yield ev
             ended = True
         finally:
-            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own;
-            # on cancellation or the hard timeout the group is signalled at once.
-            await self._shutdown(graceful=ended)
+            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own: its
+            # stream ran out, or the CLI reported its result (the consumer stops reading at `done` or
+            # `error`, so this generator is closed at that `yield`); on cancellation or the hard timeout the
+            # group is signalled at once.
+            await self._shutdown(graceful=ended or self._reported)
 
     async def _read(self) -> AsyncIterator[AgentEvent]:
         assert self.proc is not None
@@ -265,6 +269,8 @@ class CliRun(AgentRun):
             for ev in await self.handle(obj):
                 if ev.kind is AgentEventKind.APPROVAL_REQUIRED:
                     self.waiting = True
+                if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) and not self.cancelled:
+                    self._reported = True
                 yield ev
                 if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
                     return

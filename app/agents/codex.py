@@ -26,7 +26,7 @@ from app.protocol.model import Message
 
 from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
 from .cli_run import approval_decision, coding_skill, describe_tool
-from .codex_events import AppServerParser, ExecParser, thread_tokens
+from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .events import AgentEvent, AgentEventKind
 from .sdk import Request
 
@@ -51,7 +51,7 @@ def configured_model(env: Mapping[str, str]) -> str | None:
 
 
 def _kept_usage(data: Mapping[str, Any]) -> dict[str, int] | None:
-    return thread_tokens(data["usage"]) if isinstance(data.get("usage"), dict) else None
+    return kept_tokens(data.get("usage"))
 
 
 def _turn_ended(events: list[AgentEvent]) -> bool:

@@ -84,6 +84,13 @@ def thread_tokens(raw: Any) -> dict[str, int]:
     return {k: count(next((raw[n] for n in names if n in raw), 0)) for k, names in _KEYS.items()}
 
 
+def kept_tokens(kept: Any) -> dict[str, int] | None:
+    """Counts as `thread_tokens` made them and the adapter kept them (with the session); None if none."""
+    if not isinstance(kept, dict):
+        return None
+    return {k: count(kept.get(k, 0)) for k in _KEYS}
+
+
 def turn_tokens(total: dict[str, int], before: dict[str, int] | None) -> dict[str, int]:
     """What one turn used: the thread's total after it less its total before (never below zero; a total
     that went down, a thread Codex started afresh, counts whole)."""

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 from app.agents.claude import claude_usage
-from app.agents.codex_events import AppServerParser, ExecParser
+from app.agents.codex_events import AppServerParser, ExecParser, kept_tokens
 from app.agents.cursor import cursor_usage
 from app.agents.events import AgentEvent, AgentEventKind
 from app.agents.gemini_events import StreamJsonParser, acp_usage
@@ -278,3 +278,19 @@ async def test_waiting_for_the_answer_is_not_wall_time(monkeypatch) -> None:
     await ctx.complete(usage=Usage.of("m"))
     done = usage_of(out[-1])
     assert done is not None and done.wall_ms == 4000
+
+
+def test_codex_keeps_the_threads_total_in_the_form_it_reads_back() -> None:
+    parser = ExecParser()
+    feed_exec(
+        parser,
+        '{"type":"turn.completed","usage":{"input_tokens":20,"cached_input_tokens":8,"output_tokens":10}}',
+    )
+    kept = json.loads(json.dumps(parser.total))  # as the session file keeps it
+    resumed = ExecParser(baseline=kept_tokens(kept))
+    done = feed_exec(
+        resumed,
+        '{"type":"turn.completed","usage":{"input_tokens":30,"cached_input_tokens":12,"output_tokens":15}}',
+    )[-1]
+    assert done.usage == Usage((ModelUsage("", 6, 5, 4),))
+    assert kept_tokens(None) is None
