@@ -87,3 +87,15 @@ def test_a_bad_file_is_one_line_naming_the_problem(tmp_path: Path, content: str,
         PriceTable.load(str(path))
     with pytest.raises(PriceTableError, match="cannot read"):
         PriceTable.load(str(tmp_path / "missing.json"))
+
+
+def test_the_documented_table_is_the_built_in_one() -> None:
+    """docs/operations.md "Usage and cost" shows the table as it is."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`") and cells[1][:1].isdigit():
+            number = [None if c == "—" else float(c) for c in cells[1:]]
+            rows[cells[0].strip("`")] = Price(*number)  # type: ignore[arg-type]
+    assert rows == DEFAULT_PRICES
