@@ -168,8 +168,8 @@ def tool_call_metadata(name: str, tool_input: Any) -> dict[str, Any]:
     call: dict[str, Any] = {"name": name}
     if tool_input is not None:
         try:
-            shown = json.dumps(tool_input, ensure_ascii=False, default=str)
-        except ValueError:
+            shown = json.dumps(tool_input, ensure_ascii=False, default=str, allow_nan=False)
+        except ValueError:  # NaN or a cycle: not JSON the store takes; its text instead
             shown = json.dumps(str(tool_input), ensure_ascii=False)
         if len(shown) > TOOL_INPUT_LIMIT:
             call["input"] = shown[: TOOL_INPUT_LIMIT - 1] + "…"

@@ -7,7 +7,8 @@ anyone else naming another owner gets 403. The sums come from `task_usage` (`sto
 `Components.usage`), one row per usage report and model, written with the event carrying the report.
 
 Query: `by` (`context`, `role`, `model`, `day`; default `day`), `since` and `until` (UTC days `YYYY-MM-DD`,
-inclusive), `contextId`, `role`, `owner`, `limit` (groups, 1-1000, default 100). docs/protocol.md "Usage".
+inclusive), `contextId`, `role`, `owner`, `limit` (groups, 1-1000, default 100). docs/protocol.md "Usage and
+cost".
 """
 
 from __future__ import annotations

@@ -294,3 +294,12 @@ def test_codex_keeps_the_threads_total_in_the_form_it_reads_back() -> None:
     )[-1]
     assert done.usage == Usage((ModelUsage("", 6, 5, 4),))
     assert kept_tokens(None) is None
+
+
+def test_a_tool_input_that_is_not_json_is_shown_as_text() -> None:
+    from app.agents.sdk import tool_call_metadata
+
+    assert tool_call_metadata("calc", {"x": float("nan")}) == {
+        TOOL_CALL_KEY: {"name": "calc", "input": "{'x': nan}"}
+    }
+    assert tool_call_metadata("ls", None) == {TOOL_CALL_KEY: {"name": "ls"}}
