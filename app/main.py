@@ -21,8 +21,9 @@ from app.api.extensions import EchoExtensions
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
+from app.api.usage import router as usage_router
 from app.settings import Settings, get_settings
-from app.wiring import lifespan, role_agent
+from app.wiring import lifespan, price_table, role_agent
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     authenticator = Authenticator(settings)
     extra_skills = card.extended_skills(settings)
     card_signing.signer(settings)  # a signing key that cannot sign fails here, before anything starts
+    price_table(settings)  # a bad PRICE_TABLE_FILE fails start-up here, before anything starts
 
     metrics = Metrics() if settings.metrics_enabled else None
     # Every role but the default one: the same bindings under /agents/{role}, over its own components.
@@ -58,6 +60,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(health.router)
     app.include_router(workers.router)
     app.include_router(agents_router)
+    app.include_router(usage_router)
     app.include_router(openapi.router)
     app.include_router(console.router)
     if metrics is not None:

@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     metrics_enabled: bool = True
     """Serve Prometheus metrics at `/metrics` (no credential, like `/healthz`: restrict it at the proxy)."""
+    price_table_file: str = ""
+    """A JSON file of model prices (USD per million tokens: `{"model": {"input", "output", "cacheRead",
+    "cacheWrite"}}`) merged over the built-in table (`app/runner/prices.py`): what a run costs when its agent
+    reports tokens but no cost (docs/operations.md "Usage and cost"). Read at start-up."""
 
     push_notification_allow_http: bool = False
     """Allow plain-http webhook URLs (https only otherwise)."""
@@ -219,6 +223,10 @@ class Settings(BaseSettings):
     streams stop counting against the cap within this time."""
     cors_origins: str = ""
     """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
+    console_admins: str = ""
+    """Comma-separated principals who may look at every principal's data where the server offers it: the
+    usage of another principal (`GET /usage?owner=X`) or of all (`owner=*`), and the web console. Everyone
+    else sees their own only."""
 
     console_admins: str = ""
     """Comma-separated principals who see every principal's tasks and usage in the console and the read
@@ -352,6 +360,11 @@ class Settings(BaseSettings):
     @property
     def jwt_scopes(self) -> list[str]:
         return [s for s in self.jwt_required_scopes.replace(",", " ").split() if s]
+
+    @property
+    def console_admin_set(self) -> frozenset[str]:
+        """CONSOLE_ADMINS as a set of principal names."""
+        return frozenset(_split(self.console_admins))
 
     @property
     def cors_origin_list(self) -> list[str]:

@@ -33,6 +33,7 @@ from app.push.deliverer import Deliverer, options_from
 from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
+from app.runner.prices import PriceTable, PriceTableError
 from app.runner.runner import Runner
 from app.settings import SettingError, Settings
 from app.store.db import create_engine
@@ -40,12 +41,13 @@ from app.store.idempotency import IdempotencyKeys
 from app.store.instances import InstanceRecord, Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
+from app.store.usage import UsageReads
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
 
-__all__ = ["Components", "lifespan", "role_agent", "wire"]
+__all__ = ["Components", "lifespan", "price_table", "role_agent", "wire"]
 
 
 def lifespan(
@@ -81,6 +83,14 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
+
+
+def price_table(settings: Settings) -> PriceTable:
+    """The price table: the built-in one with PRICE_TABLE_FILE over it (SettingError, one line, if bad)."""
+    try:
+        return PriceTable.load(settings.price_table_file)
+    except PriceTableError as exc:
+        raise SettingError("PRICE_TABLE_FILE", str(exc)) from None
 
 
 def role_agent(
@@ -137,6 +147,7 @@ async def wire(
         writer.start()
         stack.push_async_callback(writer.stop)
         push = options_from(settings)
+        prices = price_table(settings)
         deliverer = Deliverer(engine, settings.replica_id, push)
         stack.push_async_callback(deliverer.stop)
         built_at = utcnow()
@@ -150,6 +161,7 @@ async def wire(
             for name, role in roles.items()
         }
         instances = Instances(engine)
+        usage = UsageReads(engine)
         discovery = Discovery(
             instances,
             "replica",
@@ -173,6 +185,7 @@ async def wire(
                 outage_grace_s=settings.db_outage_grace_s,
                 push_ring=deliverer.ring if settings.push_deliver else None,
                 role=scope,
+                role_name=name,
             )
             runner: Runner | Idle = (
                 Runner(
@@ -185,6 +198,7 @@ async def wire(
                     cancel_grace_s=settings.cancel_grace_s,
                     lease_ttl_s=settings.lease_ttl_s,
                     queue_poll_s=settings.queue_poll_s,
+                    prices=prices,
                 )
                 if role.runs_here
                 else Idle(
@@ -244,6 +258,7 @@ async def wire(
                     ),
                 ),
                 discovery=discovery,
+                usage=usage,
             )
         for c in every.values():
             await c.runner.open()

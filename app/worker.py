@@ -27,6 +27,7 @@ import httpx
 from app import roles as roles_
 from app.agents.sdk import Agent
 from app.protocol.model import INTERRUPTED_STATES, Message, Role, TaskState, status_update
+from app.runner.prices import PriceTable
 from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.leases import Held
@@ -229,9 +230,16 @@ class Worker:
     """One worker process: its runner, and the loop that hears what others did to its tasks."""
 
     def __init__(
-        self, settings: Settings, server: Server, role: roles_.Role, agent: Agent, slots: int
+        self,
+        settings: Settings,
+        server: Server,
+        role: roles_.Role,
+        agent: Agent,
+        slots: int,
+        prices: PriceTable | None = None,
     ) -> None:
         self.settings = settings
+        self.prices = prices
         self.server = server
         self.role = role
         self.agent = agent
@@ -259,6 +267,7 @@ class Worker:
             cancel_grace_s=self.settings.cancel_grace_s,
             lease_ttl_s=ttl,
             queue_poll_s=1.0,
+            prices=self.prices,
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
@@ -315,7 +324,7 @@ class Worker:
 
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
     """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
-    from app.wiring import role_agent
+    from app.wiring import price_table, role_agent
 
     settings = Settings()
     logging.basicConfig(
@@ -331,6 +340,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     role = roles.get(role_name) or next(iter(roles.values()))
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
     agent = role_agent(settings, role, len(roles) > 1)
+    prices = price_table(settings)
     instance = instance or f"{socket.gethostname()}-{os.getpid()}"
     server = Server(server_url, headers, role_name, instance)
 
@@ -340,7 +350,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await Worker(settings, server, role, agent, role.slots).run(stop)
+            await Worker(settings, server, role, agent, role.slots, prices).run(stop)
         finally:
             await server.aclose()
 

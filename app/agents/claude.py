@@ -15,6 +15,11 @@ permission (`--permission-prompt-tool stdio`) with a `control_request` on stdout
 | `result` success / error                                | done(result, stats) / error(result text)    |
 | `result` error without text (`error_during_execution`)  | none; at exit: error(exit status, stderr)   |
 
+`done` and `error` carry the run's usage from the `result` line (`claude_usage`): per model from
+`modelUsage` (tokens, cache reads and writes, `costUSD`), else `usage` and `total_cost_usd` for the model
+`init` named; `num_turns` as its turns. Claude reports what this process used, so a resumed session's
+earlier turns are not in it.
+
 With several permission requests open at once, one answer decides all of them. A later task in the same
 context resumes the session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
 
@@ -31,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
+from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 
 from .cli_run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .events import AgentEvent
+from .events import AgentEvent, count
 from .sdk import Request
 
 
@@ -41,6 +47,55 @@ def _result_text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
     return "" if content is None else str(content)
+
+
+def _cost(value: Any) -> float | None:
+    return (
+        float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        else None
+    )
+
+
+def claude_usage(result: dict[str, Any], model: str | None) -> Usage | None:
+    """What a `result` line says the run used (None when it says nothing): `modelUsage` per model, else
+    `usage` and `total_cost_usd` for `model` (the one `init` named)."""
+    per_model = result.get("modelUsage")
+    models: list[ModelUsage] = []
+    if isinstance(per_model, dict) and per_model:
+        for name, u in per_model.items():
+            if not isinstance(u, dict):
+                continue
+            cost = _cost(u.get("costUSD"))
+            models.append(
+                ModelUsage(
+                    str(name),
+                    input_tokens=count(u.get("inputTokens")),
+                    output_tokens=count(u.get("outputTokens")),
+                    cache_read_tokens=count(u.get("cacheReadInputTokens")),
+                    cache_write_tokens=count(u.get("cacheCreationInputTokens")),
+                    cost_usd=cost,
+                    cost_source=COST_REPORTED if cost is not None else None,
+                )
+            )
+    elif isinstance(usage := result.get("usage"), dict) or result.get("total_cost_usd") is not None:
+        u = usage if isinstance(usage, dict) else {}
+        cost = _cost(result.get("total_cost_usd"))
+        models.append(
+            ModelUsage(
+                model or "",
+                input_tokens=count(u.get("input_tokens")),
+                output_tokens=count(u.get("output_tokens")),
+                cache_read_tokens=count(u.get("cache_read_input_tokens")),
+                cache_write_tokens=count(u.get("cache_creation_input_tokens")),
+                cost_usd=cost,
+                cost_source=COST_REPORTED if cost is not None else None,
+            )
+        )
+    turns = result.get("num_turns")
+    if not models and turns is None:
+        return None
+    return Usage(tuple(models), turns=count(turns) if turns is not None else None)
 
 
 class ClaudeRun(CliRun):
@@ -53,6 +108,8 @@ class ClaudeRun(CliRun):
         self._pending: dict[str, dict[str, Any]] = {}
         self._started = False
         self._failure: str | None = None
+        self._failure_usage: Usage | None = None
+        self._model: str | None = None
 
     def command(self) -> list[str]:
         o = self.options
@@ -100,6 +157,7 @@ class ClaudeRun(CliRun):
             return []
         self._started = True
         self.remember_session(obj.get("session_id"))
+        self._model = obj.get("model") if isinstance(obj.get("model"), str) else None
         return [AgentEvent.init(model=obj.get("model"), session_id=obj.get("session_id"))]
 
     def _stream_event(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -157,12 +215,14 @@ class ClaudeRun(CliRun):
     async def _result(self, obj: dict[str, Any]) -> list[AgentEvent]:
         self.remember_session(obj.get("session_id"))
         text = obj.get("result")
+        usage = claude_usage(obj, self._model)
         if obj.get("is_error") or obj.get("subtype") != "success":
             if text:
-                return [AgentEvent.error(str(text))]
+                return [AgentEvent.error(str(text), usage=usage)]
             # Claude ends the run itself and says why on stderr: fail with that once it has exited.
             errors = [str(e) for e in obj.get("errors") or [] if e]
             self._failure = "; ".join(errors) or f"Claude Code ended with {obj.get('subtype')}"
+            self._failure_usage = usage
             assert self.proc is not None
             await self.proc.close_stdin()
             return []
@@ -172,7 +232,8 @@ class ClaudeRun(CliRun):
             "cost_usd": obj.get("total_cost_usd"),
             "usage": obj.get("usage"),
         }
-        return [AgentEvent.done(summary=text, stats={k: v for k, v in stats.items() if v is not None})]
+        stats = {k: v for k, v in stats.items() if v is not None}
+        return [AgentEvent.done(summary=text, stats=stats, usage=usage)]
 
     async def respond(self, message: Message) -> None:
         """Allow or deny every open permission request, as the answer says."""
@@ -193,10 +254,11 @@ class ClaudeRun(CliRun):
             return super().on_exit(code)
         assert self.proc is not None
         if not code:
-            return [AgentEvent.error(self._failure)]
+            return [AgentEvent.error(self._failure, usage=self._failure_usage)]
         tail = self.proc.stderr_tail()
         detail = tail if self._failure in tail else "\n".join(t for t in (tail, self._failure) if t)
-        return [AgentEvent.error(exit_reason(Path(self.proc.argv[0]).name, code, detail))]
+        reason = exit_reason(Path(self.proc.argv[0]).name, code, detail)
+        return [AgentEvent.error(reason, usage=self._failure_usage)]
 
     async def interrupt(self) -> None:
         assert self.proc is not None

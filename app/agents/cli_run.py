@@ -84,23 +84,33 @@ def _session_file(options: AgentOptions, adapter: str, principal: str, context_i
     return root / f"{_dir_name(context_id)}.json"
 
 
-def load_session(options: AgentOptions, adapter: str, principal: str, context_id: str) -> str | None:
-    """The CLI session id an earlier turn of this principal's context left, to resume it."""
+def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
+    """What an earlier turn of this principal's context left: `sessionId` (to resume it), and what the
+    adapter keeps with it (Codex: the thread's usage so far); {} when nothing valid."""
     try:
         data = json.loads(_session_file(options, adapter, principal, context_id).read_text())
     except (OSError, ValueError):
-        return None
+        return {}
     sid = data.get("sessionId") if isinstance(data, dict) else None
-    return sid if isinstance(sid, str) and sid else None
+    return data if isinstance(sid, str) and sid else {}
+
+
+def load_session(options: AgentOptions, adapter: str, principal: str, context_id: str) -> str | None:
+    """The CLI session id an earlier turn of this principal's context left, to resume it."""
+    return load_session_data(options, adapter, principal, context_id).get("sessionId")
 
 
 def save_session(
-    options: AgentOptions, adapter: str, principal: str, context_id: str, session_id: str
+    options: AgentOptions, adapter: str, principal: str, context_id: str, session_id: str, **extra: Any
 ) -> None:
+    """Remember the session; what was kept with the same session stays unless `extra` replaces it."""
     path = _session_file(options, adapter, principal, context_id)
+    before = load_session_data(options, adapter, principal, context_id)
+    data = {**before, **extra} if before.get("sessionId") == session_id else dict(extra)
+    data["sessionId"] = session_id
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sessionId": session_id}))
+    tmp.write_text(json.dumps(data))
     tmp.replace(path)
 
 
@@ -159,6 +169,8 @@ class CliRun(AgentRun):
         self.waiting = False
         self._last_activity = 0.0
         self._stopping: asyncio.Task[None] | None = None
+        self._reported = False
+        """The CLI reported how its run ended (`done` or `error`): stopping it after that is graceful."""
 
     # ---- hooks -----------------------------------------------------------------------------------
 
@@ -192,10 +204,15 @@ class CliRun(AgentRun):
     def session_id(self) -> str | None:
         return load_session(self.options, self.adapter, self.request.principal, self.request.context_id)
 
-    def remember_session(self, session_id: str | None) -> None:
+    def session_data(self) -> dict[str, Any]:
+        """The session an earlier turn left, with what the adapter kept with it (`remember_session`)."""
+        r = self.request
+        return load_session_data(self.options, self.adapter, r.principal, r.context_id)
+
+    def remember_session(self, session_id: str | None, **extra: Any) -> None:
         if session_id:
             r = self.request
-            save_session(self.options, self.adapter, r.principal, r.context_id, session_id)
+            save_session(self.options, self.adapter, r.principal, r.context_id, session_id, **extra)
 
     async def answer(self, message: Message) -> None:
         self.waiting = False
@@ -229,9 +246,11 @@ class CliRun(AgentRun):
                     yield ev
             ended = True
         finally:
-            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own;
-            # on cancellation or the hard timeout the group is signalled at once.
-            await self._shutdown(graceful=ended)
+            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own: its
+            # stream ran out, or the CLI reported its result (the consumer stops reading at `done` or
+            # `error`, so this generator is closed at that `yield`); on cancellation or the hard timeout the
+            # group is signalled at once.
+            await self._shutdown(graceful=ended or self._reported)
 
     async def _read(self) -> AsyncIterator[AgentEvent]:
         assert self.proc is not None
@@ -250,6 +269,8 @@ class CliRun(AgentRun):
             for ev in await self.handle(obj):
                 if ev.kind is AgentEventKind.APPROVAL_REQUIRED:
                     self.waiting = True
+                if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) and not self.cancelled:
+                    self._reported = True
                 yield ev
                 if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
                     return

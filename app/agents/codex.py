@@ -8,19 +8,26 @@
 
 A later turn in the same context resumes the Codex thread (`exec resume <id>` / `thread/resume`); both
 modes share the thread store in CODEX_HOME, so the thread id serves either.
+
+Usage: Codex counts tokens per thread, so the thread's total after each turn is kept with the session and a
+turn reports its own share (`codex_events`); the model is the one the thread names (app-server) or
+AGENT_MODEL, else the `model` of `$CODEX_HOME/config.toml` (exec prints none).
 """
 
 from __future__ import annotations
 
 import logging
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from app.protocol.model import Message
 
 from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
 from .cli_run import approval_decision, coding_skill, describe_tool
-from .codex_events import AppServerParser, ExecParser
-from .events import AgentEvent
+from .codex_events import AppServerParser, ExecParser, kept_tokens
+from .events import AgentEvent, AgentEventKind
 from .sdk import Request
 
 log = logging.getLogger(__name__)
@@ -31,12 +38,43 @@ APPROVAL_POLICY = "untrusted"
 SANDBOX = "workspace-write"
 
 
+def configured_model(env: Mapping[str, str]) -> str | None:
+    """The `model` of the Codex configuration the CLI reads (`$CODEX_HOME/config.toml`, by default
+    `$HOME/.codex/config.toml`), if it names one."""
+    home = env.get("CODEX_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".codex")
+    try:
+        with open(Path(home) / "config.toml", "rb") as f:
+            model = tomllib.load(f).get("model")
+    except (OSError, ValueError):
+        return None
+    return model if isinstance(model, str) and model else None
+
+
+def _kept_usage(data: Mapping[str, Any]) -> dict[str, int] | None:
+    return kept_tokens(data.get("usage"))
+
+
+def _turn_ended(events: list[AgentEvent]) -> bool:
+    return any(ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) for ev in events)
+
+
 class CodexExecRun(HeadlessRun):
     """One unattended `codex exec` turn."""
 
     def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
-        self.parser = ExecParser(model=self.options.model)
+        self.parser = ExecParser(model=self.options.model, baseline=_kept_usage(self.session_data()))
+
+    async def begin(self) -> None:
+        assert self.proc is not None
+        self.parser.model = self.parser.model or configured_model(self.proc.env)
+        await super().begin()
+
+    async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
+        events = await super().handle(obj)
+        if self.parser.total is not None and _turn_ended(events):
+            self.remember_session(self.parser.thread_id, usage=self.parser.total)
+        return events
 
     def command(self) -> list[str]:
         argv = [self.agent.binary, "exec", "--json", "--skip-git-repo-check"]
@@ -78,7 +116,10 @@ class CodexAppServerRun(RpcRun):
         return params
 
     def on_notification(self, method: str, params: dict[str, Any]) -> list[AgentEvent]:
-        return self.parser.feed(method, params)
+        events = self.parser.feed(method, params)
+        if self.parser.total is not None and _turn_ended(events):
+            self.remember_session(self.thread_id, usage=self.parser.total)
+        return events
 
     async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if method == "thread/resume" and error is not None:
@@ -96,6 +137,9 @@ class CodexAppServerRun(RpcRun):
         elif method in ("thread/start", "thread/resume"):
             thread = result.get("thread") if isinstance(result.get("thread"), dict) else {}
             self.thread_id = thread.get("id")
+            if method == "thread/resume":
+                self.parser.baseline = _kept_usage(self.session_data())
+            self.parser.model = thread.get("model") or self.options.model
             self.remember_session(self.thread_id)
             text = {"type": "text", "text": self.request.message.text()}
             await self.call("turn/start", {"threadId": self.thread_id, "input": [text]})

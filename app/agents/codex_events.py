@@ -4,6 +4,13 @@ notifications. Kept apart from the adapter so each printed shape is unit-tested 
 Both parsers keep a little state (the thread id, the last assistant text, usage) because Codex spreads
 what one AgentEvent needs over several lines: the `done` summary is the last agent message, and usage
 arrives before `turn/completed` in the app-server protocol.
+
+Codex reports token usage for the whole thread (0.169.0): `turn.completed` of a resumed thread in `exec`
+counts every earlier turn too, and `thread/tokenUsage/updated` gives the thread's `total` (a resumed thread
+first repeats the previous turn's). A turn's usage is the thread's total now less its total before the turn:
+`exec` takes that from the adapter (kept with the session, `baseline`), the app-server from the totals
+of other turns it repeats (the kept one as a floor). Its input tokens include the cached and cache-write
+ones; `codex_usage` makes them the server's (`app/protocol/usage.py`). Codex reports no cost.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import AgentEvent, as_text
+from app.protocol.usage import ModelUsage, Usage
+
+from .events import AgentEvent, as_text, count
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,49 @@ def _tool_result(kind: str, item: dict[str, Any]) -> AgentEvent | None:
     return None
 
 
+_KEYS = {
+    "input": ("input_tokens", "inputTokens"),
+    "cached": ("cached_input_tokens", "cachedInputTokens"),
+    "cache_write": ("cache_write_input_tokens", "cacheWriteInputTokens"),
+    "output": ("output_tokens", "outputTokens"),
+    "reasoning": ("reasoning_output_tokens", "reasoningOutputTokens"),
+}
+
+
+def thread_tokens(raw: Any) -> dict[str, int]:
+    """Codex's token usage (`exec`'s snake_case or the app-server's camelCase) as plain counts."""
+    raw = raw if isinstance(raw, dict) else {}
+    return {k: count(next((raw[n] for n in names if n in raw), 0)) for k, names in _KEYS.items()}
+
+
+def kept_tokens(kept: Any) -> dict[str, int] | None:
+    """Counts as `thread_tokens` made them and the adapter kept them (with the session); None if none."""
+    if not isinstance(kept, dict):
+        return None
+    return {k: count(kept.get(k, 0)) for k in _KEYS}
+
+
+def turn_tokens(total: dict[str, int], before: dict[str, int] | None) -> dict[str, int]:
+    """What one turn used: the thread's total after it less its total before (never below zero; a total
+    that went down, a thread Codex started afresh, counts whole)."""
+    if not before or any(total.get(k, 0) < before.get(k, 0) for k in _KEYS):
+        return dict(total)
+    return {k: total.get(k, 0) - before.get(k, 0) for k in _KEYS}
+
+
+def codex_usage(tokens: dict[str, int], model: str | None) -> Usage:
+    """A turn's counts as a usage report: cached and cache-write input out of the input tokens."""
+    cached, written = tokens.get("cached", 0), tokens.get("cache_write", 0)
+    one = ModelUsage(
+        model or "",
+        input_tokens=max(0, tokens.get("input", 0) - cached - written),
+        output_tokens=tokens.get("output", 0),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+    )
+    return Usage((one,))
+
+
 @dataclass(slots=True)
 class ExecParser:
     """`codex exec --json`: one event per line, whole items only (no text deltas)."""
@@ -68,6 +120,10 @@ class ExecParser:
     thread_id: str | None = None
     last_message: str | None = None
     last_error: str | None = None
+    baseline: dict[str, int] | None = None
+    """The thread's token usage before this turn (kept with the session by the adapter)."""
+    total: dict[str, int] | None = None
+    """The thread's token usage after this turn, once `turn.completed` says it."""
     _started: set[str] = field(default_factory=set)
 
     def feed(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -78,7 +134,9 @@ class ExecParser:
         if kind in ("item.started", "item.completed") and isinstance(obj.get("item"), dict):
             return self._item(obj["item"], completed=kind == "item.completed")
         if kind == "turn.completed":
-            return [AgentEvent.done(summary=self.last_message, stats=obj.get("usage") or None)]
+            self.total = thread_tokens(obj.get("usage"))
+            usage = codex_usage(turn_tokens(self.total, self.baseline), self.model)
+            return [AgentEvent.done(summary=self.last_message, stats=obj.get("usage") or None, usage=usage)]
         if kind == "turn.failed":
             err = obj.get("error")
             message = err.get("message") if isinstance(err, dict) else None
@@ -121,6 +179,14 @@ class AppServerParser:
     last_message: str | None = None
     last_error: str | None = None
     usage: dict[str, Any] | None = None
+    """The thread's total token usage as last reported (the `result` artifact's stats)."""
+    model: str | None = None
+    baseline: dict[str, int] | None = None
+    """The thread's token usage before this turn as the adapter kept it (a floor for `before`)."""
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The thread's total token usage as last reported during each turn, by turn id."""
+    total: dict[str, int] | None = None
+    """The thread's token usage after this turn, once it completed."""
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Items started and not yet completed, by id: an approval request names only the item id."""
     _streamed: set[str] = field(default_factory=set)
@@ -135,6 +201,7 @@ class AppServerParser:
         if method == "thread/tokenUsage/updated":
             usage = params.get("tokenUsage")
             self.usage = usage.get("total") if isinstance(usage, dict) else None
+            self.totals[str(params.get("turnId"))] = thread_tokens(self.usage)
             return []
         if method == "error":
             err = params.get("error")
@@ -143,12 +210,27 @@ class AppServerParser:
         if method == "turn/completed":
             turn = params.get("turn") if isinstance(params.get("turn"), dict) else {}
             status = turn.get("status")
+            usage = self._turn_usage(str(turn.get("id")))
             if status == "completed":
-                return [AgentEvent.done(summary=self.last_message, stats=self.usage)]
+                return [AgentEvent.done(summary=self.last_message, stats=self.usage, usage=usage)]
             err = turn.get("error")
             message = (err.get("message") if isinstance(err, dict) else None) or self.last_error
-            return [AgentEvent.error(f"codex: turn {status}" + (f": {message}" if message else ""))]
+            reason = f"codex: turn {status}" + (f": {message}" if message else "")
+            return [AgentEvent.error(reason, usage=usage)]
         return []
+
+    def _turn_usage(self, turn_id: str) -> Usage | None:
+        """This turn's usage: its last total less the largest total reported for another turn (a resumed
+        thread repeats the previous one's) or kept from before; None when Codex reported none."""
+        total = self.totals.get(turn_id)
+        if total is None:
+            return None
+        self.total = total
+        before = [t for tid, t in self.totals.items() if tid != turn_id]
+        if self.baseline:
+            before.append(self.baseline)
+        floor = max(before, key=lambda t: sum(t.values()), default=None)
+        return codex_usage(turn_tokens(total, floor), self.model)
 
     def _item(self, item: dict[str, Any], completed: bool) -> list[AgentEvent]:
         kind = _item_type(item)

@@ -12,6 +12,10 @@ with AGENT_FORCE=false the flag is left out and the CLI refuses whatever would n
 | `result` success / error             | done(result, stats) / error(result text)      |
 
 `thinking` lines (the model's private reasoning) are not part of the answer and are skipped.
+
+Usage: the stream-json documentation shows no token counts in `result`, so a run reports its wall time and
+tool calls only; a `usage` object on `result` (`inputTokens`/`input_tokens`, `outputTokens`,
+`cacheReadTokens`, `cacheWriteTokens`) is taken for the model `init` named, should Cursor print one.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.protocol.usage import ModelUsage, Usage
+
 from .cli_run import CODING_SKILL, CliAgent, CliRun
-from .events import AgentEvent
+from .events import AgentEvent, count
 from .sdk import Request
 
 
@@ -45,10 +51,30 @@ def _output(result: Any) -> str:
     return json.dumps(result, ensure_ascii=False)
 
 
+def cursor_usage(result: dict[str, Any], model: str | None) -> Usage:
+    """What a `result` line says the run used: tokens only if it carries a `usage` object."""
+    u = result.get("usage")
+    if not isinstance(u, dict):
+        return Usage()
+
+    def get(*names: str) -> int:
+        return count(next((u[n] for n in names if n in u), 0))
+
+    one = ModelUsage(
+        model or "",
+        input_tokens=get("inputTokens", "input_tokens"),
+        output_tokens=get("outputTokens", "output_tokens"),
+        cache_read_tokens=get("cacheReadTokens", "cache_read_tokens", "cache_read_input_tokens"),
+        cache_write_tokens=get("cacheWriteTokens", "cache_write_tokens", "cache_creation_input_tokens"),
+    )
+    return Usage((one,))
+
+
 class CursorRun(CliRun):
     def __init__(self, request: Request, agent: CursorAgent) -> None:
         super().__init__(request, agent)
         self._started = False
+        self._model: str | None = None
 
     def command(self) -> list[str]:
         o = self.options
@@ -66,6 +92,7 @@ class CursorRun(CliRun):
         if kind == "system" and sub == "init" and not self._started:
             self._started = True
             self.remember_session(obj.get("session_id"))
+            self._model = obj.get("model") if isinstance(obj.get("model"), str) else None
             return [AgentEvent.init(model=obj.get("model"), session_id=obj.get("session_id"))]
         if kind == "assistant":
             content = (obj.get("message") or {}).get("content") or []
@@ -82,9 +109,12 @@ class CursorRun(CliRun):
                 return [AgentEvent.tool_result(_output(body.get("result")), name)]
         if kind == "result":
             self.remember_session(obj.get("session_id"))
+            usage = cursor_usage(obj, self._model)
             if obj.get("is_error") or sub != "success":
-                return [AgentEvent.error(str(obj.get("result") or f"cursor-agent ended with {sub}"))]
-            return [AgentEvent.done(summary=obj.get("result"), stats={"duration_ms": obj.get("duration_ms")})]
+                reason = str(obj.get("result") or f"cursor-agent ended with {sub}")
+                return [AgentEvent.error(reason, usage=usage)]
+            stats = {"duration_ms": obj.get("duration_ms")}
+            return [AgentEvent.done(summary=obj.get("result"), stats=stats, usage=usage)]
         return []
 
 

@@ -8,11 +8,16 @@ run to stop (a CLI adapter terminates its process group). Each event becomes `Ta
 |-------------------|-----------------------------------------------------------------------------|
 | init              | artifact `session` (model/session id) when known, else status working       |
 | thinking          | `say`: artifact `assistant-response`, one id per task, chunks appended      |
-| tool_use          | `working("Using tool: <name>")`                                             |
+| tool_use          | `tool_call(name, input)`: status working "Using tool: <name>" (+ the call)  |
 | tool_result       | `working(<output truncated to 200 characters>)`                             |
 | approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
-| done              | artifact `result` with summary/stats when present; `complete()`             |
-| error             | `fail(text)`                                                                |
+| usage             | `usage(report)`: status working carrying what the run used so far           |
+| done              | artifact `result` with summary/stats when present; `complete(usage=...)`    |
+| error             | `fail(text, usage=...)`                                                     |
+
+`done` and `error` carry the run's usage (`AgentEvent.usage`) when the adapter knows it: each CLI adapter
+maps what its CLI reports into a `Usage` (tokens per model, the cost when the CLI gives one, its turns); the
+server adds the wall time and the tool calls counted from `tool_use`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.protocol.model import Message
+from app.protocol.usage import Usage
 
 from .sdk import Agent, Request, TaskContext, data_part
 
@@ -39,6 +45,7 @@ class AgentEventKind(StrEnum):
     TOOL_USE = "tool_use"
     TOOL_RESULT = "tool_result"
     APPROVAL_REQUIRED = "approval_required"
+    USAGE = "usage"
     DONE = "done"
     ERROR = "error"
 
@@ -55,6 +62,8 @@ class AgentEvent:
     session_id: str | None = None
     summary: str | None = None
     stats: dict[str, Any] | None = None
+    usage: Usage | None = None
+    """What the run used (`usage`, `done`, `error`)."""
 
     @classmethod
     def init(cls, model: str | None = None, session_id: str | None = None) -> AgentEvent:
@@ -77,12 +86,19 @@ class AgentEvent:
         return cls(AgentEventKind.APPROVAL_REQUIRED, text=question)
 
     @classmethod
-    def done(cls, summary: str | None = None, stats: dict[str, Any] | None = None) -> AgentEvent:
-        return cls(AgentEventKind.DONE, summary=summary, stats=stats)
+    def usage_report(cls, usage: Usage) -> AgentEvent:
+        """What the run used since its start or its last report, reported before the run ends."""
+        return cls(AgentEventKind.USAGE, usage=usage)
 
     @classmethod
-    def error(cls, text: str) -> AgentEvent:
-        return cls(AgentEventKind.ERROR, text=text)
+    def done(
+        cls, summary: str | None = None, stats: dict[str, Any] | None = None, usage: Usage | None = None
+    ) -> AgentEvent:
+        return cls(AgentEventKind.DONE, summary=summary, stats=stats, usage=usage)
+
+    @classmethod
+    def error(cls, text: str, usage: Usage | None = None) -> AgentEvent:
+        return cls(AgentEventKind.ERROR, text=text, usage=usage)
 
 
 class AgentRun(ABC):
@@ -145,19 +161,22 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
         else:
             await task.working()
     elif kind is AgentEventKind.TOOL_USE:
-        await task.working(f"Using tool: {ev.tool_name}")
+        await task.tool_call(str(ev.tool_name), ev.tool_input)
     elif kind is AgentEventKind.TOOL_RESULT:
         await task.working(truncate(ev.text))
     elif kind is AgentEventKind.APPROVAL_REQUIRED:
         await run.answer(await task.ask(ev.text))
+    elif kind is AgentEventKind.USAGE:
+        if ev.usage is not None:
+            await task.usage(ev.usage)
     elif kind is AgentEventKind.ERROR:
-        await task.fail(ev.text or "The agent reported an error")
+        await task.fail(ev.text or "The agent reported an error", usage=ev.usage)
         return True
     else:
         if ev.summary is not None or ev.stats:
             data = {"summary": ev.summary, "stats": ev.stats or {}}
             await task.artifact([data_part(data)], name=RESULT_ARTIFACT, last_chunk=True)
-        await task.complete()
+        await task.complete(usage=ev.usage)
         return True
     return False
 
@@ -169,3 +188,10 @@ def truncate(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
 def as_text(value: Any) -> str:
     """A field of a CLI's JSON as event text: a string as it is, anything else (absent, null) empty."""
     return value if isinstance(value, str) else ""
+
+
+def count(value: Any) -> int:
+    """A count from a CLI's JSON (tokens, turns): a non-negative whole number, anything else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        return 0
+    return int(value) if value < 10**15 else 10**15

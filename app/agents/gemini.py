@@ -23,7 +23,7 @@ from app.protocol.model import Message
 from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
 from .cli_run import approval_decision, coding_skill, describe_tool
 from .events import AgentEvent
-from .gemini_events import AcpParser, StreamJsonParser
+from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .sdk import Request
 
 ACP_VERSION = 1
@@ -118,7 +118,8 @@ class GeminiAcpRun(RpcRun):
             reason = result.get("stopReason")
             if reason in DONE_REASONS:
                 meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}
-                return [AgentEvent.done(summary=self.parser.summary, stats=meta.get("quota"))]
+                usage = acp_usage(meta.get("quota"), self.options.model)
+                return [AgentEvent.done(summary=self.parser.summary, stats=meta.get("quota"), usage=usage)]
             return [AgentEvent.error(f"gemini: the turn ended: {reason}")]
         return []
 

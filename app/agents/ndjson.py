@@ -13,24 +13,63 @@ Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lin
     {"kind": "tool_use", "tool_name": "shell", "tool_input": {"command": "ls"}}
     {"kind": "tool_result", "tool_name": "shell", "text": "README.md"}
     {"kind": "approval_required", "text": "Run rm -rf build?"}
-    {"kind": "done", "summary": "what was done", "stats": {"files": 2}}
-    {"kind": "error", "text": "why it failed"}
+    {"kind": "usage", "usage": {"model": "my-model", "input_tokens": 900, "output_tokens": 120}}
+    {"kind": "done", "summary": "what was done", "stats": {"files": 2}, "usage": {...}}
+    {"kind": "error", "text": "why it failed", "usage": {...}}
 
 The run ends at `done` or `error` (stdin is then closed); exiting without one fails the task with the exit
 status and the end of stderr.
+
+`usage` (on `usage`, `done` and `error`) is what the command used since it started or last reported:
+`model`, `input_tokens` (uncached), `output_tokens`, `cache_read_tokens`, `cache_write_tokens`,
+`cost_usd` (leave it out to have the price table price it), `turns`, `wall_ms`, `tool_calls` (the server
+fills in the last two when left out: its time and the `tool_use` lines); several models as
+`{"models": [{"model": ..., "input_tokens": ...}, ...], "turns": ...}`. A `usage` that is not one is ignored.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 from typing import Any
 
 from app.protocol.model import Message
+from app.protocol.usage import Usage, UsageError
 
 from .cli_run import CliAgent, CliRun, approval_decision
 from .events import AgentEvent, AgentEventKind
 from .options import AgentOptions
 from .sdk import Request, Skill
+
+log = logging.getLogger(__name__)
+
+_MODEL_KEYS = {
+    "model": "model",
+    "input_tokens": "inputTokens",
+    "output_tokens": "outputTokens",
+    "cache_read_tokens": "cacheReadTokens",
+    "cache_write_tokens": "cacheWriteTokens",
+    "cost_usd": "costUsd",
+}
+_RUN_KEYS = {"wall_ms": "wallMs", "turns": "turns", "tool_calls": "toolCalls"}
+
+
+def parse_usage(raw: Any) -> Usage | None:
+    """A line's `usage` (snake_case, one model or `models`) as a report; None when absent or not one."""
+    if not isinstance(raw, dict):
+        return None
+
+    def model(d: Any) -> Any:
+        return {w: d[k] for k, w in _MODEL_KEYS.items() if k in d} if isinstance(d, dict) else d
+
+    models = raw.get("models")
+    wire: dict[str, Any] = {w: raw[k] for k, w in _RUN_KEYS.items() if k in raw}
+    wire["models"] = [model(m) for m in models] if isinstance(models, list) else [model(raw)]
+    try:
+        return Usage.from_wire(wire)
+    except UsageError as exc:
+        log.warning("ndjson agent: ignoring a usage that is not one (%s)", exc)
+        return None
 
 
 def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
@@ -54,6 +93,7 @@ def parse_event(obj: dict[str, Any]) -> AgentEvent | None:
         session_id=text("session_id"),
         summary=text("summary"),
         stats=stats if isinstance(stats, dict) else None,
+        usage=parse_usage(obj.get("usage")),
     )
 
 

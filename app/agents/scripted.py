@@ -10,6 +10,8 @@ The text is a `;`-separated list of steps, run in order:
 - `fail:<text>`     an error event: the task fails with that text
 - `crash`           raise an exception inside the adapter
 - `stats`           finish with a summary and stats (the `result` artifact)
+- `usage:<model>:<input>:<output>[:<cost>]`  report usage (tokens; the cost in USD when given, else the price
+                    table's)
 - `stop`            end the event stream without done or error
 
 After the last step, `done` is emitted. Any other text is echoed like the echo agent does.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+
+from app.protocol.usage import Usage
 
 from .events import AgentEvent, AgentRun, EventAgent
 from .sdk import Request, Skill
@@ -50,6 +54,16 @@ class ScriptedRun(AgentRun):
                 return
             elif verb == "crash":
                 raise RuntimeError("scripted crash")
+            elif verb == "usage":
+                model, tokens_in, tokens_out, *cost = arg.split(":")
+                yield AgentEvent.usage_report(
+                    Usage.of(
+                        model,
+                        input_tokens=int(tokens_in),
+                        output_tokens=int(tokens_out),
+                        cost_usd=float(cost[0]) if cost else None,
+                    )
+                )
             elif verb == "stats":
                 summary, stats = "all steps ran", {"steps": 1, "turns": 2}
             elif verb == "stop":

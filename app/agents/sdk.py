@@ -12,17 +12,25 @@ every replica and push; the agent only reads its `TaskContext` and calls its met
         async def run(self, task: TaskContext) -> None:
             await task.say(f"Hello, {task.text}!")   # streamed into the `assistant-response` artifact
             answer = await task.ask("Anything else?")  # input-required; the user's next message
-            await task.complete(f"Bye ({answer.text()})")
+            await task.complete(f"Bye ({answer.text()})", usage=Usage.of("my-model", input_tokens=12))
 
 Returning from `run` completes the task; raising fails it with the exception's text. Once the task is
 cancelled, `cancelled` is true, emissions are discarded (never applied) and raise CancelledError, and the
 run's coroutine is cancelled too, so a cancelled agent stops at its next `await`. Emissions after the agent
 itself ended the task are discarded.
+
+What a run uses (tokens per model, cost, turns) is reported with `usage=` on the call that ends or pauses its
+turn (`complete`, `fail`, `ask`, ...), or at any time with `usage()`; the server adds the run's wall time and
+the tool calls announced with `tool_call()` when the report leaves them out, prices tokens whose cost the
+report does not give (the price table), records each report and sums them in the task's metadata
+(`metadata.usage`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,16 +49,19 @@ from app.protocol.model import (
     new_id,
     status_update,
 )
+from app.protocol.usage import USAGE_KEY, ModelUsage, Usage
 
 __all__ = [
     "RESPONSE_ARTIFACT",
     "Agent",
     "Extension",
     "Message",
+    "ModelUsage",
     "Part",
     "Request",
     "Skill",
     "TaskContext",
+    "Usage",
     "data_part",
     "file_part",
     "text_part",
@@ -59,6 +70,10 @@ __all__ = [
 
 RESPONSE_ARTIFACT = "assistant-response"
 """The name of the artifact `TaskContext.say` streams text into (one per task, with a stable id)."""
+TOOL_CALL_KEY = "toolCall"
+"""The key of a tool call in the metadata of the status message announcing it (`TaskContext.tool_call`)."""
+TOOL_INPUT_LIMIT = 2000
+"""Longest a tool call's input is shown (its JSON, in characters); a longer one is cut, as a string."""
 
 
 def text_part(text: str, metadata: dict[str, Any] | None = None) -> Part:
@@ -163,6 +178,24 @@ class Request:
 
 
 Emit = Callable[[list[Event]], Awaitable[None]]
+Price = Callable[[Usage], Usage]
+
+
+def tool_call_metadata(name: str, tool_input: Any) -> dict[str, Any]:
+    """`{"toolCall": {"name", "input"}}`; an input whose JSON is over `TOOL_INPUT_LIMIT` characters is that
+    JSON cut to the limit (a string), with `"truncated": true`."""
+    call: dict[str, Any] = {"name": name}
+    if tool_input is not None:
+        try:
+            shown = json.dumps(tool_input, ensure_ascii=False, default=str, allow_nan=False)
+        except ValueError:  # NaN or a cycle: not JSON the store takes; its text instead
+            shown = json.dumps(str(tool_input), ensure_ascii=False)
+        if len(shown) > TOOL_INPUT_LIMIT:
+            call["input"] = shown[: TOOL_INPUT_LIMIT - 1] + "…"
+            call["truncated"] = True
+        else:
+            call["input"] = json.loads(shown)
+    return {TOOL_CALL_KEY: call}
 
 
 class TaskContext(Request):
@@ -172,9 +205,27 @@ class TaskContext(Request):
     order, several at a time when the agent is faster than the database.
     """
 
-    __slots__ = ("_answers", "_cancel_hooks", "_cancelled", "_emit", "_finished", "_response_started")
+    __slots__ = (
+        "_answers",
+        "_cancel_hooks",
+        "_cancelled",
+        "_emit",
+        "_finished",
+        "_price",
+        "_response_started",
+        "_since",
+        "_tools",
+        "_waited",
+    )
 
-    def __init__(self, request: Request, task_id: str, emit: Emit, response_started: bool = False) -> None:
+    def __init__(
+        self,
+        request: Request,
+        task_id: str,
+        emit: Emit,
+        response_started: bool = False,
+        price: Price | None = None,
+    ) -> None:
         super().__init__(
             message=request.message,
             context_id=request.context_id,
@@ -190,6 +241,13 @@ class TaskContext(Request):
         self._cancel_hooks: list[Callable[[], Awaitable[None]]] = []
         self._finished = False
         self._response_started = response_started
+        self._price = price
+        """Fills in the cost of a report's tokens from the server's price table."""
+        self._since = time.monotonic()
+        self._waited = 0.0
+        """Seconds spent waiting for the user's answers since `_since` (not wall time of the run)."""
+        self._tools = 0
+        """Tool calls announced since the last usage report."""
 
     @property
     def id(self) -> str:
@@ -250,29 +308,52 @@ class TaskContext(Request):
         await self._send([self._artifact_update(art, append=append, last_chunk=last_chunk)])
         return art.artifact_id
 
-    async def working(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> None:
+    async def working(
+        self, text: str | None = None, *, parts: Sequence[Part] = (), usage: Usage | None = None
+    ) -> None:
         """A progress note: status `working` with a message from the agent."""
-        await self._send([self._status(TaskState.WORKING, text, parts)])
+        await self._send([self._status(TaskState.WORKING, text, parts, usage)])
 
-    async def ask(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> Message:
+    async def tool_call(self, name: str, tool_input: Any = None) -> None:
+        """Announce a tool call: status `working` with the message `Using tool: <name>`, whose metadata
+        carries the call (`{"toolCall": {"name", "input"}}`, see `tool_call_metadata`); counted in the
+        run's usage."""
+        ev = self._status(TaskState.WORKING, f"Using tool: {name}")
+        assert ev.status.message is not None
+        ev.status.message.metadata = tool_call_metadata(name, tool_input)
+        self._tools += 1
+        await self._send([ev])
+
+    async def usage(self, usage: Usage) -> None:
+        """Report what the run used since its start or its last report, now (a status-update `working`
+        carrying it). When the turn ends or pauses anyway, pass `usage=` to that call instead."""
+        await self._send([self._status(TaskState.WORKING, None, (), usage)])
+
+    async def ask(
+        self, text: str | None = None, *, parts: Sequence[Part] = (), usage: Usage | None = None
+    ) -> Message:
         """Ask the user (status `input-required`) and return their next message on this task."""
-        return await self._interrupt(TaskState.INPUT_REQUIRED, text, parts)
+        return await self._interrupt(TaskState.INPUT_REQUIRED, text, parts, usage)
 
-    async def ask_auth(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> Message:
+    async def ask_auth(
+        self, text: str | None = None, *, parts: Sequence[Part] = (), usage: Usage | None = None
+    ) -> Message:
         """Ask for authentication (status `auth-required`) and return the user's next message."""
-        return await self._interrupt(TaskState.AUTH_REQUIRED, text, parts)
+        return await self._interrupt(TaskState.AUTH_REQUIRED, text, parts, usage)
 
-    async def complete(self, text: str | None = None, *, parts: Sequence[Part] = ()) -> None:
+    async def complete(
+        self, text: str | None = None, *, parts: Sequence[Part] = (), usage: Usage | None = None
+    ) -> None:
         """End the task `completed`, with an optional final message."""
-        await self._finish(TaskState.COMPLETED, text, parts)
+        await self._finish(TaskState.COMPLETED, text, parts, usage)
 
-    async def fail(self, text: str, *, parts: Sequence[Part] = ()) -> None:
+    async def fail(self, text: str, *, parts: Sequence[Part] = (), usage: Usage | None = None) -> None:
         """End the task `failed` with the reason."""
-        await self._finish(TaskState.FAILED, text, parts)
+        await self._finish(TaskState.FAILED, text, parts, usage)
 
-    async def reject(self, text: str, *, parts: Sequence[Part] = ()) -> None:
+    async def reject(self, text: str, *, parts: Sequence[Part] = (), usage: Usage | None = None) -> None:
         """Refuse the task (status `rejected`)."""
-        await self._finish(TaskState.REJECTED, text, parts)
+        await self._finish(TaskState.REJECTED, text, parts, usage)
 
     # ---- what the server calls ------------------------------------------------------------------
 
@@ -300,21 +381,44 @@ class TaskContext(Request):
             return
         await self._emit(events)
 
-    async def _interrupt(self, state: TaskState, text: str | None, parts: Sequence[Part]) -> Message:
-        await self._send([self._status(state, text, parts)])
-        return await self._answers.get()
+    async def _interrupt(
+        self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
+    ) -> Message:
+        status = self._status(state, text, parts, usage)
+        waiting = time.monotonic()  # from the question on, the time is the user's
+        try:
+            await self._send([status])
+            return await self._answers.get()
+        finally:
+            self._waited += time.monotonic() - waiting
 
-    async def _finish(self, state: TaskState, text: str | None, parts: Sequence[Part]) -> None:
+    async def _finish(
+        self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
+    ) -> None:
         events: list[Event] = []
         if state is TaskState.COMPLETED and self._response_started:
             closing = Artifact(artifact_id=response_artifact_id(self.id), parts=[Part(text="")])
             events.append(self._artifact_update(closing, append=True, last_chunk=True))
-        events.append(self._status(state, text, parts))
+        events.append(self._status(state, text, parts, usage))
         await self._send(events)
         self._finished = True
 
-    def _status(self, state: TaskState, text: str | None, parts: Sequence[Part] = ()) -> StatusUpdate:
-        return status_update(self.id, self.context_id, state, text or None, parts)
+    def _status(
+        self, state: TaskState, text: str | None, parts: Sequence[Part] = (), usage: Usage | None = None
+    ) -> StatusUpdate:
+        ev = status_update(self.id, self.context_id, state, text or None, parts)
+        if usage is not None:
+            ev.metadata = {USAGE_KEY: self._report(usage).to_wire()}
+        return ev
+
+    def _report(self, usage: Usage) -> Usage:
+        """The report as recorded: valid, its wall time and tool calls filled in when left out (since the
+        last report), priced. The counters start again from here."""
+        now = time.monotonic()
+        wall_ms = max(0, round((now - self._since - self._waited) * 1000))
+        report = usage.normalised().with_defaults(wall_ms, self._tools)
+        self._since, self._waited, self._tools = now, 0.0, 0
+        return self._price(report) if self._price is not None else report
 
     def _artifact_update(
         self, art: Artifact, append: bool = False, last_chunk: bool = False

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from app.runner.discovery import Discovery
     from app.runner.idle import Idle
     from app.runner.runner import Runner
+    from app.store.usage import UsageReads
     from app.store.writer import Writer
     from app.tasks.live import LiveTasks
 
@@ -61,6 +62,8 @@ class Components:
     discovery: Discovery | None = None
     """This process's instances (one per role it runs) and the live listing of all (`GET /agents`), shared by
     every role's components; None: no discovery (the listing is empty)."""
+    usage: UsageReads | None = None
+    """The sums of what agent runs used (`GET /usage`), shared by every role's components."""
 
     @property
     def running(self) -> int:

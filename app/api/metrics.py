@@ -6,7 +6,8 @@ Two kinds, so a request pays almost nothing for them:
   (`grpc_server.py`) the same way;
 - read when Prometheus scrapes (`_Live`): what the components already count for themselves as plain
   integers (tasks created and ended, the writer's commits, agent runs, webhook deliveries, the database
-  pool), so nothing on the send path touches a metric object.
+  pool, the tokens and cost of the usage reports recorded), so nothing on the send path touches a metric
+  object.
 
 Every figure is this replica's: sum them across replicas (a task is counted by the replica that held it).
 Like `/healthz` the path needs no credential; `METRICS_ENABLED=false` removes it.
@@ -184,6 +185,25 @@ class _Live(Collector):
             slots.add_metric([r.role], r.runner.slots)
         yield runs
         yield slots
+        tokens = CounterMetricFamily(
+            "a2a_usage_tokens",
+            "Tokens of the agent runs' usage recorded here, by role, model and kind (input: uncached prompt,"
+            " output, cache_read, cache_write).",
+            labels=["role", "model", "kind"],
+        )
+        cost = CounterMetricFamily(
+            "a2a_usage_cost_usd",
+            "Cost in USD of the agent runs' usage recorded here (as reported, or from the price table), by"
+            " role and model.",
+            labels=["role", "model"],
+        )
+        for r in every:
+            for (model, kind), n in sorted(r.tasks.tokens_total.items()):
+                tokens.add_metric([r.tasks.role_name, model, kind], n)
+            for model, usd in sorted(r.tasks.cost_total.items()):
+                cost.add_metric([r.tasks.role_name, model], usd)
+        yield tokens
+        yield cost
         yield CounterMetricFamily("a2a_store_commits", "Group commits of the writer.", value=c.writer.commits)
         yield CounterMetricFamily(
             "a2a_store_writes", "Writes committed (many per commit).", value=c.writer.writes

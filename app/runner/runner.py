@@ -34,6 +34,8 @@ from app.tasks.live import WORKER_PREFIX, LiveTask, TaskLostError, UnrecordedErr
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
 
+    from .prices import PriceTable
+
 log = logging.getLogger(__name__)
 
 STRAGGLER_S = 0.2
@@ -100,8 +102,11 @@ class Runner:
         cancel_grace_s: float,
         lease_ttl_s: float = 15.0,
         queue_poll_s: float = 2.0,
+        prices: PriceTable | None = None,
     ) -> None:
         self._tasks = tasks
+        self._prices = prices
+        """Prices the tokens of the usage reports whose agent gives no cost (PRICE_TABLE_FILE)."""
         self._leases = leases
         self._agent = agent
         self._max = max_concurrent
@@ -407,7 +412,8 @@ class Runner:
         rid = response_artifact_id(task_id)
         started = any(a.artifact_id == rid for a in task.artifacts)
         queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=RUN_BUFFER)
-        ctx = TaskContext(request, task_id, queue.put, response_started=started)
+        price = self._prices.price if self._prices is not None else None
+        ctx = TaskContext(request, task_id, queue.put, response_started=started, price=price)
         self._runs[task_id].ctx = ctx
         try:
             async with asyncio.timeout(self._timeout_s):

@@ -1,5 +1,6 @@
 """Tables: tasks, messages (history), artifacts (append-only chunks), the event log, push webhooks
-with their delivery outbox, the callers' Idempotency-Keys, and the agent instances live for discovery."""
+with their delivery outbox, the callers' Idempotency-Keys, the agent instances live for discovery, and
+what the agents' runs used (`task_usage`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -249,3 +251,44 @@ class AgentInstanceRow(Base):
 
     __table_args__ = (Index("ix_agent_instances_last_seen", "last_seen"),)
     """Listing the live ones and deleting the long stale ones both look by `last_seen`."""
+
+
+class TaskUsageRow(Base):
+    """What one usage report of a run said of one model (`app/protocol/usage.py`): written with the event
+    that carries the report, in its transaction, so a report is recorded exactly once.
+
+    A report naming several models has a row per model; the run's own figures (`wall_ms`, `turns`,
+    `tool_calls`) and `reports` (1) are on its first row only, so sums over rows count each once. A report
+    naming no model is one row with model ''. Rows outlive their task (no foreign key): they are the account
+    of what was used. `day` is the report's UTC date (`YYYY-MM-DD`), what the read API sums by."""
+
+    __tablename__ = "task_usage"
+
+    task_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    """The number of the event that carried the report."""
+    model: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str] = mapped_column(String(256))
+    context_id: Mapped[str] = mapped_column(String(256))
+    role: Mapped[str] = mapped_column(String(40))
+    day: Mapped[str] = mapped_column(String(10))
+    created_at: Mapped[datetime]
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+    cost_source: Mapped[str | None] = mapped_column(String(16))
+    wall_ms: Mapped[int] = mapped_column(BigInteger)
+    turns: Mapped[int] = mapped_column(Integer)
+    tool_calls: Mapped[int] = mapped_column(Integer)
+    reports: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("task_id", "seq", "model", name="task_usage_pkey"),
+        Index("ix_task_usage_owner_day", "owner", "day"),
+        Index("ix_task_usage_owner_context_day", "owner", "context_id", "day"),
+        Index("ix_task_usage_day", "day"),
+    )
+    """One owner's sums read a range of (owner, day), a context's of (owner, context_id, day); an admin's
+    sums over every owner a range of day."""

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from app.protocol.model import Event, EventRecord, Message, StateTransition, Task, TaskStatus
+    from app.protocol.usage import Usage
 
 TITLE_CHARS = 200
 """A task's title (`tasks.title`): its first message's text up to this many characters."""
@@ -132,3 +133,45 @@ def folded_rows(task: Task, events: list[Event]) -> list[dict[str, Any]]:
         {"task_id": task.id, "seq": i, "artifact_id": a.artifact_id, "append": False, "body": a.to_store()}
         for i, a in enumerate(folded, start=1)
     ]
+
+
+def usage_rows(
+    task_id: str,
+    owner: str,
+    context_id: str,
+    role: str,
+    reports: Iterable[tuple[int, Usage]],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The `task_usage` rows of the usage reports (each with the number of the event carrying it): one per
+    model, the run's own figures on the first (see `TaskUsageRow`)."""
+    out = []
+    day = now.date().isoformat()
+    for seq, usage in reports:
+        run = {
+            "wall_ms": usage.wall_ms or 0,
+            "turns": usage.turns or 0,
+            "tool_calls": usage.tool_calls or 0,
+            "reports": 1,
+        }
+        for i, m in enumerate(usage.models or (None,)):
+            out.append(
+                {
+                    "task_id": task_id,
+                    "seq": seq,
+                    "model": m.model if m is not None else "",
+                    "owner": owner,
+                    "context_id": context_id,
+                    "role": role,
+                    "day": day,
+                    "created_at": now,
+                    "input_tokens": m.input_tokens if m is not None else 0,
+                    "output_tokens": m.output_tokens if m is not None else 0,
+                    "cache_read_tokens": m.cache_read_tokens if m is not None else 0,
+                    "cache_write_tokens": m.cache_write_tokens if m is not None else 0,
+                    "cost_usd": m.cost_usd if m is not None else None,
+                    "cost_source": m.cost_source if m is not None else None,
+                    **(run if i == 0 else dict.fromkeys(run, 0)),
+                }
+            )
+    return out

@@ -50,6 +50,7 @@ from .models import (
     PushOutboxRow,
     TaskCountRow,
     TaskRow,
+    TaskUsageRow,
 )
 from .outage import is_unavailable
 
@@ -76,6 +77,9 @@ _update_task = (
 )
 
 _RUNNING = frozenset({"submitted", "working"})
+_update_metadata = (
+    update(_tasks).where(_tasks.c.id == bindparam("_id")).values(metadata=bindparam("_metadata"))
+)
 
 _configs = PushConfigRow.__table__
 # One notification per webhook the task has when the event commits: the webhooks are read inside the
@@ -174,6 +178,10 @@ class Write:
     """Set when the task ends: its artifact rows are replaced by these, one folded row per artifact."""
     idempotency_key: dict[str, Any] | None = None
     """The caller's Idempotency-Key row, stored with what its request made (after the task it names)."""
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    """`task_usage` rows of the usage reports the step's events carry."""
+    task_metadata: dict[str, Any] | None = None
+    """The task's new metadata (its usage summed), when the step changes it: `{"_id", "_metadata"}`."""
 
 
 class Writer:
@@ -280,6 +288,12 @@ class Writer:
                 await conn.execute(insert(ArtifactRow), artifacts)
             if updates:
                 await conn.execute(_update_task, list(updates.values()))
+            metadata = {w.task_metadata["_id"]: w.task_metadata for w in writes if w.task_metadata}
+            if metadata:
+                await conn.execute(_update_metadata, list(metadata.values()))
+            usage = [u for w in writes for u in w.usage]
+            if usage:
+                await conn.execute(insert(TaskUsageRow), usage)
             if push_configs:
                 await conn.execute(insert(PushConfigRow), push_configs)
             if notifications:

@@ -1,7 +1,8 @@
 """The tasks this process writes, and the one way to change them.
 
 Every change of a task goes through `LiveTasks.apply` on the task's `LiveTask`: it checks the state machine,
-numbers the events, commits them (with the status, history and artifact rows they imply) through the
+numbers the events, commits them (with the status, history and artifact rows they imply, and the usage a
+status event reports: its `task_usage` rows and the task's summed `metadata.usage`) through the
 group-commit writer, updates the in-memory snapshot, wakes the requests waiting for it to stop, and only
 then rings the bus. One process writes a task at a time, so the in-memory sequence number is the truth
 between commits.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from app.protocol.model import (
     status_update,
     utcnow,
 )
+from app.protocol.usage import TOKEN_KINDS, USAGE_KEY, Usage, UsageError, add_to_summary
 from app.push import payloads
 from app.store import rows
 from app.store.leases import Held, Leases
@@ -100,24 +102,32 @@ class Step:
     transitions: list[StateTransition]
     history_add: list[Message]
     seq: int
+    usage: list[tuple[int, Usage]] = field(default_factory=list)
+    """The usage reports the status events carry, each with its event's number."""
+    metadata: dict[str, Any] | None = None
+    """The task's metadata with the reports added to its usage; None when no event reports usage."""
 
     def apply_to(self, task: Task, events: list[Event]) -> None:
         """Bring the in-memory task up to the step, once it is stored."""
         task.status = self.status
         task.transitions = self.transitions
         task.history.extend(self.history_add)
+        if self.metadata is not None:
+            task.metadata = self.metadata
         for ev in events:
             if isinstance(ev, ArtifactUpdate):
                 fold_artifact(task.artifacts, ev)
 
 
 def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
-    """Number `events` after `seq` and check each status change against the state machine."""
+    """Number `events` after `seq` and check each status change against the state machine; sum the usage
+    the status events report into the task's metadata."""
     state = task.status.state
     status = task.status
     transitions = list(task.transitions)
     history_add = list(messages or ())
     records: list[EventRecord] = []
+    usage: list[tuple[int, Usage]] = []
     for ev in events:
         seq += 1
         records.append(EventRecord(seq, ev))
@@ -129,7 +139,26 @@ def step(task: Task, seq: int, events: list[Event], messages: list[Message] | No
             status = ev.status
             if status.message is not None:
                 history_add.append(status.message)
-    return Step(records, status, transitions, history_add, seq)
+            if (report := reported_usage(ev)) is not None:
+                usage.append((seq, report))
+    metadata = None
+    if usage:
+        metadata = dict(task.metadata or {})
+        for _, report in usage:
+            metadata[USAGE_KEY] = add_to_summary(metadata.get(USAGE_KEY), report)
+    return Step(records, status, transitions, history_add, seq, usage, metadata)
+
+
+def reported_usage(ev: StatusUpdate) -> Usage | None:
+    """The usage report a status event carries (`metadata.usage`), if it carries a valid one."""
+    raw = (ev.metadata or {}).get(USAGE_KEY)
+    if raw is None:
+        return None
+    try:
+        return Usage.from_wire(raw)
+    except UsageError as exc:
+        log.warning("task %s: a usage report that is not one was not recorded: %s", ev.task_id, exc)
+        return None
 
 
 class HeldElsewhereError(Exception):
@@ -160,6 +189,7 @@ class LiveTasks:
         outage_grace_s: float = 120.0,
         push_ring: Callable[[], None] | None = None,
         role: str | None = None,
+        role_name: str = "default",
     ) -> None:
         self._repo = repo
         self._writer = writer
@@ -168,6 +198,8 @@ class LiveTasks:
         self.replica_id = leases.replica_id
         self.role = role
         """The role whose tasks these are, in a deployment of several (None: the only one)."""
+        self.role_name = role_name
+        """The role's name, also with one role (what usage rows and metrics name)."""
         self.outage_grace_s = outage_grace_s
         """How long a run's commit waits for a database that is away before the run gives up."""
         self._push_ring = push_ring
@@ -179,6 +211,10 @@ class LiveTasks:
         """Tasks created here (read by the metrics at scrape time, like `ended_total`)."""
         self.ended_total: Counter[str] = Counter()
         """Tasks that ended while held here, by final state."""
+        self.tokens_total: Counter[tuple[str, str]] = Counter()
+        """Tokens of the usage recorded here, by (model, kind: input, output, cache_read, cache_write)."""
+        self.cost_total: defaultdict[str, float] = defaultdict(float)
+        """USD of the usage recorded here (known costs), by model."""
 
     @property
     def held(self) -> int:
@@ -300,6 +336,11 @@ class LiveTasks:
                 messages=[rows.message_row(task.id, live.owner, m, now) for m in s.history_add],
                 idempotency_key=key_row,
             )
+            if s.usage:
+                write.usage = rows.usage_rows(
+                    task.id, live.owner, task.context_id, self.role_name, s.usage, now
+                )
+                write.task_metadata = {"_id": task.id, "_metadata": s.metadata}
             if live.push:
                 write.notifications = payloads.notifications(task, s.records, user_messages, now)
             ended = s.status.state.terminal
@@ -330,12 +371,21 @@ class LiveTasks:
             s.apply_to(task, events)
             live.seq = s.seq
             live.artifact_rows = stored
+            self._count_usage(s.usage)
             if ended:
                 self._live.pop(task.id, None)
                 self.ended_total[s.status.state.value] += 1
             _wake_waiters(live)
         await self._bus.publish(task.id, task.context_id, s.records)
         return s.records
+
+    def _count_usage(self, reports: list[tuple[int, Usage]]) -> None:
+        for _, usage in reports:
+            for m in usage.models:
+                for kind in TOKEN_KINDS:
+                    self.tokens_total[(m.model, kind)] += m.tokens(kind)
+                if m.cost_usd is not None:
+                    self.cost_total[m.model] += m.cost_usd
 
     async def _commit(self, live: LiveTask, write: Write, wait: bool) -> None:
         """Commit one step of the task. With `wait`, retry while the database is away, with backoff, for

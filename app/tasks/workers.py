@@ -61,7 +61,8 @@ def holder_of(principal: str, instance: str) -> str:
 
 
 def task_to_wire(task: Task) -> dict[str, Any]:
-    """A task as a worker receives it: store forms of its parts."""
+    """A task as a worker receives it: store forms of its parts, and its metadata (its usage so far).
+    A worker's events carry their usage reports in their metadata (`to_store`), as a replica's do."""
     return {
         "id": task.id,
         "contextId": task.context_id,
@@ -69,6 +70,7 @@ def task_to_wire(task: Task) -> dict[str, Any]:
         "history": [m.to_store() for m in task.history],
         "artifacts": [a.to_store() for a in task.artifacts],
         "transitions": [{"state": t.state.value, "timestamp": t.timestamp} for t in task.transitions],
+        "metadata": task.metadata,
     }
 
 
@@ -82,6 +84,7 @@ def task_from_wire(d: Mapping[str, Any]) -> Task:
         transitions=[
             StateTransition(TaskState(t["state"]), t["timestamp"]) for t in d.get("transitions", [])
         ],
+        metadata=d.get("metadata"),
     )
 
 

@@ -1,7 +1,7 @@
 """The console: a task's title (its first message's text, short) and a keyset over every owner's tasks.
 
 Revision ID: 0011_console
-Revises: 0009_instances
+Revises: 0010_task_usage
 Create Date: 2026-11-26
 
 `title` is written once, when the task is stored, so the console lists and filters by text without
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011_console"
-down_revision = "0009_instances"
+down_revision = "0010_task_usage"
 branch_labels = None
 depends_on = None
 

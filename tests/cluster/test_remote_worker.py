@@ -238,6 +238,40 @@ async def test_the_worker_runs_its_roles_tasks_streams_answers_and_cancels(
             await asyncio.sleep(0.1)
 
 
+async def test_the_workers_usage_is_recorded_priced_and_summed(team: tuple[Cluster, WorkerProcess, str]):
+    """A worker's run reports usage on its events (priced by the worker's own price table, the built-in
+    one here); the replica that takes them records the rows and sums the task's metadata as for its own."""
+    cl, _, pg = team
+    base = cl.nginx_url
+    asked = await rpc(
+        base, "message/send", {"message": msg("usage:gpt-5:1000:100;tool:Read;ask:go?;usage:m:1:1:0.5")}
+    )
+    assert asked["status"]["state"] == "input-required"
+    done = await rpc(base, "message/send", {"message": msg("yes", taskId=asked["id"])})
+    assert done["status"]["state"] == "completed", done["status"]
+    usage = done["metadata"]["usage"]
+    assert (usage["reports"], usage["inputTokens"], usage["outputTokens"], usage["toolCalls"]) == (
+        2,
+        1001,
+        101,
+        1,
+    )
+    assert usage["models"]["gpt-5"]["costSource"] == "price-table"
+    assert usage["costUsd"] == pytest.approx((1000 * 1.25 + 100 * 10) / 1_000_000 + 0.5)
+    conn = await asyncpg.connect(pg)
+    try:
+        rows = await conn.fetch(
+            "SELECT model, role, owner, input_tokens FROM task_usage WHERE task_id=$1 ORDER BY seq",
+            done["id"],
+        )
+    finally:
+        await conn.close()
+    assert [tuple(r) for r in rows] == [("gpt-5", "triager", "alice", 1000), ("m", "triager", "alice", 1)]
+    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+        by_role = (await c.get("/usage", params={"by": "role"}, headers=key_of("alice"))).json()
+    assert {g["role"]: g["inputTokens"] for g in by_role["groups"]}["triager"] >= 1001
+
+
 async def test_a_killed_worker_ends_its_task_with_a_reason_naming_it(
     team: tuple[Cluster, WorkerProcess, str],
 ):

@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -37,6 +38,7 @@ from a2a.types import (
     TaskState,
     UnsupportedOperationError,
 )
+from google.protobuf import json_format
 
 from tests.support.server import ServerProcess
 
@@ -464,3 +466,44 @@ async def test_subscribe_to_a_finished_task(sdk_stream: Client, sdk: Client, wir
     else:
         got = await collect(events)  # v0.3: the finished task once, then the stream ends
         assert [kind(e) for e in got] == ["task"] and got[0].task.id == task.id
+
+
+# ---- usage ----------------------------------------------------------------------------------------
+
+
+def usage_of(metadata: Any) -> dict[str, Any]:
+    """The `usage` key of a task's or an event's metadata as the SDK gives it (a protobuf Struct, whose
+    numbers are floats)."""
+    return json_format.MessageToDict(metadata)["usage"]
+
+
+async def test_usage_is_in_the_task_metadata_and_on_its_status_event(sdk: Client, sdk_stream: Client) -> None:
+    """Reported before the question and after the answer: the SDK reads the sum in the task's metadata (on
+    the send's task and GetTask), and a stream reads each report on its status update."""
+    asked = await send_for_task(
+        sdk, user_message("usage:m-sdk:100:10:0.5;tool:Read;ask:Proceed?;usage:m-sdk:1:2:0.25")
+    )
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert usage_of(asked.metadata)["inputTokens"] == 100
+    done = await send_for_task(sdk, user_message("go", task_id=asked.id))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    usage = usage_of(done.metadata)
+    assert (usage["reports"], usage["inputTokens"], usage["outputTokens"], usage["toolCalls"]) == (
+        2,
+        101,
+        12,
+        1,
+    )
+    assert usage["costUsd"] == 0.75 and usage["models"]["m-sdk"]["costSource"] == "reported"
+    assert "stateTransitions" in json_format.MessageToDict(done.metadata)
+    got = await sdk.get_task(GetTaskRequest(id=asked.id))
+    assert usage_of(got.metadata) == usage
+
+    async with open_stream(sdk_stream, user_message("usage:m-sdk:7:3")) as stream:
+        events = await stream.rest()
+    reports = [
+        usage_of(ev.status_update.metadata)
+        for ev in events
+        if ev.HasField("status_update") and "usage" in json_format.MessageToDict(ev.status_update.metadata)
+    ]
+    assert [r["models"][0]["inputTokens"] for r in reports] == [7]

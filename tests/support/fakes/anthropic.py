@@ -26,7 +26,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TEXT_REPLY = ["hi from ", "the fake ", "model"]
-USAGE = {"input_tokens": 12, "output_tokens": 7}
+USAGE = {
+    "input_tokens": 12,
+    "output_tokens": 7,
+    "cache_read_input_tokens": 30,
+    "cache_creation_input_tokens": 5,
+}
+"""What every answer says it used (cache reads and writes too, so a test sees each count carried through)."""
 
 
 def _texts(content: Any) -> list[str]:

@@ -15,7 +15,13 @@ from typing import Any
 
 from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
 
-USAGE = {"promptTokenCount": 20, "candidatesTokenCount": 10, "totalTokenCount": 30}
+USAGE = {
+    "promptTokenCount": 20,
+    "candidatesTokenCount": 10,
+    "totalTokenCount": 30,
+    "cachedContentTokenCount": 6,
+}
+"""What every answer says it used (some of the prompt cached, so a test sees the cached count carried)."""
 HELPER_JSON = {
     "complexity_reasoning": "a simple request",
     "complexity_score": 1,

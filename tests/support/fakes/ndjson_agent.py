@@ -3,7 +3,8 @@
 
 The prompt decides: `ASK` asks for approval and reports the answer; `SLEEP <marker>` starts `sleep <marker>`
 and waits (for cancel); `CRASH` writes to stderr and exits 3; `SILENT` exits 0 without done; `BIG` sends a
-2 MB chunk; anything else says hello in two chunks. It ends with done (summary and stats).
+2 MB chunk; anything else says hello in two chunks. It ends with done (summary, stats and usage; `ASK` also
+reports usage before it asks, without a cost).
 """
 
 import json
@@ -26,6 +27,7 @@ if text == "CRASH":
 if text == "SILENT":
     sys.exit(0)
 if text == "ASK":
+    out({"kind": "usage", "usage": {"model": "fake-ndjson", "input_tokens": 50, "output_tokens": 5}})
     out({"kind": "approval_required", "text": "Run make clean?"})
     answer = json.loads(sys.stdin.readline())
     out({"kind": "thinking", "text": f"approved={answer['approved']} text={answer['text']}"})
@@ -41,4 +43,11 @@ else:
     out({"kind": "tool_result", "tool_name": "shell", "text": "README.md"})
     out({"kind": "nonsense", "text": "ignored"})
     out({"kind": "thinking", "text": f"from {prompt['workspace']}"})
-out({"kind": "done", "summary": "fake finished", "stats": {"files": 0}})
+usage = {
+    "model": "fake-ndjson",
+    "input_tokens": 120,
+    "output_tokens": 30,
+    "cache_read_tokens": 10,
+    "cost_usd": 0.003,
+}
+out({"kind": "done", "summary": "fake finished", "stats": {"files": 0}, "usage": {**usage, "turns": 2}})
