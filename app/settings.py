@@ -225,12 +225,8 @@ class Settings(BaseSettings):
     """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
     console_admins: str = ""
     """Comma-separated principals who may look at every principal's data where the server offers it: the
-    usage of another principal (`GET /usage?owner=X`) or of all (`owner=*`), and the web console. Everyone
-    else sees their own only."""
-
-    console_admins: str = ""
-    """Comma-separated principals who see every principal's tasks and usage in the console and the read
-    APIs (others see only their own, as in the task API)."""
+    usage of another principal (`GET /usage?owner=X`) or of all (`owner=*`), and every principal's tasks in
+    the web console and its read API (watch only). Everyone else sees their own only."""
 
     @field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")
     @classmethod
@@ -369,10 +365,6 @@ class Settings(BaseSettings):
     @property
     def cors_origin_list(self) -> list[str]:
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
-
-    @property
-    def console_admin_set(self) -> frozenset[str]:
-        return frozenset(p.strip() for p in self.console_admins.split(",") if p.strip())
 
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:
