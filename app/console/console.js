@@ -381,9 +381,10 @@ async function tasksView(view) {
 // ---- one task -------------------------------------------------------------------------------------------
 
 function applyEvent(task, item) {
+  // Folds one stream item into the task; true when it carried a usage report (the sum is then stale).
   if (item.task) {
     Object.assign(task, item.task);
-    return;
+    return false;
   }
   const status = item.statusUpdate;
   if (status) {
@@ -398,8 +399,8 @@ function applyEvent(task, item) {
       task.history = task.history || [];
       if (!task.history.some((m) => m.messageId === status.status.message.messageId)) task.history.push(status.status.message);
     }
-    if (status.metadata?.usage) task.metadata.usage = status.metadata.usage;
-    return;
+    return Boolean(status.metadata?.usage); // a run's report: the task's sum is to be read again
+
   }
   const update = item.artifactUpdate;
   if (update) {
@@ -410,6 +411,7 @@ function applyEvent(task, item) {
     else if (existing) Object.assign(existing, art);
     else task.artifacts.push({ ...art, parts: [...(art.parts || [])] });
   }
+  return false;
 }
 
 function toolCalls(task) {
@@ -421,6 +423,37 @@ function toolCalls(task) {
     else if (m.role === "ROLE_AGENT" && text.startsWith("Using tool: ")) calls.push({ name: text.slice(12) });
   }
   return calls;
+}
+
+const USAGE_FIELDS = [
+  ["costUsd", "Cost (USD)", (v) => `$${Number(v).toFixed(4)}`],
+  ["inputTokens", "Input tokens"],
+  ["outputTokens", "Output tokens"],
+  ["cacheReadTokens", "Cache read tokens"],
+  ["cacheWriteTokens", "Cache write tokens"],
+  ["wallMs", "Wall time", (v) => `${(Number(v) / 1000).toFixed(1)} s`],
+  ["turns", "Agent turns"],
+  ["toolCalls", "Tool calls"],
+  ["reports", "Runs reported"],
+];
+
+function renderUsage(usage) {
+  // The task's summed usage (metadata key `usage`), then one row per model.
+  const facts = el("dl", { class: "facts", id: "usage" });
+  for (const [key, label, format] of USAGE_FIELDS) {
+    if (usage[key] === undefined || usage[key] === null) continue;
+    facts.append(el("dt", { text: label }), el("dd", { "data-usage": key, text: format ? format(usage[key]) : String(usage[key]) }));
+  }
+  const models = Object.entries(usage.models || {});
+  if (!models.length) return facts;
+  const table = el("table", { class: "tasks models" },
+    el("thead", {}, el("tr", {}, ["Model", "Input", "Output", "Cache read", "Cache write", "Cost (USD)"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, models.map(([model, m]) => el("tr", { "data-model": model },
+      el("td", { class: "mono", text: model }), el("td", { text: String(m.inputTokens ?? "") }),
+      el("td", { text: String(m.outputTokens ?? "") }), el("td", { text: String(m.cacheReadTokens ?? "") }),
+      el("td", { text: String(m.cacheWriteTokens ?? "") }),
+      el("td", { text: typeof m.costUsd === "number" ? m.costUsd.toFixed(6) : "" })))));
+  return el("div", {}, facts, table);
 }
 
 function renderTask(box, info, task, steer) {
@@ -456,10 +489,7 @@ function renderTask(box, info, task, steer) {
           c.input !== undefined ? el("pre", { class: "json", text: JSON.stringify(c.input, null, 2) }) : null)))
       : el("p", { text: "None reported." }),
     el("h2", { text: "Usage" }),
-    usage
-      ? el("dl", { class: "facts", id: "usage" }, Object.entries(usage).flatMap(([k, v]) =>
-          [el("dt", { text: k }), el("dd", { text: typeof v === "object" ? JSON.stringify(v) : String(v) })]))
-      : el("p", { text: "Not reported." }),
+    usage ? renderUsage(usage) : el("p", { text: "Not reported." }),
     el("h2", { text: "State transitions" }),
     el("ol", { class: "transitions", id: "transitions" },
       transitions.map((t) => el("li", {}, el("span", { class: `state ${stateLabel(t.state)}`, text: stateLabel(t.state) }), ` ${when(t.timestamp)}`))),
@@ -537,7 +567,7 @@ async function* sseItems(resp) {
   }
 }
 
-async function follow(token, task, render, reload, cursor) {
+async function follow(token, task, render, reload, refreshUsage, cursor) {
   // SubscribeToTask through A2A from the snapshot's last event (`Last-Event-ID`), so nothing is read twice;
   // after a dropped connection again from the last event seen (any replica serves it from the log). A
   // stream ends at input-required: the page then looks again at the snapshot until the task moves on.
@@ -564,7 +594,7 @@ async function follow(token, task, render, reload, cursor) {
           if (ev.id) lastEventId = ev.id;
           const msg = JSON.parse(ev.data);
           if (msg.error) break;
-          applyEvent(task, msg.result || {});
+          if (applyEvent(task, msg.result || {})) refreshUsage();
           render();
         }
         ended = "closed";
@@ -622,12 +652,19 @@ async function taskView(view, taskId) {
     render();
     return info;
   };
+  const refreshUsage = async () => {
+    // Only the sum: the rest of the task comes over the stream.
+    const fresh = await load().catch(() => null);
+    if (!fresh || token !== viewToken) return;
+    task.metadata = { ...(task.metadata || {}), usage: fresh.task.metadata?.usage };
+    render();
+  };
   let following = false;
   const watch = async () => {
     if (following) return;
     following = true;
     try {
-      if (info.own && info.endpoint) await follow(token, task, render, reload, String(info.lastSeq));
+      if (info.own && info.endpoint) await follow(token, task, render, reload, refreshUsage, String(info.lastSeq));
       // Someone else's task (an admin watching): its snapshot, until it ends.
       while (token === viewToken && !info.own && !TERMINAL.has(task.status?.state)) {
         await sleep(TASK_REFRESH_MS);

@@ -342,3 +342,28 @@ async def test_a_role_that_requires_an_extension_is_steered_with_it(browser: Bro
         await page.context.close()
     finally:
         server.stop()
+
+
+async def test_usage_and_tool_calls_show_and_grow_live(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    """The task's summed usage (metadata `usage`) and the adapters' tool calls (status metadata `toolCall`)
+    on the page, the sum read again after each report that comes over the stream."""
+    base = console_server.base_url
+    task = await send(base, "tool:Read;usage:model-a:100:10:0.01;ask:go on?;usage:model-a:50:5:0.005")
+    page, watch = await open_page(browser, console_server, path=f"/console/tasks/{task['id']}")
+    await expect(page.locator("[data-usage='inputTokens']")).to_have_text("100", timeout=WAIT_MS)
+    await expect(page.locator("[data-usage='costUsd']")).to_have_text("$0.0100")
+    await expect(page.locator("#tool-calls")).to_contain_text("Read")
+    await expect(page.locator("#tool-calls")).to_contain_text('"path": "README.md"')
+    await page.click("#approve")
+    await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    await expect(page.locator("[data-usage='inputTokens']")).to_have_text("150", timeout=WAIT_MS)
+    await expect(page.locator("[data-usage='costUsd']")).to_have_text("$0.0150")
+    await expect(page.locator("tr[data-model='model-a']")).to_contain_text("150")
+    stored = (await get_task(base, task["id"]))["metadata"]["usage"]
+    assert stored["inputTokens"] == 150 and abs(stored["costUsd"] - 0.015) < 1e-9
+    await page.goto(f"{base}/console")
+    await expect(page.locator(f"tr[data-task-id='{task['id']}']")).to_contain_text("$0.0150", timeout=WAIT_MS)
+    assert not watch.errors and not watch.dialogs
+    await page.context.close()
