@@ -348,15 +348,20 @@ async def test_usage_and_tool_calls_show_and_grow_live(
     browser: Browser, console_server: ServerProcess
 ) -> None:
     """The task's summed usage (metadata `usage`) and the adapters' tool calls (status metadata `toolCall`)
-    on the page, the sum read again after each report that comes over the stream."""
+    on the page; the sum is read again when a report comes over the stream (here one sent 3 s after an
+    answer given elsewhere, when the page is streaming again)."""
     base = console_server.base_url
-    task = await send(base, "tool:Read;usage:model-a:100:10:0.01;ask:go on?;usage:model-a:50:5:0.005")
+    task = await send(
+        base,
+        "tool:Read;usage:model-a:100:10:0.01;ask:go on?;sleep:3;usage:model-a:50:5:0.005;sleep:1;say:done",
+    )
     page, watch = await open_page(browser, console_server, path=f"/console/tasks/{task['id']}")
     await expect(page.locator("[data-usage='inputTokens']")).to_have_text("100", timeout=WAIT_MS)
     await expect(page.locator("[data-usage='costUsd']")).to_have_text("$0.0100")
     await expect(page.locator("#tool-calls")).to_contain_text("Read")
     await expect(page.locator("#tool-calls")).to_contain_text('"path": "README.md"')
-    await page.click("#approve")
+    await start_v10(base, "yes", key_of("alice"), taskId=task["id"], contextId=task["contextId"])
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT_MS)
     await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
     await expect(page.locator("[data-usage='inputTokens']")).to_have_text("150", timeout=WAIT_MS)
     await expect(page.locator("[data-usage='costUsd']")).to_have_text("$0.0150")
