@@ -43,7 +43,12 @@ async def main() -> None:
         server.start()
         try:
             base = server.base_url
-            await send(base, "Fix the login check in app/auth.py;" + DIFF + ";tool:Edit;stats")
+            await send(
+                base,
+                "Fix the login check in app/auth.py;"
+                + DIFF
+                + ";tool:Edit;usage:claude-sonnet-4-5:18250:1420:0.0761",
+            )
             await send(base, "say:Looking at the failing test;tool:Bash;sleep:600")
             await send(base, "fail:The test suite did not start: no such file tests/conftest.py")
             waiting = await send(
