@@ -34,6 +34,7 @@ from app.protocol.model import (
 )
 from app.protocol.usage import TOKEN_KINDS, USAGE_KEY, Usage, UsageError, add_to_summary
 from app.push import payloads
+from app.push.configs import new_row
 from app.store import rows
 from app.store.leases import Held, Leases
 from app.store.outage import OutageLog, backoff, is_unavailable
@@ -43,7 +44,9 @@ from app.store.writer import SeqTakenError, Write, Writer
 from .state import check_transition
 
 if TYPE_CHECKING:
-    from app.protocol.model import Event, Message, Task, TaskStatus
+    from datetime import datetime
+
+    from app.protocol.model import Event, Message, PushConfig, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -263,14 +266,39 @@ class LiveTasks:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    def created(self, task: Task, owner: str, write: Write, hold: bool) -> None:
-        """A new task's `write` has committed (and been published): ring the push worker; with `hold` (its
-        run starts here) it becomes a live task."""
+    async def create(
+        self,
+        task: Task,
+        owner: str,
+        now: datetime,
+        hold: bool,
+        retry_key: str | None,
+        push: PushConfig | None = None,
+        key_row: dict[str, Any] | None = None,
+    ) -> None:
+        """The door of a new task's rows (every later change goes through `apply`): the task with its lease
+        when `hold` (its run starts here), its first message, the `submitted` event, a webhook given with
+        the message and its outbox rows, the retry key and the Idempotency-Key, in one commit; then publish,
+        ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
+        retry key or the Idempotency-Key first."""
+        first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
+        holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
+        write = Write(
+            new_task=rows.new_task(task, owner, now, holder, expires, retry_key, self.role_name),
+            messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
+            events=rows.event_rows(task.id, first, now),
+            idempotency_key=key_row,
+        )
+        if push is not None:
+            write.push_configs.append(new_row(owner, task.id, push, now))
+            write.notifications = payloads.notifications(task, first, [], now)
+        await self._writer.commit(write)
+        await self._bus.publish(task.id, task.context_id, first)
         self.created_total += 1
         if write.notifications and self._push_ring is not None:
             self._push_ring()
         if hold:
-            self._live[task.id] = LiveTask(task, owner, 1, bool(write.push_configs), artifact_rows=0)
+            self._live[task.id] = LiveTask(task, owner, 1, push is not None, artifact_rows=0)
 
     async def apply(
         self,
@@ -340,7 +368,7 @@ class LiveTasks:
                 write.usage = rows.usage_rows(
                     task.id, live.owner, task.context_id, self.role_name, s.usage, now
                 )
-                write.task_metadata = {"_id": task.id, "_metadata": s.metadata}
+                write.task_metadata = rows.task_metadata(task.id, s.metadata)
             if live.push:
                 write.notifications = payloads.notifications(task, s.records, user_messages, now)
             ended = s.status.state.terminal
@@ -424,13 +452,14 @@ class LiveTasks:
     async def _landed(self, write: Write) -> bool:
         """Whether `write` is what the database holds as the task's latest step."""
         assert write.task_update is not None
+        task_id, mark = rows.update_mark(write.task_update)
         try:
-            stored = await self._leases.recorded(write.task_update["_id"])
+            stored = await self._leases.recorded(task_id)
         except Exception as exc:
             if is_unavailable(exc):
                 return False
             raise
-        return stored == (write.task_update["last_seq"], write.task_update["lease_owner"])
+        return stored == mark
 
     # ---- the runner's side ---------------------------------------------------------------------
 

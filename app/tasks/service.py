@@ -24,7 +24,6 @@ from app.protocol.model import (
     PushConfig,
     SendConfig,
     StateTransition,
-    StatusUpdate,
     Task,
     TaskState,
     TaskStatus,
@@ -33,13 +32,12 @@ from app.protocol.model import (
     status_update,
     utcnow,
 )
-from app.push import payloads, ssrf
-from app.push.configs import PushConfigs, new_row
-from app.store import rows
+from app.push import ssrf
+from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
-from app.store.writer import DuplicateError, Write, Writer
+from app.store.writer import DuplicateError, Writer
 
 from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
@@ -79,7 +77,6 @@ class TaskService:
         """The role whose tasks this service creates and serves (the task row's `role`)."""
         self._tasks = tasks
         self._repo = repo
-        self._writer = writer
         self._bus = bus
         self._leases = leases
         self._executor = executor
@@ -244,7 +241,6 @@ class TaskService:
         now = utcnow()
         here = self._executor.reserve()
         status = TaskStatus(TaskState.SUBMITTED, iso(now))
-        first = [EventRecord(1, StatusUpdate(task_id, context_id, status))]
         task = Task(
             id=task_id,
             context_id=context_id,
@@ -252,24 +248,14 @@ class TaskService:
             history=[message],
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
-        holder, expires = self._tasks.replica_id if here else None, self._leases.expiry(now) if here else None
-        write = Write(
-            new_task=rows.new_task(task, owner, now, holder, expires, retry, self.role),
-            messages=[rows.message_row(task_id, owner, message, now)],
-            events=rows.event_rows(task_id, first, now),
-            idempotency_key=self._copies.row(owner, idem, task_id),
-        )
-        if push is not None:
-            write.push_configs.append(new_row(owner, task_id, push, now))
-            write.notifications = payloads.notifications(task, first, [], now)
         try:
-            await self._writer.commit(write)
+            await self._tasks.create(
+                task, owner, now, here, retry, push, self._copies.row(owner, idem, task_id)
+            )
         except BaseException:
             if here:
                 self._executor.release_slot()
             raise
-        await self._bus.publish(task_id, context_id, first)
-        self._tasks.created(task, owner, write, here)
         if here:
             self._executor.start(task_id, reserved=True)
         else:
