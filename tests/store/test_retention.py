@@ -15,22 +15,12 @@ from sqlalchemy import func, select, text
 
 from app.protocol.model import TaskState, utcnow
 from app.store.db import create_engine
-from app.store.models import TaskCountRow, TaskRow
+from app.store.models import TaskCountRow
 from app.store.retention import Pruning
 from tests.conftest import BACKENDS, database_url
-from tests.support.fill import Spec, fill, per_task
+from tests.support.fill import Spec, counters_match_tasks, fill, per_task, rows_of, table_counts
 from tests.support.server import BIN, ROOT
 
-TABLES = (
-    "tasks",
-    "messages",
-    "events",
-    "artifacts",
-    "push_configs",
-    "push_outbox",
-    "idempotency_keys",
-    "task_usage",
-)
 NOW = utcnow()
 OLD = NOW - timedelta(days=40)
 CUTOFF = NOW - timedelta(days=30)
@@ -44,64 +34,6 @@ async def engine(request, tmp_path):
     engine = create_engine(url)
     yield engine
     await engine.dispose()
-
-
-async def table_counts(engine) -> Counter[str]:
-    out: Counter[str] = Counter()
-    async with engine.connect() as conn:
-        for table in TABLES:
-            out[table] = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
-    return out
-
-
-async def rows_of(engine, ids: list[str]) -> Counter[str]:
-    """Rows left in each table for these tasks."""
-    out: Counter[str] = Counter()
-    async with engine.connect() as conn:
-        for table in TABLES:
-            key = "id" if table == "tasks" else "task_id"
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ", ".join(f":i{n}" for n in range(len(chunk)))
-                params = {f"i{n}": v for n, v in enumerate(chunk)}
-                if table == "push_outbox":
-                    query = (
-                        "SELECT count(*) FROM push_outbox o JOIN push_configs c ON c.pk = o.config_pk "
-                        f"WHERE c.task_id IN ({marks})"
-                    )
-                else:
-                    query = f"SELECT count(*) FROM {table} WHERE {key} IN ({marks})"
-                out[table] += (await conn.execute(text(query), params)).scalar_one()
-    return out
-
-
-async def counters_match_tasks(engine) -> None:
-    """Every owner's and context's counter sums to its tasks, and no counter row is left at zero."""
-    async with engine.connect() as conn:
-        counted = {
-            (o, c): n
-            for o, c, n in (
-                await conn.execute(
-                    select(TaskCountRow.owner, TaskCountRow.context_id, func.sum(TaskCountRow.n)).group_by(
-                        TaskCountRow.owner, TaskCountRow.context_id
-                    )
-                )
-            ).all()
-        }
-        real: Counter[tuple[str, str]] = Counter()
-        for o, c, n in (
-            await conn.execute(
-                select(TaskRow.owner, TaskRow.context_id, func.count()).group_by(
-                    TaskRow.owner, TaskRow.context_id
-                )
-            )
-        ).all():
-            real[(o, c)] += n
-            real[(o, "")] += n
-        zeros = (await conn.execute(select(func.count()).where(TaskCountRow.n == 0))).scalar_one()
-    assert {k: v for k, v in counted.items() if v} == dict(real)
-    assert set(counted) == set(real)
-    assert zeros == 0
 
 
 async def test_prune_deletes_exactly_the_old_ended_tasks_with_their_rows(engine):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -43,6 +43,17 @@ from app.store.models import (
 )
 
 CHUNK = 1000
+TABLES = (
+    "tasks",
+    "messages",
+    "events",
+    "artifacts",
+    "push_configs",
+    "push_outbox",
+    "idempotency_keys",
+    "task_usage",
+)
+"""The tables that hold a task's rows (`task_usage` outlives the task)."""
 
 
 @dataclass(slots=True)
@@ -250,3 +261,78 @@ async def fill(engine: AsyncEngine, n: int, spec: Spec) -> list[str]:
                 [{"owner": o, "context_id": c, "shard": 0, "n": k} for (o, c), k in sorted(counts.items())],
             )
     return ids
+
+
+async def table_counts(engine) -> Counter[str]:
+    out: Counter[str] = Counter()
+    async with engine.connect() as conn:
+        for table in TABLES:
+            out[table] = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+    return out
+
+
+async def rows_of(engine, ids: list[str]) -> Counter[str]:
+    """Rows left in each table for these tasks."""
+    out: Counter[str] = Counter()
+    async with engine.connect() as conn:
+        for table in TABLES:
+            key = "id" if table == "tasks" else "task_id"
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join(f":i{n}" for n in range(len(chunk)))
+                params = {f"i{n}": v for n, v in enumerate(chunk)}
+                if table == "push_outbox":
+                    query = (
+                        "SELECT count(*) FROM push_outbox o JOIN push_configs c ON c.pk = o.config_pk "
+                        f"WHERE c.task_id IN ({marks})"
+                    )
+                else:
+                    query = f"SELECT count(*) FROM {table} WHERE {key} IN ({marks})"
+                out[table] += (await conn.execute(text(query), params)).scalar_one()
+    return out
+
+
+async def counters_match_tasks(engine) -> None:
+    """Every owner's and context's counter sums to its tasks, and no counter row is left at zero."""
+    async with engine.connect() as conn:
+        counted = {
+            (o, c): n
+            for o, c, n in (
+                await conn.execute(
+                    select(TaskCountRow.owner, TaskCountRow.context_id, func.sum(TaskCountRow.n)).group_by(
+                        TaskCountRow.owner, TaskCountRow.context_id
+                    )
+                )
+            ).all()
+        }
+        real: Counter[tuple[str, str]] = Counter()
+        for o, c, n in (
+            await conn.execute(
+                select(TaskRow.owner, TaskRow.context_id, func.count()).group_by(
+                    TaskRow.owner, TaskRow.context_id
+                )
+            )
+        ).all():
+            real[(o, c)] += n
+            real[(o, "")] += n
+        zeros = (await conn.execute(select(func.count()).where(TaskCountRow.n == 0))).scalar_one()
+    assert {k: v for k, v in counted.items() if v} == dict(real)
+    assert set(counted) == set(real)
+    assert zeros == 0
+
+
+async def orphans(engine) -> Counter[str]:
+    """Rows of tasks that are no longer there, per table (`task_usage` aside: it outlives its task)."""
+    out: Counter[str] = Counter()
+    async with engine.connect() as conn:
+        for table in TABLES:
+            if table in ("tasks", "task_usage"):
+                continue
+            if table == "push_outbox":
+                query = (
+                    "SELECT count(*) FROM push_outbox WHERE config_pk NOT IN (SELECT pk FROM push_configs)"
+                )
+            else:
+                query = f"SELECT count(*) FROM {table} WHERE task_id NOT IN (SELECT id FROM tasks)"
+            out[table] = (await conn.execute(text(query))).scalar_one()
+    return +out
