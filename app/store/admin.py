@@ -5,7 +5,7 @@ operator looks at (its lease, its webhooks' deliveries, its usage rows). Run by 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -77,7 +77,7 @@ class AdminReads:
         ).where(c.id == task_id)
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
-        return None if row is None else TaskRecord(*row)
+        return None if row is None else TaskRecord(*(_utc(v) for v in row))
 
     async def deliveries(self, task_id: str) -> list[Delivery]:
         c = _configs.c
@@ -102,7 +102,7 @@ class AdminReads:
             .order_by(c.pk)
         )
         async with self._engine.connect() as conn:
-            return [Delivery(*r) for r in (await conn.execute(query)).all()]
+            return [Delivery(*(_utc(v) for v in r)) for r in (await conn.execute(query)).all()]
 
     async def usage(self, task_id: str) -> list[dict[str, Any]]:
         """The task's `task_usage` rows (one per report and model), in event order."""
@@ -126,3 +126,10 @@ class AdminReads:
         )
         async with self._engine.connect() as conn:
             return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+
+def _utc(value: Any) -> Any:
+    """Times as UTC: SQLite gives them back without their zone."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value

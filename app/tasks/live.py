@@ -559,6 +559,9 @@ class LiveTasks:
         live = self._live.pop(task_id, None)
         if live is None:
             return False
+        # Whoever wrote it may not reach this process's followers over the bus (an admin's cancel without
+        # Redis): they read the log instead.
+        self._bus.resync(task_id)
         for fut in live.waiters:
             if not fut.done():
                 fut.set_exception(HeldElsewhereError(""))
