@@ -227,16 +227,21 @@ class LiveTasks:
     def get(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
 
-    async def writable(self, owner: str, task_id: str) -> LiveTask:
+    async def writable(self, owner: str, task_id: str, take_over: bool = False) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
 
-        Raises HeldElsewhereError when another live replica holds it. A finished task comes back
-        unregistered (no lease needed) so callers can answer with the right error.
+        Raises HeldElsewhereError when another live replica holds it (with `take_over`, the admin command
+        line's last resort, its lease is taken anyway and the replica told: its run stops at its next commit
+        or heartbeat; a remote worker's task is written for the worker as always). A finished task comes
+        back unregistered (no lease needed) so callers can answer with the right error.
         """
         live = self._live.get(task_id)
         if live is None:
+            if take_over:
+                holder = await self._leases.holder(task_id, owner=owner)
+                take_over = holder is None or not holder.startswith(WORKER_PREFIX)
             # Every query names the owner: another principal's task is neither leased nor revealed.
-            taken = await self._leases.take_from(task_id, owner=owner)
+            taken = await self._leases.take_from(task_id, owner=owner, force=take_over)
             took = taken is not False
             if taken:
                 self.tell_lost(taken, task_id)
@@ -557,6 +562,10 @@ class LiveTasks:
         self._notices.add(notice)
         notice.add_done_callback(self._notices.discard)
 
+    async def notices_sent(self) -> None:
+        """Wait for the `lost` notices in flight (each waits at most LOST_NOTICE_S for its answer)."""
+        await asyncio.gather(*self._notices, return_exceptions=True)
+
     async def refuse(self, task_id: str, reason: str) -> bool:
         """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
         this replica can take it; True when it did."""
@@ -579,6 +588,9 @@ class LiveTasks:
         live = self._live.pop(task_id, None)
         if live is None:
             return False
+        # Whoever wrote it may not reach this process's followers over the bus (an admin's cancel without
+        # Redis): they read the log instead.
+        self._bus.resync(task_id)
         for fut in live.waiters:
             if not fut.done():
                 fut.set_exception(HeldElsewhereError(""))

@@ -51,6 +51,8 @@ __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
 RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 """While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
 MAX_ROUNDS = 16
+CANCELED_BY_CLIENT = "Task canceled by the client"
+"""The status message of a task canceled through the API."""
 
 
 class _AlreadyApplied(Exception):
@@ -315,17 +317,29 @@ class TaskService:
 
     # ---- cancel ------------------------------------------------------------------------------
 
-    async def cancel(self, owner: str, task_id: str, hops: int = 0) -> Task:
+    async def cancel(
+        self,
+        owner: str,
+        task_id: str,
+        hops: int = 0,
+        reason: str | None = None,
+        take_over: bool = False,
+    ) -> Task:
+        """Cancel the task with `reason` as its status message (default: by the client), where it is
+        written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
+        when the holder cannot be reached) its lease is taken even from a live holder, which stops its run
+        at its next commit or heartbeat (`LiveTasks.writable`)."""
         try:
-            live = await self._tasks.writable(owner, task_id)
+            live = await self._tasks.writable(owner, task_id, take_over=take_over)
         except HeldElsewhereError as held:
             if hops:
                 raise InternalError() from None
-            await self._control.forward(held.replica_id, {"op": "cancel", "owner": owner, "task": task_id})
+            body = {"op": "cancel", "owner": owner, "task": task_id}
+            if reason is not None:
+                body["reason"] = reason
+            await self._control.forward(held.replica_id, body)
             return (await self._reader.load(owner, task_id)).task
-        event = status_update(
-            task_id, live.task.context_id, TaskState.CANCELED, "Task canceled by the client"
-        )
+        event = status_update(task_id, live.task.context_id, TaskState.CANCELED, reason or CANCELED_BY_CLIENT)
         if live.task.status.state.terminal or not await self._tasks.apply(live, [event]):
             state = live.task.status.state
             raise TaskNotCancelableError(
