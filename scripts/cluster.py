@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +109,11 @@ class Replica:
     log_path: Path
     grpc_port: int = 0
     """Its gRPC port; 0: no gRPC."""
+    server: Path | None = None
+    """The `a2a-server` it runs (None: this checkout's); another release's, from its own folder (`cwd`)."""
+    cwd: Path | None = None
+    ready_path: str = "/readyz"
+    """What says it is ready (a release whose /readyz wants its own head exactly: /healthz)."""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -168,6 +173,8 @@ class Cluster:
         """nginx's gRPC port (0: no gRPC); the card advertises `127.0.0.1:<it>`."""
         self.nginx_dir = self.workdir / "nginx"
         self.nginx: subprocess.Popen[bytes] | None = None
+        self.routed: set[int] = set(range(len(self.replicas)))
+        """The replicas nginx sends to (`route`)."""
 
     # -- URLs and environment ------------------------------------------------------------------------------
 
@@ -199,6 +206,9 @@ class Cluster:
             env["REDIS_URL"] = self.redis_url
         else:
             env.pop("REDIS_URL", None)
+        if replica.server is not None:
+            for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+                env.pop(name, None)
         return env
 
     # -- whole cluster -------------------------------------------------------------------------------------
@@ -250,8 +260,8 @@ class Cluster:
         log = open(r.log_path, "ab")  # the child keeps its own copy of the descriptor
         try:
             r.proc = subprocess.Popen(
-                [str(BIN / "a2a-server"), "serve"],
-                cwd=ROOT,
+                [str(r.server or BIN / "a2a-server"), "serve"],
+                cwd=r.cwd or ROOT,
                 env=self.replica_env(r),
                 stdout=log,
                 stderr=log,
@@ -275,7 +285,7 @@ class Cluster:
                 raise RuntimeError(
                     f"replica {r.replica_id} exited (code {code}); {r.log_path}:\n{log_tail(r.log_path)}"
                 )
-            if http_status(r.url + "/readyz") == 200:
+            if http_status(r.url + r.ready_path) == 200:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"replica {r.replica_id} not ready after {timeout}s; see {r.log_path}")
@@ -299,9 +309,7 @@ class Cluster:
         """Render the loopback config for the replicas' ports and run nginx in the foreground."""
         if self.nginx is not None and self.nginx.poll() is None:
             return
-        upstreams = [f"127.0.0.1:{r.port}" for r in self.replicas]
-        grpc = [f"127.0.0.1:{r.grpc_port}" for r in self.replicas if r.grpc_port]
-        conf = write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
+        conf = self._write_nginx_conf()
         out = open(self.nginx_dir / "nginx.out", "ab")  # the child keeps its own copy
         try:
             self.nginx = subprocess.Popen(
@@ -310,6 +318,39 @@ class Cluster:
         finally:
             out.close()
         self._wait_nginx(READY_TIMEOUT_S)
+
+    def _write_nginx_conf(self) -> Path:
+        routed = [r for r in self.replicas if r.index in self.routed]
+        upstreams = [f"127.0.0.1:{r.port}" for r in routed]
+        grpc = [f"127.0.0.1:{r.grpc_port}" for r in routed if r.grpc_port]
+        return write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
+
+    def route(self, indexes: Iterable[int] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
+        """Send nginx's new requests to these replicas only (None: all): the config rendered again and
+        nginx reloaded (SIGHUP: new workers take new connections, the old ones finish what they carry, open
+        streams included), as a load balancer takes a replica out before it is stopped. Returns once
+        nginx's answers come only from those replicas (their /healthz names them)."""
+        self.routed = set(range(len(self.replicas)) if indexes is None else indexes)
+        if not self.routed:
+            raise ValueError("route to at least one replica")
+        self._write_nginx_conf()
+        if self.nginx is None or self.nginx.poll() is not None:
+            return
+        self.nginx.send_signal(signal.SIGHUP)
+        wanted = {self.replicas[i].replica_id for i in self.routed}
+        deadline = time.monotonic() + timeout
+        in_a_row = 0
+        while in_a_row < 2 * len(self.replicas) + 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nginx still routes elsewhere than {sorted(wanted)} after {timeout}s")
+            try:
+                with urllib.request.urlopen(self.nginx_url + "/healthz", timeout=2) as resp:
+                    replica = json.loads(resp.read()).get("replica")
+            except (OSError, ValueError):
+                replica = None
+            in_a_row = in_a_row + 1 if replica in wanted else 0
+            if replica not in wanted:
+                time.sleep(0.05)
 
     def _wait_nginx(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
