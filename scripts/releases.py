@@ -7,8 +7,8 @@ Commits, not tags: a clone carries every commit of main, not always its tags.
     .venv/bin/python -m scripts.releases previous          # the release the upgrade check runs beside HEAD
     .venv/bin/python -m scripts.releases prepare [COMMIT]  # its code and venv under .cache/releases/<commit>/
 
-`previous` is the newest release whose tree is not HEAD's (so the check still has a release to run right
-after a release is cut from HEAD). A prepared release is `.cache/releases/<commit>/`: `src` (the commit's
+`previous` is the newest release whose code is not HEAD's (RELEASES aside), so right after a release is cut
+the check still runs the one before it. A prepared release is `.cache/releases/<commit>/`: `src` (the commit's
 tree, `git archive`), `venv` (the release's own dependencies from its own pyproject.toml, installed by pip
 from the index pip is set up with, as `make .venv/.installed` does; the code editable, so it finds its
 migrations and alembic.ini beside it) and `.ready`. It is made once (about half a minute) and reused;
@@ -114,14 +114,22 @@ def _missing(release: Release) -> ReleaseError:
     )
 
 
+def same_code(commit: str, head: str = "HEAD") -> bool:
+    """Whether `commit` and `head` have the same tree but for RELEASES (the line that cuts a release is
+    committed after the release's commit)."""
+    if tree(commit) == tree(head):
+        return True
+    done = _git("diff", "--quiet", commit, head, "--", ".", ":(exclude)RELEASES", check=False)
+    return done.returncode == 0
+
+
 def previous(releases: list[Release] | None = None, head: str = "HEAD") -> Release:
-    """The newest release whose tree is not `head`'s: the one running when `head` is rolled out."""
+    """The newest release whose code is not `head`'s: the one running when `head` is rolled out."""
     releases = read() if releases is None else releases
-    head_tree = tree(head)
     for release in reversed(releases):
         if not has_commit(release.commit):
             raise _missing(release)
-        if tree(release.commit) != head_tree:
+        if not same_code(release.commit, head):
             return release
     raise ReleaseError("RELEASES names no release before this code: nothing to upgrade from")
 
