@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -525,6 +526,7 @@ def run(
     """The whole check on a fresh database of the PostgreSQL at `database_url`; the report (never raises
     for what the check finds: see `Report.problems`)."""
     started = time.monotonic()
+    _fresh_workdir(workdir)
     release = release or previous()
     report = Report(release)
     prepared = prepare(release, log=log)
@@ -553,6 +555,19 @@ def run(
     report.problems += _logged_problems(cluster)
     report.seconds = time.monotonic() - started
     return report
+
+
+_MARK = ".upgrade-check"
+
+
+def _fresh_workdir(workdir: Path) -> None:
+    """Empty a folder of an earlier run (its logs would be read again); refuse any other non-empty one."""
+    if workdir.exists() and any(workdir.iterdir()):
+        if not (workdir / _MARK).exists():
+            raise ValueError(f"{workdir} is not empty and not an earlier upgrade check's folder")
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / _MARK).touch()
 
 
 def _logged_problems(cluster: Cluster) -> list[str]:
