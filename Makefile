@@ -34,13 +34,14 @@ run-example: $(VENV)/.installed migrate
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
 
-## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx installed for the cluster
-## tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
+## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx and Prometheus installed for
+## the cluster tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
 ## pinned coding-agent CLIs from npm into .cache/cli), run the suite on SQLite and PostgreSQL.
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start
 	scripts/install-deb.sh nginx nginx
+	scripts/install-deb.sh prometheus prometheus
 	scripts/install-deb.sh bwrap bubblewrap
 	scripts/install-deb.sh chromium chromium
 	scripts/install-clis.sh
@@ -132,11 +133,14 @@ bench-cluster: $(VENV)/.test-installed
 		$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS); s=$$?; \
 	[ $$up = 0 ] || REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh stop; exit $$s
 
-## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT); Ctrl-C stops it.
+## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT), Prometheus
+## scraping every replica on :$(CLUSTER_PROMETHEUS_PORT) (CLUSTER_ARGS=--no-prometheus leaves it out); Ctrl-C stops it.
 CLUSTER_REPLICAS ?= 3
 CLUSTER_PORT ?= 8080
+CLUSTER_PROMETHEUS_PORT ?= 9090
 cluster: $(VENV)/.installed
-	$(LOOPBACK_AUTH) $(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) $(CLUSTER_ARGS)
+	$(LOOPBACK_AUTH) $(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) \
+		--prometheus-port $(CLUSTER_PROMETHEUS_PORT) $(CLUSTER_ARGS)
 
 ## Stop a `make cluster` running elsewhere (another terminal, or in the background).
 cluster-stop: $(VENV)/.installed
