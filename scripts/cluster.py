@@ -518,6 +518,7 @@ def run(args: argparse.Namespace) -> None:
             redis_bus=args.redis_bus,
             prometheus=args.prometheus,
             prometheus_port=prometheus_port,
+            scrape_interval=args.scrape_interval,
         )
         print(f"cluster: starting {args.replicas} replica(s), logs in {workdir}", flush=True)
         cluster.start()
@@ -626,6 +627,7 @@ def main(argv: list[str] | None = None) -> None:
         default=int(os.environ.get("CLUSTER_PROMETHEUS_PORT", "9090")),
         help="Prometheus's port (9090)",
     )
+    parser.add_argument("--scrape-interval", default="5s", help="how often Prometheus scrapes (5s)")
     parser.add_argument("--public-url", default=None, help="PUBLIC_URL of every replica (default: nginx URL)")
     parser.add_argument("--database-url", default=os.environ.get("CLUSTER_DATABASE_URL"))
     parser.add_argument("--redis-url", default=os.environ.get("CLUSTER_REDIS_URL"))
