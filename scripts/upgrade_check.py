@@ -349,12 +349,14 @@ async def _status(driver: Driver, url: str) -> tuple[int, dict[str, Any]]:
 
 
 class Load:
-    """Blocking sends through nginx, one after another (v0.3 and v1.0 in turn), until stopped."""
+    """Blocking sends through nginx, one after another (v0.3 and v1.0 in turn), until stopped; its first
+    failure ends it and is the check's."""
 
     def __init__(self, driver: Driver, nginx: str) -> None:
         self.d = driver
         self.nginx = nginx
         self.sent = 0
+        self.failure: str | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -362,29 +364,37 @@ class Load:
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        while not self._stop.is_set():
-            n = self.sent
-            if n % 2:
-                await self.d.send_v10(self.nginx, f"say:load {n}")
-            else:
-                await self.d.send(self.nginx, f"say:load {n};tool:Read")
-            self.sent += 1
-            await asyncio.sleep(0.02)
+        try:
+            while not self._stop.is_set():
+                n = self.sent
+                if n % 2:
+                    await self.d.send_v10(self.nginx, f"say:load {n}")
+                else:
+                    await self.d.send(self.nginx, f"say:load {n};tool:Read")
+                self.sent += 1
+                await asyncio.sleep(0.02)
+        except Exception as exc:
+            self.failure = f"the load through nginx, send {self.sent + 1}: {_describe(exc)}"
 
     async def advanced(self, n: int) -> None:
         """Return once `n` more sends have been answered."""
         target = self.sent + n
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while self.sent < target:
-            if self._task is not None and self._task.done():
-                await self._task  # its failure is the check's
+            self.d.check(self.failure is None, str(self.failure))
             self.d.check(time.monotonic() < deadline, f"the load made no {n} sends in {STEP_TIMEOUT_S}s")
             await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         self._stop.set()
         if self._task is not None:
-            await self._task  # its failure is the check's
+            await self._task
+        if self.failure is not None and self.failure not in self.d.report.problems:
+            self.d.problem(self.failure)
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, CheckFailed) else f"{type(exc).__name__}: {exc}"
 
 
 async def _scenario(d: Driver, cluster: Cluster, prepared: Prepared, report: Report) -> None:
@@ -539,8 +549,8 @@ def run(
         d = Driver(report)
         try:
             await _scenario(d, cluster, prepared, report)
-        except CheckFailed as exc:
-            d.problem(str(exc))
+        except Exception as exc:  # what the check found (CheckFailed), or a call that failed outright
+            d.problem(_describe(exc))
         finally:
             await d.close()
             report.problems += [f"HTTP {line}" for line in d.five_xx]
