@@ -7,7 +7,7 @@ TEST_REDIS = $(shell scripts/redis.sh url)
 
 .PHONY: run run-example serve migrate test test-unit test-sqlite chaos lint format bench bench-send bench-cluster bench-push \
 	bench-quick bench-scale clean services-stop \
-	cluster cluster-stop
+	cluster cluster-stop upgrade-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,14 @@ run-example: $(VENV)/.installed migrate
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate
 
-## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx installed for the cluster
-## tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
+## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx and Prometheus installed for
+## the cluster tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
 ## pinned coding-agent CLIs from npm into .cache/cli), run the suite on SQLite and PostgreSQL.
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start
 	scripts/install-deb.sh nginx nginx
+	scripts/install-deb.sh prometheus prometheus
 	scripts/install-deb.sh bwrap bubblewrap
 	scripts/install-deb.sh chromium chromium
 	scripts/install-clis.sh
@@ -67,6 +68,21 @@ chaos: $(VENV)/.test-installed
 	CHAOS_TASKS=$(CHAOS_TASKS) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_PG_DOWN_S=$(CHAOS_PG_DOWN_S) \
 		TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) \
 		$(BIN)/python -m pytest -q -s --basetemp=$(CHAOS_DIR) tests/cluster/test_chaos_leases.py $(PYTEST_ARGS)
+
+## Upgrades without downtime (docs/operations.md): the previous release of RELEASES (its own code and venv,
+## made once under .cache/releases/) and this code on one PostgreSQL database behind nginx, the migrations run
+## under load, sends, streams and answers across both versions, then the roll. `make test` runs it too
+## (tests/cluster/test_upgrade.py). Its own Redis on $(UPGRADE_REDIS_PORT) (pub/sub is server-wide), stopped
+## afterwards unless it was already running.
+UPGRADE_REDIS_PORT ?= 63792
+upgrade-check: $(VENV)/.installed
+	scripts/pg.sh start
+	scripts/install-deb.sh nginx nginx
+	REDIS_PORT=$(UPGRADE_REDIS_PORT) scripts/redis.sh status >/dev/null 2>&1; up=$$?; \
+	REDIS_PORT=$(UPGRADE_REDIS_PORT) scripts/redis.sh start || exit 1; \
+	$(BIN)/python -m scripts.upgrade_check --database-url $(PG_URL) \
+		--redis-url redis://127.0.0.1:$(UPGRADE_REDIS_PORT)/0 $(UPGRADE_ARGS); s=$$?; \
+	[ $$up = 0 ] || REDIS_PORT=$(UPGRADE_REDIS_PORT) scripts/redis.sh stop; exit $$s
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff format --check .
@@ -117,11 +133,14 @@ bench-cluster: $(VENV)/.test-installed
 		$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS); s=$$?; \
 	[ $$up = 0 ] || REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh stop; exit $$s
 
-## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT); Ctrl-C stops it.
+## Scaled out on loopback: PostgreSQL, Redis, $(CLUSTER_REPLICAS) replicas, nginx on :$(CLUSTER_PORT), Prometheus
+## scraping every replica on :$(CLUSTER_PROMETHEUS_PORT) (CLUSTER_ARGS=--no-prometheus leaves it out); Ctrl-C stops it.
 CLUSTER_REPLICAS ?= 3
 CLUSTER_PORT ?= 8080
+CLUSTER_PROMETHEUS_PORT ?= 9090
 cluster: $(VENV)/.installed
-	$(LOOPBACK_AUTH) $(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) $(CLUSTER_ARGS)
+	$(LOOPBACK_AUTH) $(BIN)/python -m scripts.cluster run --replicas $(CLUSTER_REPLICAS) --port $(CLUSTER_PORT) \
+		--prometheus-port $(CLUSTER_PROMETHEUS_PORT) $(CLUSTER_ARGS)
 
 ## Stop a `make cluster` running elsewhere (another terminal, or in the background).
 cluster-stop: $(VENV)/.installed

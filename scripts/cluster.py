@@ -1,4 +1,5 @@
-"""The scaled-out topology as plain processes on loopback: PostgreSQL, Redis, N replicas, nginx in front.
+"""The scaled-out topology as plain processes on loopback: PostgreSQL, Redis, N replicas, nginx in front, and
+Prometheus scraping every replica.
 
     make cluster                                # or: .venv/bin/python -m scripts.cluster
     make cluster CLUSTER_REPLICAS=5 CLUSTER_PORT=9090
@@ -6,8 +7,9 @@
 
 `run` starts PostgreSQL (scripts/pg.sh, database `a2a_cluster`) and Redis (scripts/redis.sh) unless URLs are
 given, applies the migrations, starts the replicas on their own ports with distinct REPLICA_IDs and the
-nginx URL as PUBLIC_URL, then nginx, waits until everything is ready and prints the URLs and PIDs. Ctrl-C
-or SIGTERM stops everything it started (PostgreSQL and Redis only if they were not already running).
+nginx URL as PUBLIC_URL, then nginx and Prometheus (scripts/prometheus_conf.py; `--no-prometheus` leaves it
+out), waits until everything is ready and prints the URLs and PIDs. Ctrl-C or SIGTERM stops everything it
+started (PostgreSQL and Redis only if they were not already running).
 
 `Cluster` is the reusable part (tests/support/cluster.py builds on it). Only the standard library is used.
 """
@@ -26,10 +28,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts import prometheus_conf
 from scripts.nginx_conf import nginx_command, write_local
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,6 +112,11 @@ class Replica:
     log_path: Path
     grpc_port: int = 0
     """Its gRPC port; 0: no gRPC."""
+    server: Path | None = None
+    """The `a2a-server` it runs (None: this checkout's); another release's, from its own folder (`cwd`)."""
+    cwd: Path | None = None
+    ready_path: str = "/readyz"
+    """What says it is ready (a release whose /readyz wants its own head exactly: /healthz)."""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -143,6 +151,9 @@ class Cluster:
         redis_bus: bool | None = None,
         env: Mapping[str, str] | None = None,
         grpc: bool = False,
+        prometheus: bool = False,
+        prometheus_port: int | None = None,
+        scrape_interval: str = "5s",
     ) -> None:
         if replicas < 1:
             raise ValueError("a cluster needs at least one replica")
@@ -168,6 +179,14 @@ class Cluster:
         """nginx's gRPC port (0: no gRPC); the card advertises `127.0.0.1:<it>`."""
         self.nginx_dir = self.workdir / "nginx"
         self.nginx: subprocess.Popen[bytes] | None = None
+        self.routed: set[int] = set(range(len(self.replicas)))
+        """The replicas nginx sends to (`route`)."""
+        self.prometheus_port = (prometheus_port or free_port()) if prometheus else 0
+        """Prometheus's port on 127.0.0.1 (0: none); it scrapes every replica every `scrape_interval`."""
+        self.prometheus_url = f"http://127.0.0.1:{self.prometheus_port}" if prometheus else ""
+        self.scrape_interval = scrape_interval
+        self.prometheus_dir = self.workdir / "prometheus"
+        self.prometheus: subprocess.Popen[bytes] | None = None
 
     # -- URLs and environment ------------------------------------------------------------------------------
 
@@ -199,12 +218,16 @@ class Cluster:
             env["REDIS_URL"] = self.redis_url
         else:
             env.pop("REDIS_URL", None)
+        if replica.server is not None:
+            for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+                env.pop(name, None)
         return env
 
     # -- whole cluster -------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Migrate, start every replica, wait until each is ready, then start nginx and wait for it."""
+        """Migrate, start every replica, wait until each is ready, then start nginx (and Prometheus) and wait
+        for it."""
         try:
             self.migrate()
             for r in self.replicas:
@@ -212,12 +235,15 @@ class Cluster:
             for r in self.replicas:
                 self.wait_ready(r.index)
             self.start_nginx()
+            if self.prometheus_port:
+                self.start_prometheus()
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        """Stop nginx, then all replicas (SIGTERM together, SIGKILL after a grace period)."""
+        """Stop Prometheus and nginx, then all replicas (SIGTERM together, SIGKILL after a grace period)."""
+        _end(self.prometheus, signal.SIGTERM)
         self.stop_nginx()
         live = [r.proc for r in self.replicas if r.proc is not None and r.proc.poll() is None]
         for proc in live:
@@ -250,8 +276,8 @@ class Cluster:
         log = open(r.log_path, "ab")  # the child keeps its own copy of the descriptor
         try:
             r.proc = subprocess.Popen(
-                [str(BIN / "a2a-server"), "serve"],
-                cwd=ROOT,
+                [str(r.server or BIN / "a2a-server"), "serve"],
+                cwd=r.cwd or ROOT,
                 env=self.replica_env(r),
                 stdout=log,
                 stderr=log,
@@ -275,7 +301,7 @@ class Cluster:
                 raise RuntimeError(
                     f"replica {r.replica_id} exited (code {code}); {r.log_path}:\n{log_tail(r.log_path)}"
                 )
-            if http_status(r.url + "/readyz") == 200:
+            if http_status(r.url + r.ready_path) == 200:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"replica {r.replica_id} not ready after {timeout}s; see {r.log_path}")
@@ -299,9 +325,7 @@ class Cluster:
         """Render the loopback config for the replicas' ports and run nginx in the foreground."""
         if self.nginx is not None and self.nginx.poll() is None:
             return
-        upstreams = [f"127.0.0.1:{r.port}" for r in self.replicas]
-        grpc = [f"127.0.0.1:{r.grpc_port}" for r in self.replicas if r.grpc_port]
-        conf = write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
+        conf = self._write_nginx_conf()
         out = open(self.nginx_dir / "nginx.out", "ab")  # the child keeps its own copy
         try:
             self.nginx = subprocess.Popen(
@@ -310,6 +334,39 @@ class Cluster:
         finally:
             out.close()
         self._wait_nginx(READY_TIMEOUT_S)
+
+    def _write_nginx_conf(self) -> Path:
+        routed = [r for r in self.replicas if r.index in self.routed]
+        upstreams = [f"127.0.0.1:{r.port}" for r in routed]
+        grpc = [f"127.0.0.1:{r.grpc_port}" for r in routed if r.grpc_port]
+        return write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
+
+    def route(self, indexes: Iterable[int] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
+        """Send nginx's new requests to these replicas only (None: all): the config rendered again and
+        nginx reloaded (SIGHUP: new workers take new connections, the old ones finish what they carry, open
+        streams included), as a load balancer takes a replica out before it is stopped. Returns once
+        nginx's answers come only from those replicas (their /healthz names them)."""
+        self.routed = set(range(len(self.replicas)) if indexes is None else indexes)
+        if not self.routed:
+            raise ValueError("route to at least one replica")
+        self._write_nginx_conf()
+        if self.nginx is None or self.nginx.poll() is not None:
+            return
+        self.nginx.send_signal(signal.SIGHUP)
+        wanted = {self.replicas[i].replica_id for i in self.routed}
+        deadline = time.monotonic() + timeout
+        in_a_row = 0
+        while in_a_row < 2 * len(self.replicas) + 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nginx still routes elsewhere than {sorted(wanted)} after {timeout}s")
+            try:
+                with urllib.request.urlopen(self.nginx_url + "/healthz", timeout=2) as resp:
+                    replica = json.loads(resp.read()).get("replica")
+            except (OSError, ValueError):
+                replica = None
+            in_a_row = in_a_row + 1 if replica in wanted else 0
+            if replica not in wanted:
+                time.sleep(0.05)
 
     def _wait_nginx(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -327,6 +384,34 @@ class Cluster:
     def stop_nginx(self) -> None:
         """Fast shutdown of nginx (SIGTERM: open streams are cut, not drained)."""
         _end(self.nginx, signal.SIGTERM)
+
+    # -- Prometheus ----------------------------------------------------------------------------------------
+
+    def start_prometheus(self) -> None:
+        """Render the config for every replica's port and run Prometheus on 127.0.0.1 (data in the cluster's
+        folder); wait until it answers /-/ready."""
+        if self.prometheus is not None and self.prometheus.poll() is None:
+            return
+        targets = [f"127.0.0.1:{r.port}" for r in self.replicas]
+        conf = prometheus_conf.write_local(self.prometheus_dir, targets, self.scrape_interval)
+        out = open(self.prometheus_dir / "prometheus.log", "ab")  # the child keeps its own copy
+        try:
+            self.prometheus = subprocess.Popen(
+                prometheus_conf.prometheus_command(self.prometheus_dir, conf, self.prometheus_port),
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        finally:
+            out.close()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while http_status(self.prometheus_url + "/-/ready") != 200:
+            if self.prometheus.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Prometheus did not start; {self.prometheus_dir}:\n"
+                    f"{log_tail(self.prometheus_dir / 'prometheus.log')}"
+                )
+            time.sleep(0.1)
 
     # -- Redis ---------------------------------------------------------------------------------------------
 
@@ -359,6 +444,7 @@ class Cluster:
             "supervisor": os.getpid(),
             "nginx": self.nginx.pid if self.nginx else None,
             "replicas": [r.pid for r in self.replicas],
+            "prometheus": self.prometheus.pid if self.prometheus else None,
             "nginx_url": self.nginx_url,
         }
 
@@ -391,7 +477,8 @@ def run(args: argparse.Namespace) -> None:
     """Start the topology, print it, wait for Ctrl-C or SIGTERM, then stop what was started."""
     workdir = _workdir(args.port)
     ports = [args.replica_base_port + i for i in range(args.replicas)]
-    busy = [p for p in [args.port, *ports] if port_in_use(p)]
+    prometheus_port = args.prometheus_port if args.prometheus else None
+    busy = [p for p in [args.port, *ports, prometheus_port] if p and port_in_use(p)]
     if busy:
         sys.exit(f"cluster: port(s) {', '.join(map(str, busy))} already in use on 127.0.0.1")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -417,6 +504,13 @@ def run(args: argparse.Namespace) -> None:
             _sh(str(SCRIPTS / "redis.sh"), "start")
             redis_url = _sh(str(SCRIPTS / "redis.sh"), "url")
         _sh(str(SCRIPTS / "install-deb.sh"), "nginx", "nginx")
+        if args.prometheus:
+            done = subprocess.run(
+                [str(SCRIPTS / "install-deb.sh"), "prometheus", "prometheus"], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                print(f"cluster: running without Prometheus: {done.stderr.strip()}", file=sys.stderr)
+                args.prometheus, prometheus_port = False, None
 
         cluster = Cluster(
             database_url,
@@ -427,6 +521,9 @@ def run(args: argparse.Namespace) -> None:
             replica_ports=ports,
             public_url=args.public_url,
             redis_bus=args.redis_bus,
+            prometheus=args.prometheus,
+            prometheus_port=prometheus_port,
+            scrape_interval=args.scrape_interval,
         )
         print(f"cluster: starting {args.replicas} replica(s), logs in {workdir}", flush=True)
         cluster.start()
@@ -455,6 +552,11 @@ def _report(cluster: Cluster, database_url: str, redis_url: str) -> None:
         print(f"  {r.replica_id}  {r.url}  pid {r.pid}  log {r.log_path}")
     nginx_pid = cluster.nginx.pid if cluster.nginx else "-"
     print(f"  nginx  {cluster.nginx_url}  pid {nginx_pid}  files {cluster.nginx_dir}")
+    if cluster.prometheus is not None:
+        print(
+            f"  prometheus  {cluster.prometheus_url}  pid {cluster.prometheus.pid}  scrapes every replica"
+            f" every {cluster.scrape_interval}, files {cluster.prometheus_dir}"
+        )
     print(f"  database  {database_url}")
     bus = (
         "REDIS_URL set on every replica" if cluster.redis_bus else "REDIS_URL off: in-process bus per replica"
@@ -475,6 +577,9 @@ def _supervise(cluster: Cluster, stop_event: threading.Event) -> None:
         if cluster.nginx is not None and cluster.nginx.poll() is not None:
             print("cluster: nginx exited", flush=True)
             return
+        if cluster.prometheus is not None and cluster.prometheus.poll() is not None:
+            print(f"cluster: prometheus exited; see {cluster.prometheus_dir}/prometheus.log", flush=True)
+            return
 
 
 def stop(args: argparse.Namespace) -> None:
@@ -493,7 +598,8 @@ def stop(args: argparse.Namespace) -> None:
         print(f"cluster: stopped (supervisor pid {supervisor})")
         return
     # The supervisor died without cleaning up: end the processes it left behind.
-    orphans = [(state.get("nginx"), "nginx")] + [(pid, "a2a-server") for pid in state.get("replicas", [])]
+    orphans = [(state.get("nginx"), "nginx"), (state.get("prometheus"), "prometheus")]
+    orphans += [(pid, "a2a-server") for pid in state.get("replicas", [])]
     for pid, needle in orphans:
         if _pidfile_alive(pid, needle):
             os.kill(pid, signal.SIGTERM)
@@ -514,6 +620,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--replica-base-port", type=int, default=None, help="first replica port (default: nginx port + 1)"
     )
+    parser.add_argument(
+        "--prometheus",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run Prometheus scraping every replica (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=int(os.environ.get("CLUSTER_PROMETHEUS_PORT", "9090")),
+        help="Prometheus's port (9090)",
+    )
+    parser.add_argument("--scrape-interval", default="5s", help="how often Prometheus scrapes (5s)")
     parser.add_argument("--public-url", default=None, help="PUBLIC_URL of every replica (default: nginx URL)")
     parser.add_argument("--database-url", default=os.environ.get("CLUSTER_DATABASE_URL"))
     parser.add_argument("--redis-url", default=os.environ.get("CLUSTER_REDIS_URL"))

@@ -1,4 +1,4 @@
-"""Liveness (`/healthz`) and readiness (`/readyz`: database at the newest migration, bus reachable).
+"""Liveness (`/healthz`) and readiness (`/readyz`: database migrated for this code, bus reachable).
 
 `/healthz` never touches the database, so a replica stays alive (not restarted) through a database
 outage, while `/readyz` answers 503 within `READY_TIMEOUT_S` so a load balancer stops sending it calls.
@@ -25,11 +25,35 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 
 @lru_cache
-def head_revision() -> str | None:
-    """The newest alembic revision shipped with this code."""
+def _script() -> ScriptDirectory:
     cfg = Config(str(_ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(_ROOT / "migrations"))
-    return ScriptDirectory.from_config(cfg).get_current_head()
+    return ScriptDirectory.from_config(cfg)
+
+
+def head_revision() -> str | None:
+    """The newest alembic revision shipped with this code."""
+    return _script().get_current_head()
+
+
+@lru_cache
+def _known_revisions() -> frozenset[str]:
+    return frozenset(r.revision for r in _script().walk_revisions())
+
+
+def migration_gap(current: str | None) -> str | None:
+    """Why this code cannot serve a database at migration `current`, or None when it can.
+
+    At this code's head it can; at a revision of its own before the head it cannot (run the migrations). A
+    revision it does not know is a later release's: migrations only expand from one release to the next
+    (docs/operations.md, "Upgrades without downtime"), so this release keeps serving while the next is rolled
+    out, and again after a rollback."""
+    head = head_revision()
+    if current == head:
+        return None
+    if current is None or current in _known_revisions():
+        return f"database at migration {current}, this code needs {head}: run the migrations"
+    return None
 
 
 @router.get("/healthz", include_in_schema=False)
@@ -59,9 +83,9 @@ async def readyz(request: Request) -> JSONResponse:
     except Exception as exc:
         return _unready(f"database not reachable or not migrated: {type(exc).__name__}")
     requests_outage.ok()
-    head = head_revision()
-    if current != head:
-        return _unready(f"database at migration {current}, this code needs {head}: run the migrations")
+    gap = migration_gap(current)
+    if gap is not None:
+        return _unready(gap)
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             await components(request).bus.ping()

@@ -30,7 +30,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -211,6 +211,7 @@ class _Live(Collector):
         yield GaugeMetricFamily(
             "a2a_store_pending_writes", "Writes waiting to commit.", value=c.writer.pending
         )
+        yield _commit_times(c)
         pool: Any = c.engine.pool
         if hasattr(pool, "checkedout"):
             yield GaugeMetricFamily(
@@ -256,4 +257,19 @@ def _retention(r: Any) -> Iterator[Any]:
         "a2a_retention_last_pass_timestamp_seconds",
         "Unix time this replica last finished a retention pass (0: none yet; take the max across replicas).",
         value=r.last_pass_at or 0,
+    )
+
+
+def _commit_times(c: Components) -> HistogramMetricFamily:
+    """The writer's commit times as a histogram (its bucket counts made cumulative)."""
+    times = c.writer.commit_times
+    buckets, total = [], 0
+    for bound, n in zip((*times.bounds, float("inf")), times.counts, strict=True):
+        total += n
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), total))
+    return HistogramMetricFamily(
+        "a2a_store_commit_duration_seconds",
+        "Time of each group commit of the writer (from taking a connection to the commit).",
+        buckets=buckets,
+        sum_value=times.seconds,
     )

@@ -13,8 +13,10 @@ the database, a request answers at once).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +186,24 @@ class Write:
     """The task's new metadata (its usage summed), when the step changes it: `{"_id", "_metadata"}`."""
 
 
+COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Upper bounds (seconds) of the commit-time histogram's buckets; one more bucket above the last."""
+
+
+@dataclass
+class CommitTimes:
+    """How long the group commits took (from taking a connection to the commit): a count per bucket of
+    COMMIT_BUCKETS (and one above them) and the sum; read by the metrics."""
+
+    bounds: tuple[float, ...] = COMMIT_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(COMMIT_BUCKETS) + 1))
+    seconds: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.seconds += seconds
+
+
 class Writer:
     def __init__(self, engine: AsyncEngine, max_batch: int = 512, flushers: int = 3) -> None:
         self._engine = engine
@@ -198,6 +218,7 @@ class Writer:
         self.commits = 0
         """Transactions committed, and the writes they carried (`writes`): read by the metrics."""
         self.writes = 0
+        self.commit_times = CommitTimes()
 
     @property
     def pending(self) -> int:
@@ -243,6 +264,7 @@ class Writer:
                     self._wake.notify_all()
 
     async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]], shard: int) -> None:
+        started = time.perf_counter()
         try:
             await self._flush([w for w, _ in batch], shard)
         except IntegrityError as exc:
@@ -260,6 +282,7 @@ class Writer:
             for _, fut in batch:
                 _settle(fut, exc)
             return
+        self.commit_times.observe(time.perf_counter() - started)
         self.commits += 1
         self.writes += len(batch)
         for _, fut in batch:

@@ -199,9 +199,12 @@ def _settings(env: dict, monkeypatch: pytest.MonkeyPatch) -> Settings:
 def test_the_team_profile_two_pools_and_a_worker(monkeypatch: pytest.MonkeyPatch):
     services = _compose()["services"]
     assert TEAM <= set(services)
-    # Only `--profile team` starts them; `docker compose up` starts what it always did.
+    # Only `--profile team` starts them; `docker compose up` starts what it always did (and `--profile
+    # monitoring` Prometheus and Grafana, tests/deploy/test_monitoring.py).
+    monitoring = {"prometheus", "grafana"}
     for name, svc in services.items():
-        assert svc.get("profiles") == (["team"] if name in TEAM else None), name
+        profiles = ["team"] if name in TEAM else ["monitoring"] if name in monitoring else None
+        assert svc.get("profiles") == profiles, name
 
     agents = {services[n]["environment"]["AGENTS"] for n in [*POOLS, WORKER]}
     assert len(agents) == 1, "every process of the team must have the same AGENTS"
@@ -323,7 +326,7 @@ def test_the_compose_file_validates_with_compose_itself():
             break
     else:
         pytest.skip("docker compose is not installed")
-    for profile in ([], ["--profile", "team"]):
+    for profile in ([], ["--profile", "team"], ["--profile", "monitoring"]):
         done = subprocess.run(
             [*cmd, "-f", str(COMPOSE), *profile, "config", "-q"], capture_output=True, text=True, cwd=ROOT
         )

@@ -87,6 +87,10 @@ async def _count_calls(client: httpx.AsyncClient) -> None:
     assert (
         1 <= delta(before, after, "a2a_store_commits_total") <= delta(before, after, "a2a_store_writes_total")
     )
+    # Every commit is timed, and the buckets hold them all.
+    commits = delta(before, after, "a2a_store_commits_total")
+    assert delta(before, after, "a2a_store_commit_duration_seconds_count") == commits
+    assert delta(before, after, "a2a_store_commit_duration_seconds_bucket", le="+Inf") == commits
     assert after[("a2a_agent_runs", (("role", "default"),))] == 0
     assert after[("a2a_agent_slots", (("role", "default"),))] >= 1
     assert after[("a2a_tasks_held", ())] == 0

@@ -4,6 +4,7 @@
 short keep-alives; `env` overrides any replica setting (LEASE_TTL_S, MAX_CONCURRENT_TASKS, ...); `grpc=True`
 gives each replica a gRPC port and nginx a gRPC server (`cluster.grpc_port`) the card advertises. Logs:
 `tmp_path/replica-<n>.log` and `tmp_path/nginx/`. Every wait polls a condition (/readyz), never a fixed sleep.
+`prometheus=True` adds Prometheus scraping every replica every second (`cluster.prometheus_url`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Cluster(_Cluster):
         *,
         redis_bus: bool | None = None,
         grpc: bool = False,
+        prometheus: bool = False,
         **env: str,
     ) -> None:
         super().__init__(
@@ -51,6 +53,8 @@ class Cluster(_Cluster):
             redis_bus=redis_bus,
             env={**TEST_ENV, **env},
             grpc=grpc,
+            prometheus=prometheus,
+            scrape_interval="1s",
         )
 
     def log(self, i: int) -> str:
