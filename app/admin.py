@@ -48,7 +48,7 @@ from app.protocol.model import (
     utcnow,
 )
 from app.push.configs import PushConfigs
-from app.settings import Settings
+from app.settings import SettingError, Settings
 from app.store.admin import AdminReads, TaskRecord
 from app.store.browse import Browse, Filters
 from app.store.db import create_engine
@@ -471,7 +471,10 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
     """Cancel the task as a client's cancel would be, where it is written (see the module's docstring)."""
     async with _engine(settings) as engine, AsyncExitStack() as stack:
         record = await _record(engine, task_id)
-        several = len(roles_.load(settings)) > 1
+        try:
+            several = len(roles_.load(settings)) > 1
+        except SettingError as exc:
+            raise AdminError(f"invalid setting {exc.name}: {exc}") from None
         scope = record.role if several else None
         bus = await _bus(settings, stack)
         writer = Writer(engine)
@@ -496,25 +499,30 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
         holder = record.lease_owner if expires is not None and expires >= utcnow() else None
         how = "here" if holder is None else f"by {holder}, which held it"
         take_over = False
-        for attempt in range(CANCEL_TRIES):
-            try:
-                task = await service.cancel(record.owner, task_id, reason=reason, take_over=take_over)
-                break
-            except UnreachableHolderError:
-                take_over = True
-                how = (
-                    f"here: {holder} holding it could not be reached"
-                    + ("" if settings.redis_url else " without REDIS_URL")
-                    + "; its lease was taken over, and it stops the agent at its next commit or heartbeat"
-                )
-            except SeqTakenError:
-                if attempt == CANCEL_TRIES - 1:
-                    raise AdminError(f"task {task_id} kept changing as it was canceled; try again") from None
-            except A2AError as exc:
-                await tasks.release([task_id])
-                raise AdminError(exc.message) from None
-        else:
-            raise AdminError(f"task {task_id} could not be canceled")
+        task: Task | None = None
+        failure = f"task {task_id} kept changing as it was canceled; try again"
+        try:
+            for _ in range(CANCEL_TRIES):
+                try:
+                    task = await service.cancel(record.owner, task_id, reason=reason, take_over=take_over)
+                    break
+                except UnreachableHolderError:
+                    take_over = True
+                    how = (
+                        f"here: {holder} holding it could not be reached"
+                        + ("" if settings.redis_url else " without REDIS_URL")
+                        + "; its lease was taken over, and it stops the agent at its next commit or heartbeat"
+                    )
+                except SeqTakenError:
+                    pass  # its holder wrote an event meanwhile: again, on the task as it now stands
+                except A2AError as exc:
+                    failure = exc.message
+                    break
+        finally:
+            if task is None:
+                await tasks.release([task_id])  # a lease taken here goes back (nothing if none was)
+        if task is None:
+            raise AdminError(failure)
     if as_json:
         _json({"task": protojson_v10.encode_task(task), "canceled": how}, out)
         return

@@ -230,8 +230,9 @@ async def cancel_running(srv: ServerProcess, client: httpx.AsyncClient, redis: b
     task = await start(client, "sleep:60;say:too late")
     await until(lambda: _working(client, task["id"]))
     assert await metric(client, RUNS) == 1
-    stream = asyncio.create_task(_follow(client, task["id"]))
-    await until(lambda: _async(metric(client, 'a2a_http_open_streams{binding="jsonrpc"}')))
+    opened = asyncio.Event()
+    stream = asyncio.create_task(_follow(client, task["id"], opened))
+    await asyncio.wait_for(opened.wait(), 60)  # it has its snapshot (working): the cancel comes as an event
     code, out, err = await cli(srv, "tasks", "cancel", task["id"], redis=redis)
     assert code == 0, err
     assert out.startswith(f"task {task['id']}: canceled (")
@@ -246,18 +247,15 @@ async def cancel_running(srv: ServerProcess, client: httpx.AsyncClient, redis: b
     return out
 
 
-async def _async(value: Any) -> Any:
-    return await value
-
-
-async def _follow(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
-    """Resubscribe to the task on the server; the last event of the stream."""
+async def _follow(client: httpx.AsyncClient, task_id: str, opened: asyncio.Event) -> dict[str, Any]:
+    """Resubscribe to the task on the server (`opened` set at its first event); the stream's last event."""
     body = {"jsonrpc": "2.0", "id": 3, "method": "tasks/resubscribe", "params": {"id": task_id}}
     last: dict[str, Any] = {}
     async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
         async for sse in src.aiter_sse():
             if sse.data:
                 last = json.loads(sse.data)["result"]
+                opened.set()
     return last
 
 
