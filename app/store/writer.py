@@ -36,6 +36,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.telemetry import traces
+
 from .models import (
     ARTIFACT_SEQ_PKEY,
     EVENT_SEQ_PKEY,
@@ -182,6 +184,8 @@ class Write:
     """`task_usage` rows of the usage reports the step's events carry."""
     task_metadata: dict[str, Any] | None = None
     """The task's new metadata (its usage summed), when the step changes it: `{"_id", "_metadata"}`."""
+    trace: Any = None
+    """The span the write was made in (tracing on): its batch's span hangs off the first, links the rest."""
 
 
 class Writer:
@@ -223,6 +227,8 @@ class Writer:
         """Return once `write` is durable; raise a ConflictError (DuplicateError, SeqTakenError) when a
         key is taken."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if traces.ENABLED:
+            write.trace = traces.current_context()
         self._pending.append((write, fut))
         async with self._wake:
             self._wake.notify()
@@ -236,7 +242,12 @@ class Writer:
                 del self._pending[: self._max_batch]
                 self._busy += 1
             try:
-                await self._flush_batch(batch, shard)
+                if traces.ENABLED:
+                    attributes = {"a2a.writes": len(batch)}
+                    with traces.batch("store.commit", [w.trace for w, _ in batch], attributes):
+                        await self._flush_batch(batch, shard)
+                else:
+                    await self._flush_batch(batch, shard)
             finally:
                 async with self._wake:
                     self._busy -= 1

@@ -83,6 +83,8 @@ class LiveTask:
     holder: str | None = None
     """Who holds its lease when not this replica: a remote worker (`tasks/workers.py`), for whom this
     replica writes; its commits keep the lease the worker's."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created the task (tracing on): its runs continue it."""
     retries: int = 0
     """How often a write that collides is made again on the task re-read: a request's write to a remote
     worker's task, which the worker writes meanwhile through any replica (its own batches never retry)."""
@@ -255,6 +257,7 @@ class LiveTasks:
                     stored.last_seq,
                     stored.push,
                     holder=worker,
+                    traceparent=stored.traceparent,
                     retries=5 if worker else 0,
                 )
                 if took and not stored.task.status.state.terminal:
@@ -270,7 +273,10 @@ class LiveTasks:
         if write.notifications and self._push_ring is not None:
             self._push_ring()
         if hold:
-            self._live[task.id] = LiveTask(task, owner, 1, bool(write.push_configs), artifact_rows=0)
+            traceparent = write.new_task["traceparent"] if write.new_task else None
+            self._live[task.id] = LiveTask(
+                task, owner, 1, bool(write.push_configs), artifact_rows=0, traceparent=traceparent
+            )
 
     async def apply(
         self,
@@ -473,7 +479,9 @@ class LiveTasks:
         stored = await self._repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
-        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        self._live[task_id] = LiveTask(
+            stored.task, stored.owner, stored.last_seq, stored.push, traceparent=stored.traceparent
+        )
         return True
 
     async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:

@@ -40,6 +40,7 @@ from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import DuplicateError, Write, Writer
+from app.telemetry import logs, traces
 
 from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
@@ -98,6 +99,7 @@ class TaskService:
 
     async def get(self, owner: str, task_id: str, history_length: int | None = None) -> Task:
         """The task with its last `history_length` messages (None: as many as the server returns)."""
+        logs.bind(task_id=task_id)
         return (await self._reader.load(owner, task_id, history_length)).task
 
     async def list(
@@ -166,6 +168,7 @@ class TaskService:
         self, owner: str, task_id: str, after: int | None = None
     ) -> AsyncIterator[Snapshot | EventRecord]:
         """Follow the task (an unknown task raises here, before the stream starts)."""
+        logs.bind(task_id=task_id)
         await self._reader.head(owner, task_id)
         return self._reader.follow(owner, task_id, after=after)
 
@@ -241,6 +244,7 @@ class TaskService:
         context_id = message.context_id or new_id()
         message.task_id = task_id
         message.context_id = context_id
+        logs.bind(task_id=task_id, context_id=context_id)
         now = utcnow()
         here = self._executor.reserve()
         status = TaskStatus(TaskState.SUBMITTED, iso(now))
@@ -254,7 +258,8 @@ class TaskService:
         )
         holder, expires = self._tasks.replica_id if here else None, self._leases.expiry(now) if here else None
         write = Write(
-            new_task=rows.new_task(task, owner, now, holder, expires, retry, self.role),
+            # The request's span: the task's runs, on any replica, and its webhook calls continue its trace.
+            new_task=rows.new_task(task, owner, now, holder, expires, retry, self.role, traces.traceparent()),
             messages=[rows.message_row(task_id, owner, message, now)],
             events=rows.event_rows(task_id, first, now),
             idempotency_key=self._copies.row(owner, idem, task_id),
@@ -282,6 +287,7 @@ class TaskService:
         """A follow-up to an existing task: only a task waiting for input takes one. A copy of one it has
         taken (same messageId and parts) while it runs is a retry: it attaches, nothing is applied again."""
         assert message.task_id is not None
+        logs.bind(task_id=message.task_id)
         try:
             live = await self._tasks.writable(owner, message.task_id)
         except HeldElsewhereError as held:
@@ -330,6 +336,7 @@ class TaskService:
     # ---- cancel ------------------------------------------------------------------------------
 
     async def cancel(self, owner: str, task_id: str, hops: int = 0) -> Task:
+        logs.bind(task_id=task_id)
         try:
             live = await self._tasks.writable(owner, task_id)
         except HeldElsewhereError as held:
