@@ -19,6 +19,7 @@ runs of every turn, on whichever replica or remote worker, and its webhook calls
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -46,6 +47,7 @@ _tracer: trace.Tracer = trace.NoOpTracer()
 _provider: Any = None
 _PROPAGATOR = TraceContextTextMapPropagator()
 _NULL = contextlib.nullcontext()
+log = logging.getLogger(__name__)
 
 
 def endpoint_from(settings: Any) -> str:
@@ -204,10 +206,18 @@ def batch(name: str, contexts: Sequence[SpanContext | None], attributes: Mapping
     linked to the others'. A null context when no caller was traced (nothing to hang it on)."""
     if not ENABLED:
         return _NULL
-    traced = list(dict.fromkeys(c for c in contexts if c is not None))
+    seen: dict[tuple[int, int], SpanContext] = {}
+    for c in contexts:
+        if c is not None:
+            seen.setdefault((c.trace_id, c.span_id), c)
+    traced = list(seen.values())
     if not traced:
         return _NULL
-    parent = trace.set_span_in_context(trace.NonRecordingSpan(traced[0]))
-    return _tracer.start_as_current_span(
-        name, context=parent, attributes=attributes, links=[Link(c) for c in traced[1:]] or None
-    )
+    try:
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(traced[0]))
+        return _tracer.start_as_current_span(
+            name, context=parent, attributes=attributes, links=[Link(c) for c in traced[1:]] or None
+        )
+    except Exception:  # a span is never worth a commit: the writer's flusher must go on
+        log.exception("could not start the %s span", name)
+        return _NULL
