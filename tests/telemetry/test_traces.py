@@ -102,3 +102,30 @@ async def test_with_tracing_off_nothing_is_kept_or_made(tmp_path) -> None:
         assert request is None and task.status.state is TaskState.COMPLETED
         assert await stored_traceparent(c, task.id) is None
     assert traces.traceparent() is None and traces.current_ids() is None
+
+
+async def test_a_remote_worker_gets_the_traceparent_with_the_task_it_claims() -> None:
+    from app.protocol.model import Message as Msg
+    from app.protocol.model import Part, Role, TaskStatus, iso, utcnow
+    from app.tasks.workers import Claimed
+    from app.worker import RemoteLeases, RemoteTasks
+
+    task = Task(
+        id="t-w",
+        context_id="c-w",
+        status=TaskStatus(TaskState.SUBMITTED, iso(utcnow())),
+        history=[Msg("m-1", Role.USER, [Part(text="hi")], task_id="t-w", context_id="c-w")],
+    )
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert "traceparent" not in Claimed(task, "alice", 1).to_wire()
+    wire = Claimed(task, "alice", 1, parent).to_wire()
+
+    class Server:
+        async def call(
+            self, method: str, path: str, body: dict | None = None, **_: object
+        ) -> tuple[int, dict]:
+            return 200, {"tasks": [wire]}
+
+    tasks = RemoteTasks(Server(), "worker:alice:w1", 10.0)  # type: ignore[arg-type]
+    assert await RemoteLeases(Server(), tasks).claim_queued(1) == ["t-w"]  # type: ignore[arg-type]
+    assert await tasks.adopt("t-w") and tasks.get("t-w").traceparent == parent
