@@ -130,6 +130,17 @@ class Settings(BaseSettings):
     """Longest a call waits to connect to the database or for a pooled connection; then it fails."""
     db_statement_timeout_s: float = Field(default=30.0, gt=0)
     """Longest one database statement may take (PostgreSQL) before it fails."""
+    task_retention_days: float = Field(default=30.0, ge=0)
+    """Tasks that ended (their last status) more than this many days ago are deleted with their history,
+    artifacts, events, webhooks, outbox rows and Idempotency-Keys (usage rows are kept); 0: kept for good."""
+    input_required_ttl_s: float = Field(default=86400.0, ge=0)
+    """A task left waiting for input or auth this long is canceled, with the reason in its status message
+    (its waiting run stopped); 0: tasks wait for good."""
+    retention_interval_s: float = Field(default=600.0, gt=0)
+    """How often a replica runs the retention pass (one replica at a time; the first a minute after
+    start-up, or this interval if shorter)."""
+    retention_batch: int = Field(default=500, ge=1)
+    """Most tasks one retention transaction deletes (fewer when they have many events)."""
     log_level: str = "info"
     log_format: Literal["auto", "text", "json"] = "auto"
     """`json`: one JSON object per line (time, level, logger, message, replica, and the task, context, role,

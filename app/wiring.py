@@ -7,6 +7,7 @@ components in `app.state.components`, every other role's in its mounted sub-app'
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -28,6 +29,7 @@ from app.api.metrics import Metrics
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
+from app.protocol.errors import InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
 from app.push.deliverer import Deliverer, options_from
@@ -35,6 +37,7 @@ from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.prices import PriceTable, PriceTableError
+from app.runner.retention import Retention
 from app.runner.runner import Runner
 from app.settings import SettingError, Settings
 from app.store.db import create_engine
@@ -42,6 +45,7 @@ from app.store.idempotency import IdempotencyKeys
 from app.store.instances import InstanceRecord, Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
+from app.store.retention import Pruning
 from app.store.usage import UsageReads
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
@@ -50,6 +54,8 @@ from app.tasks.workers import Announcer, WorkerDesk
 from app.telemetry import logs
 
 __all__ = ["Components", "lifespan", "price_table", "role_agent", "wire"]
+
+log = logging.getLogger(__name__)
 
 
 def lifespan(
@@ -167,6 +173,13 @@ async def wire(
         }
         instances = Instances(engine)
         usage = UsageReads(engine)
+        retention = Retention(
+            Pruning(engine, settings.retention_batch),
+            partial(_expire, every),
+            retention_days=settings.task_retention_days,
+            waiting_ttl_s=settings.input_required_ttl_s,
+            interval_s=settings.retention_interval_s,
+        )
         discovery = Discovery(
             instances,
             "replica",
@@ -265,6 +278,7 @@ async def wire(
                 ),
                 discovery=discovery,
                 usage=usage,
+                retention=retention,
             )
         for c in every.values():
             await c.runner.open()
@@ -272,6 +286,9 @@ async def wire(
         # Once the runners are open, closed before them: listed only while this process takes work.
         await discovery.start()
         stack.push_async_callback(discovery.aclose)
+        # Its cancels go through the services: started once they run, stopped before them.
+        await retention.open()
+        stack.push_async_callback(retention.aclose)
         if settings.push_deliver:
             deliverer.start()
         components = next(iter(every.values()))
@@ -280,6 +297,23 @@ async def wire(
             served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
             stack.push_async_callback(served.stop)
         yield components
+
+
+async def _expire(every: Mapping[str, Components], role: str, owner: str, task_id: str, reason: str) -> bool:
+    """Cancel a task that waited too long, through its role's service (as a client's cancel: forwarded to
+    the replica holding it, which stops the waiting run); whether it was canceled."""
+    c = every.get(role)
+    if c is None:
+        log.warning("retention: task %s is of the role %r, not configured here; left waiting", task_id, role)
+        return False
+    try:
+        await c.service.cancel(owner, task_id, reason=reason)
+    except (TaskNotCancelableError, TaskNotFoundError):
+        return False  # it ended (or went) meanwhile
+    except InternalError as exc:
+        log.warning("retention: task %s could not be canceled now: %s", task_id, exc.message)
+        return False
+    return True
 
 
 def _running(every: Mapping[str, Components], role: str) -> int:

@@ -7,14 +7,14 @@ import os
 import sys
 from typing import Any
 
-from .claude import ClaudeAgent
-from .cli_run import CliAgent
-from .codex import CodexAgent
-from .cursor import CursorAgent
+from .cli.claude import ClaudeAgent
+from .cli.codex import CodexAgent
+from .cli.cursor import CursorAgent
+from .cli.gemini import GeminiAgent
+from .cli.ndjson import NdjsonAgent
+from .cli.run import CliAgent
 from .echo import EchoAgent
 from .errors import SettingError
-from .gemini import GeminiAgent
-from .ndjson import NdjsonAgent
 from .options import AgentOptions
 from .scripted import ScriptedAgent
 from .sdk import Agent

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .egress import Allowed, parse_allow
 from .errors import SettingError
+from .jail.egress import Allowed, parse_allow
 
 SETTING_OF: dict[str, str] = {
     "workspace_root": "AGENT_WORKSPACE_ROOT",

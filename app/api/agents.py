@@ -17,8 +17,8 @@ from fastapi import APIRouter, Request, Response
 from app.protocol.model import iso
 
 from .deps import components
+from .errors import status_error
 from .faults import unexpected
-from .rest_v10 import status_error
 
 if TYPE_CHECKING:
     from app.store.instances import InstanceRecord

@@ -22,12 +22,11 @@ from app.telemetry import logs
 
 from .admission import http_headers
 from .auth import Authenticator, challenge
+from .calls import raw_version
 from .console import is_public
 from .deps import PRINCIPAL_KEY
-from .jsonrpc import _error as jsonrpc_error
+from .errors import jsonrpc_error, rest_error, status_error
 from .paths import route_path
-from .rest import rest_error
-from .rest_v10 import status_error
 from .sanity import NUL, nul_error
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ def error_response(scope: Scope, err: A2AError) -> Response:
     if isinstance(err, UnauthenticatedError) or err.http_status == 403:
         extra["WWW-Authenticate"] = challenge(err)  # type: ignore[arg-type]
     if path in JSONRPC_PATHS:
-        v10 = (request.headers.get("a2a-version") or "").strip().startswith("1")
+        v10 = raw_version(request).startswith("1")
         resp: Response = Response(
             orjson.dumps(jsonrpc_error(None, err, v10)), err.http_status, media_type="application/json"
         )

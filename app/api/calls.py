@@ -103,9 +103,22 @@ class Replies:
         return encode
 
 
+def version_header(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str:
+    """The `A2A-Version` a request names, as sent (stripped): the header (gRPC: the metadata), else the query
+    parameter; '' when it names none. The one place the version is read."""
+    return (
+        headers.get("a2a-version") or (query.get("A2A-Version") if query is not None else None) or ""
+    ).strip()
+
+
+def raw_version(request: Request) -> str:
+    """`version_header` of an HTTP request."""
+    return version_header(request.headers, request.query_params)
+
+
 def requested_version(request: Request) -> str:
     """The `A2A-Version` header (or query parameter) as `Major.Minor`; missing or empty means 0.3."""
-    return parse_version(request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "")
+    return parse_version(raw_version(request))
 
 
 def parse_version(raw: str) -> str:

@@ -34,6 +34,7 @@ from app.settings import SettingError, Settings, extension_entry
 
 from . import card_signing
 from .auth import security_fields
+from .calls import raw_version
 from .deps import components
 from .extensions import Declared
 
@@ -119,7 +120,7 @@ class Card:
 
     def for_request(self, request: Request) -> Variant:
         """The variant the request's `A2A-Version` (header or query parameter) asks for."""
-        raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+        raw = raw_version(request)
         major = raw.split(".")[0]
         if major == "1":
             return self.v10

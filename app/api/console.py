@@ -27,8 +27,8 @@ from app.protocol.model import TaskState, parse_iso
 from app.store.browse import BadCursor, Browse, Filters, TaskLine
 
 from .deps import PRINCIPAL_KEY, components, owner_of
+from .errors import status_error
 from .faults import unexpected
-from .rest_v10 import status_error
 
 router = APIRouter(include_in_schema=False)
 

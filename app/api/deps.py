@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from app.push.deliverer import Deliverer
     from app.runner.discovery import Discovery
     from app.runner.idle import Idle
+    from app.runner.retention import Retention
     from app.runner.runner import Runner
     from app.store.usage import UsageReads
     from app.store.writer import Writer
@@ -64,6 +65,8 @@ class Components:
     every role's components; None: no discovery (the listing is empty)."""
     usage: UsageReads | None = None
     """The sums of what agent runs used (`GET /usage`), shared by every role's components."""
+    retention: Retention | None = None
+    """The retention pass (old tasks deleted, waiting ones expired), shared; its counts for the metrics."""
 
     @property
     def running(self) -> int:

@@ -49,13 +49,12 @@ from app.telemetry import logs, traces
 
 from .admission import open_stream
 from .auth import Authenticator
-from .calls import DISCOVERY, Call, parse_version
+from .calls import DISCOVERY, Call, parse_version, version_header
 from .card import ROLE_METADATA
 from .deps import Components
+from .errors import error_info, error_name
 from .extensions import echo_metadata, split
 from .faults import unexpected
-from .jsonrpc import error_info
-from .rest import error_name
 from .sanity import check_json
 
 log = logging.getLogger(__name__)
@@ -201,7 +200,7 @@ class Binding:
         principal = await self.auth.authenticate(headers)
         if principal.worker:
             raise PermissionDeniedError("A worker credential may call only the worker endpoints")
-        raw = headers.get("a2a-version", "").strip()
+        raw = version_header(headers)
         if raw and parse_version(raw) != service.version:
             raise VersionNotSupportedError(
                 f"A2A-Version {raw} is not served by {service.name} (v{service.version})", {"version": raw}

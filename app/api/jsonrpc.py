@@ -26,7 +26,8 @@ from app.protocol.errors import (
 
 from . import ops_v03, ops_v10
 from .admission import http_headers, open_stream
-from .calls import DISCOVERY, Call
+from .calls import DISCOVERY, Call, raw_version
+from .errors import jsonrpc_error
 from .faults import unexpected
 from .sanity import check_json
 from .sse import sse_once, sse_response
@@ -35,30 +36,8 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 JSON_TYPES = {"application/json", "application/json-rpc", "application/a2a+json"}
-ERROR_DOMAIN = "a2a-protocol.org"
 _MISSING = object()
 LIMITED_KEY = "a2a.limited"
-
-
-def error_info(err: A2AError) -> dict[str, Any]:
-    """The google.rpc.ErrorInfo v1.0 attaches to every error."""
-    info: dict[str, Any] = {
-        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-        "reason": err.reason,
-        "domain": ERROR_DOMAIN,
-    }
-    if isinstance(err.data, dict) and err.data:
-        info["metadata"] = {str(k): str(v) for k, v in err.data.items()}
-    return info
-
-
-def _error(rid: Any, err: A2AError, v10: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": err.code, "message": err.message}
-    if v10:
-        body["data"] = [error_info(err)]
-    elif err.data is not None:
-        body["data"] = err.data
-    return {"jsonrpc": "2.0", "id": rid, "error": body}
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -68,25 +47,25 @@ def _json(payload: Any, status: int = 200) -> Response:
 async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> Any:
     """One request object → a response object, an SSE Response, or None for a notification."""
     if not isinstance(item, dict):
-        return _error(None, InvalidRequestError("Each request must be a JSON object"), header_v10)
+        return jsonrpc_error(None, InvalidRequestError("Each request must be a JSON object"), header_v10)
     rid = item.get("id", _MISSING)
     notification = rid is _MISSING
     if notification:
         rid = None
     elif rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
-        return _error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
+        return jsonrpc_error(None, InvalidRequestError("id must be a string, an integer or null"), header_v10)
     method = item.get("method")
     # Only a string can name a method: anything else (a list, an object) is never looked up.
     v10 = header_v10 or (
         isinstance(method, str) and (method in ops_v10.METHODS or method in ops_v10.STREAMING)
     )
     if item.get("jsonrpc") != "2.0":
-        return _error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
+        return jsonrpc_error(rid, InvalidRequestError('jsonrpc must be exactly "2.0"'), v10)
     if not isinstance(method, str) or not method:
-        return _error(rid, InvalidRequestError("method must be a non-empty string"), v10)
+        return jsonrpc_error(rid, InvalidRequestError("method must be a non-empty string"), v10)
     params = item.get("params", {})
     if not isinstance(params, dict | list):
-        return _error(rid, InvalidRequestError("params must be an object or an array"), v10)
+        return jsonrpc_error(rid, InvalidRequestError("params must be an object or an array"), v10)
     try:
         call = Call.of(request, discovery=method in DISCOVERY)
         if method in ops_v10.METHODS or method in ops_v10.STREAMING:
@@ -117,34 +96,34 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
         if err.http_status == 429 and not batched:
             # A limit is an HTTP matter too: 429 (with Retry-After) tells any client or proxy to back off.
             request.scope[LIMITED_KEY] = err
-        return None if notification else _error(rid, err, v10)
+        return None if notification else jsonrpc_error(rid, err, v10)
     except Exception as exc:
         err = unexpected(exc, str(method))
         if err.http_status == 503 and not batched:
             request.scope[LIMITED_KEY] = err
-        return None if notification else _error(rid, err, v10)
+        return None if notification else jsonrpc_error(rid, err, v10)
     return None if notification else {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
 async def handle(request: Request) -> Response:
-    header_v10 = (request.headers.get("a2a-version") or "").strip().startswith("1")
+    header_v10 = raw_version(request).startswith("1")
     ctype = request.headers.get("content-type")
     if ctype is not None and ctype.split(";")[0].strip().lower() not in JSON_TYPES:
         err = InvalidRequestError(
             f"Unsupported Content-Type {ctype.split(';')[0].strip()!r}; send application/json"
         )
-        return _json(_error(None, err, header_v10), status=415)
+        return _json(jsonrpc_error(None, err, header_v10), status=415)
     try:
         payload = orjson.loads(await request.body())
     except orjson.JSONDecodeError:
-        return _json(_error(None, JSONParseError(), header_v10))
+        return _json(jsonrpc_error(None, JSONParseError(), header_v10))
     try:
         check_json(payload)
     except InvalidRequestError as err:
-        return _json(_error(None, err, header_v10))
+        return _json(jsonrpc_error(None, err, header_v10))
     if isinstance(payload, list):
         if not payload:
-            return _json(_error(None, InvalidRequestError("A batch must not be empty"), header_v10))
+            return _json(jsonrpc_error(None, InvalidRequestError("A batch must not be empty"), header_v10))
         results = await asyncio.gather(*(_one(request, it, True, header_v10) for it in payload))
         out = [r for r in results if r is not None]
         return _json(out) if out else Response(status_code=204)

@@ -230,3 +230,30 @@ class _Live(Collector):
         yield GaugeMetricFamily(
             "a2a_push_in_flight", "Webhooks being delivered to now.", value=push["inFlight"]
         )
+        if c.retention is not None:
+            yield from _retention(c.retention)
+
+
+def _retention(r: Any) -> Iterator[Any]:
+    """The retention pass's counts (`runner/retention.py`): only the replica holding the turn prunes."""
+    yield CounterMetricFamily(
+        "a2a_retention_pruned_tasks",
+        "Ended tasks deleted here for being older than TASK_RETENTION_DAYS.",
+        value=r.pruned_total,
+    )
+    rows = CounterMetricFamily(
+        "a2a_retention_pruned_rows", "Rows deleted here by retention, by table.", labels=["table"]
+    )
+    for table, n in sorted(r.rows_total.items()):
+        rows.add_metric([table], n)
+    yield rows
+    yield CounterMetricFamily(
+        "a2a_retention_expired_tasks",
+        "Tasks canceled here for waiting for input or auth longer than INPUT_REQUIRED_TTL_S.",
+        value=r.expired_total,
+    )
+    yield GaugeMetricFamily(
+        "a2a_retention_last_pass_timestamp_seconds",
+        "Unix time this replica last finished a retention pass (0: none yet; take the max across replicas).",
+        value=r.last_pass_at or 0,
+    )

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from app.protocol import errors, json_v03, protojson_v10, pushconfig
+from app.protocol import json_v03, protojson_v10, pushconfig
 from app.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -40,8 +40,9 @@ from app.protocol.model import PushConfig, TaskState
 from app.protocol.validation import snake
 
 from . import ops_v03, ops_v10
-from .admission import http_headers, open_stream
+from .admission import open_stream
 from .calls import Call, Handler, StreamHandler
+from .errors import media_type, rest_error
 from .faults import unexpected
 from .sanity import check_json
 from .sse import sse_response
@@ -57,29 +58,6 @@ class UnsupportedMediaTypeError(InvalidRequestError):
 
     http_status = 415
     rest_v03_status = 415
-
-
-def error_name(err: A2AError) -> str:
-    """The spec's name of the error: its nearest class among the A2A errors."""
-    for cls in type(err).__mro__:
-        if cls.__module__ == errors.__name__:
-            return cls.__name__
-    return "InternalError"
-
-
-def rest_error(err: A2AError, status: int | None = None) -> Response:
-    """The v0.3 REST error body both official 0.3 clients read: `code`, `type`, `message`.
-
-    The Python client maps `type` to its error class, the JavaScript client maps `code`; `status` overrides
-    the HTTP status (the v0.3 binding uses the a2a-python 0.3 table, the aliases the v1.0.1 one).
-    """
-    body = {"code": err.code, "type": error_name(err), "message": err.message}
-    return Response(
-        orjson.dumps(body),
-        status_code=status or err.http_status,
-        media_type="application/json",
-        headers=http_headers(err),
-    )
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -149,10 +127,6 @@ def _alias_error(request: Request, err: A2AError) -> Response:
 
 alias = error_path(_alias_error)
 """The aliases' error path: the v0.3 REST body with the v1.0.1 HTTP status."""
-
-
-def media_type(header: str | None) -> str:
-    return (header or "").split(";")[0].strip().lower()
 
 
 async def read_json_body(request: Request) -> dict[str, Any] | None:

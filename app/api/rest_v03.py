@@ -44,8 +44,9 @@ from app.protocol.errors import (
 )
 
 from . import ops_v03
-from .calls import Call
-from .rest import Endpoint, Params, RestBinding, read_json_body, rest_error
+from .calls import Call, raw_version
+from .errors import rest_error
+from .rest import Endpoint, Params, RestBinding, read_json_body
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -61,7 +62,7 @@ def v03_error(request: Request, err: A2AError) -> Response:
 def v03_call(request: Request, discovery: bool = False) -> Call:
     call = Call.of(request, discovery=discovery)
     if call.version != "0.3":
-        raw = request.headers.get("a2a-version") or request.query_params.get("A2A-Version")
+        raw = raw_version(request)
         raise VersionNotSupportedError(
             f"A2A-Version {raw} is not served here: this is the v0.3 HTTP+JSON binding "
             "(the v1.0 one is at /a2a/rest without /v1)",

@@ -31,68 +31,28 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
 from app.protocol.errors import (
-    A2AError,
     VersionNotSupportedError,
 )
 
 from . import ops_v10
-from .admission import http_headers
-from .calls import Call
+from .calls import Call, raw_version
 from .card import card_response
-from .jsonrpc import error_info
-from .rest import Endpoint, RestBinding, error_path, list_query, media_type, query_fields, read_json_body
+from .errors import response_media, status_error
+from .rest import Endpoint, RestBinding, error_path, list_query, query_fields, read_json_body
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 PREFIX = "/a2a/rest"
-A2A_JSON = "application/a2a+json"
-
-
-def _media(request: Request) -> str:
-    """`application/a2a+json` for a client that names it in `Accept` or sent its body as it; plain
-    `application/json` for every other, which is what generic clients and tools expect (§11.1: SHOULD)."""
-    if media_type(request.headers.get("content-type")) == A2A_JSON:
-        return A2A_JSON
-    for item in request.headers.get("accept", "").split(","):
-        kind, *params = item.split(";")
-        if kind.strip().lower() == A2A_JSON and not any(_q_zero(p) for p in params):
-            return A2A_JSON
-    return "application/json"
-
-
-def _q_zero(param: str) -> bool:
-    """Whether an Accept parameter is `q=0`, which refuses the type it follows."""
-    key, _, value = param.partition("=")
-    try:
-        return key.strip().lower() == "q" and float(value) == 0
-    except ValueError:
-        return False
-
-
-def status_error(request: Request, err: A2AError) -> Response:
-    """A `google.rpc.Status` error body with the error's HTTP status and its ErrorInfo."""
-    body = {
-        "error": {
-            "code": err.http_status,
-            "status": err.grpc_status,
-            "message": err.message,
-            "details": [error_info(err)],
-        }
-    }
-    return Response(
-        orjson.dumps(body), status_code=err.http_status, media_type=_media(request), headers=http_headers(err)
-    )
 
 
 def v10_call(request: Request, discovery: bool = False) -> Call:
     """The call, as v1.0: no version or any 1.x is fine, another explicit version is refused."""
     call = Call.of(request, discovery=discovery)
-    raw = (request.headers.get("a2a-version") or request.query_params.get("A2A-Version") or "").strip()
+    raw = raw_version(request)
     if raw and call.version != "1.0":
         raise VersionNotSupportedError(
             f"A2A-Version {raw} is not served here: this is the v1.0 HTTP+JSON binding "
@@ -156,11 +116,11 @@ async def _delete_push(params: Any, call: Call) -> Any:
 async def _extended_card(request: Request) -> Response:
     """GetExtendedAgentCard: the card variant for the request's A2A-Version, with its ETag (private)."""
     return card_response(
-        request, ops_v10.extended(v10_call(request, discovery=True)), _media(request), public=False
+        request, ops_v10.extended(v10_call(request, discovery=True)), response_media(request), public=False
     )
 
 
-BINDING = RestBinding(v10_call, status_error, _media)
+BINDING = RestBinding(v10_call, status_error, response_media)
 unary, streaming = BINDING.unary, BINDING.streaming
 
 ROUTES: list[tuple[str, list[str], Endpoint]] = [

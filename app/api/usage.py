@@ -22,8 +22,8 @@ from fastapi import APIRouter, Request, Response
 from app.protocol.errors import A2AError, InvalidParamsError, PermissionDeniedError
 
 from .deps import components, owner_of
+from .errors import status_error
 from .faults import unexpected
-from .rest_v10 import status_error
 
 router = APIRouter()
 

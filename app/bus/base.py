@@ -99,6 +99,12 @@ class Bus(ABC):
             for record in records:
                 sub.push(record)
 
+    def resync(self, task_id: str) -> None:
+        """Tell this process's followers of the task to read its log: it may hold events nobody rang for
+        (the task was written by a process this bus does not reach)."""
+        for sub in self._subs.get(task_id, ()):
+            sub.resync()
+
     def _resync_all(self) -> None:
         for subs in self._subs.values():
             for sub in subs:

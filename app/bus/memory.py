@@ -16,8 +16,10 @@ class MemoryBus(Bus):
             self._deliver(task_id, records)
 
     async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:
-        if replica_id == self.replica_id:
-            await self._on_control_message(payload)
+        if replica_id != self.replica_id:
+            # No other replica listens on an in-process bus: a request to one fails now, not after its wait.
+            raise TimeoutError(f"replica {replica_id} is not on this in-process bus")
+        await self._on_control_message(payload)
 
     async def ring_queue(self) -> None:
         self._wake_queue()

@@ -102,10 +102,21 @@ class Leases:
         """
         return (await self.take_from(task_id, owner=owner)) is not False
 
-    async def take_from(self, task_id: str, *, owner: str | None = None) -> str | Literal[False] | None:
+    async def take_from(
+        self, task_id: str, *, owner: str | None = None, force: bool = False
+    ) -> str | Literal[False] | None:
         """`take`, telling from whom: False when not taken, else the replica whose expired lease this
-        replaced (None when nobody held it, or this replica did), which must stop its run."""
+        replaced (None when nobody held it, or this replica did), which must stop its run.
+
+        With `force` (an administrator's cancel that cannot reach the holder), a live lease is taken too:
+        the holder's next commit collides with the event numbers written here, and its heartbeat no longer
+        renews the lease, so either stops its run."""
         now = utcnow()
+        free = or_(
+            _tasks.c.lease_owner.is_(None),
+            _tasks.c.lease_owner == self.replica_id,
+            _tasks.c.lease_expires_at < now,
+        )
         row = _tasks.c.id == task_id, _tasks.c.owner == owner if owner is not None else true(), self._role
         before = select(_tasks.c.lease_owner).where(*row)
         if self._pg:
@@ -115,11 +126,7 @@ class Leases:
             .where(
                 *row,
                 _tasks.c.state.not_in(_ENDED),
-                or_(
-                    _tasks.c.lease_owner.is_(None),
-                    _tasks.c.lease_owner == self.replica_id,
-                    _tasks.c.lease_expires_at < now,
-                ),
+                true() if force else free,
             )
             .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
             .returning(_tasks.c.id)

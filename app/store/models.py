@@ -222,7 +222,8 @@ class IdempotencyKeyRow(Base):
     owner: Mapped[str] = mapped_column(String(256))
     key: Mapped[str] = mapped_column(String(256))
     fingerprint: Mapped[str] = mapped_column(String(64))
-    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    """The task the key's request made (None: a direct reply); indexed for retention's deletes."""
     reply: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)

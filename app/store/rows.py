@@ -84,6 +84,17 @@ def task_update(
     }
 
 
+def task_metadata(task_id: str, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The task row's new metadata (the writer's `Write.task_metadata`), e.g. its summed usage."""
+    return {"_id": task_id, "_metadata": metadata}
+
+
+def update_mark(update: dict[str, Any]) -> tuple[str, tuple[int, str | None]]:
+    """What a `task_update` leaves to recognise it by: the task's id, and its (last_seq, lease_owner) as
+    `Leases.recorded` reads them back."""
+    return update["_id"], (update["last_seq"], update["lease_owner"])
+
+
 def new_task(
     task: Task,
     owner: str,

@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 CONTROL_TIMEOUT_S = 5.0
 
 
+class UnreachableHolderError(InternalError):
+    """The replica holding the task did not answer a forwarded request (dead, cut off, or not on this
+    bus): the request was not carried out."""
+
+
 class Control:
     """Forwards writes to the lease holder and serves the ones forwarded here (`cancel`, `answer`)."""
 
@@ -35,7 +40,7 @@ class Control:
         bus: Bus,
         tasks: LiveTasks,
         leases: Leases,
-        cancel: Callable[[str, str, int], Awaitable[object]],
+        cancel: Callable[[str, str, int, str | None], Awaitable[object]],
         answer: Callable[[str, Message, int, IdemKey | None], Awaitable[object]],
         lost: Callable[[str], object],
     ) -> None:
@@ -55,7 +60,7 @@ class Control:
         try:
             reply = await self._bus.request(replica_id, body, CONTROL_TIMEOUT_S)
         except TimeoutError:
-            raise InternalError(f"Replica {replica_id} running the task did not answer") from None
+            raise UnreachableHolderError(f"Replica {replica_id} running the task did not answer") from None
         if reply.get("duplicate"):
             raise DuplicateError(f"a copy of this request was stored first on replica {replica_id}")
         err = reply.get("error")
@@ -94,7 +99,7 @@ class Control:
         """A request from another replica about a task this one holds."""
         try:
             if body.get("op") == "cancel":
-                await self._cancel(body["owner"], body["task"], 1)
+                await self._cancel(body["owner"], body["task"], 1, body.get("reason"))
             elif body.get("op") == "push":
                 live = self._tasks.get(body["task"])
                 if live is not None:

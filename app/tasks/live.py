@@ -34,16 +34,20 @@ from app.protocol.model import (
 )
 from app.protocol.usage import TOKEN_KINDS, USAGE_KEY, Usage, UsageError, add_to_summary
 from app.push import payloads
+from app.push.configs import new_row
 from app.store import rows
 from app.store.leases import Held, Leases
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository
 from app.store.writer import SeqTakenError, Write, Writer
+from app.telemetry import traces
 
 from .state import check_transition
 
 if TYPE_CHECKING:
-    from app.protocol.model import Event, Message, Task, TaskStatus
+    from datetime import datetime
+
+    from app.protocol.model import Event, Message, PushConfig, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -226,16 +230,21 @@ class LiveTasks:
     def get(self, task_id: str) -> LiveTask | None:
         return self._live.get(task_id)
 
-    async def writable(self, owner: str, task_id: str) -> LiveTask:
+    async def writable(self, owner: str, task_id: str, take_over: bool = False) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
 
-        Raises HeldElsewhereError when another live replica holds it. A finished task comes back
-        unregistered (no lease needed) so callers can answer with the right error.
+        Raises HeldElsewhereError when another live replica holds it (with `take_over`, the admin command
+        line's last resort, its lease is taken anyway and the replica told: its run stops at its next commit
+        or heartbeat; a remote worker's task is written for the worker as always). A finished task comes
+        back unregistered (no lease needed) so callers can answer with the right error.
         """
         live = self._live.get(task_id)
         if live is None:
+            if take_over:
+                holder = await self._leases.holder(task_id, owner=owner)
+                take_over = holder is None or not holder.startswith(WORKER_PREFIX)
             # Every query names the owner: another principal's task is neither leased nor revealed.
-            taken = await self._leases.take_from(task_id, owner=owner)
+            taken = await self._leases.take_from(task_id, owner=owner, force=take_over)
             took = taken is not False
             if taken:
                 self.tell_lost(taken, task_id)
@@ -266,16 +275,43 @@ class LiveTasks:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    def created(self, task: Task, owner: str, write: Write, hold: bool) -> None:
-        """A new task's `write` has committed (and been published): ring the push worker; with `hold` (its
-        run starts here) it becomes a live task."""
+    async def create(
+        self,
+        task: Task,
+        owner: str,
+        now: datetime,
+        hold: bool,
+        retry_key: str | None,
+        push: PushConfig | None = None,
+        key_row: dict[str, Any] | None = None,
+    ) -> None:
+        """The door of a new task's rows (every later change goes through `apply`): the task with its lease
+        when `hold` (its run starts here), its first message, the `submitted` event, a webhook given with
+        the message and its outbox rows, the retry key and the Idempotency-Key, in one commit; then publish,
+        ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
+        retry key or the Idempotency-Key first."""
+        first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
+        holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
+        write = Write(
+            # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
+            new_task=rows.new_task(
+                task, owner, now, holder, expires, retry_key, self.role_name, traces.traceparent()
+            ),
+            messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
+            events=rows.event_rows(task.id, first, now),
+            idempotency_key=key_row,
+        )
+        if push is not None:
+            write.push_configs.append(new_row(owner, task.id, push, now))
+            write.notifications = payloads.notifications(task, first, [], now)
+        await self._writer.commit(write)
+        await self._bus.publish(task.id, task.context_id, first)
         self.created_total += 1
         if write.notifications and self._push_ring is not None:
             self._push_ring()
         if hold:
-            traceparent = write.new_task["traceparent"] if write.new_task else None
             self._live[task.id] = LiveTask(
-                task, owner, 1, bool(write.push_configs), artifact_rows=0, traceparent=traceparent
+                task, owner, 1, push is not None, artifact_rows=0, traceparent=write.new_task["traceparent"]
             )
 
     async def apply(
@@ -346,7 +382,7 @@ class LiveTasks:
                 write.usage = rows.usage_rows(
                     task.id, live.owner, task.context_id, self.role_name, s.usage, now
                 )
-                write.task_metadata = {"_id": task.id, "_metadata": s.metadata}
+                write.task_metadata = rows.task_metadata(task.id, s.metadata)
             if live.push:
                 write.notifications = payloads.notifications(task, s.records, user_messages, now)
             ended = s.status.state.terminal
@@ -430,13 +466,14 @@ class LiveTasks:
     async def _landed(self, write: Write) -> bool:
         """Whether `write` is what the database holds as the task's latest step."""
         assert write.task_update is not None
+        task_id, mark = rows.update_mark(write.task_update)
         try:
-            stored = await self._leases.recorded(write.task_update["_id"])
+            stored = await self._leases.recorded(task_id)
         except Exception as exc:
             if is_unavailable(exc):
                 return False
             raise
-        return stored == (write.task_update["last_seq"], write.task_update["lease_owner"])
+        return stored == mark
 
     # ---- the runner's side ---------------------------------------------------------------------
 
@@ -536,6 +573,10 @@ class LiveTasks:
         self._notices.add(notice)
         notice.add_done_callback(self._notices.discard)
 
+    async def notices_sent(self) -> None:
+        """Wait for the `lost` notices in flight (each waits at most LOST_NOTICE_S for its answer)."""
+        await asyncio.gather(*self._notices, return_exceptions=True)
+
     async def refuse(self, task_id: str, reason: str) -> bool:
         """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
         this replica can take it; True when it did."""
@@ -558,6 +599,9 @@ class LiveTasks:
         live = self._live.pop(task_id, None)
         if live is None:
             return False
+        # Whoever wrote it may not reach this process's followers over the bus (an admin's cancel without
+        # Redis): they read the log instead.
+        self._bus.resync(task_id)
         for fut in live.waiters:
             if not fut.done():
                 fut.set_exception(HeldElsewhereError(""))

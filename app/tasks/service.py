@@ -24,7 +24,6 @@ from app.protocol.model import (
     PushConfig,
     SendConfig,
     StateTransition,
-    StatusUpdate,
     Task,
     TaskState,
     TaskStatus,
@@ -33,14 +32,13 @@ from app.protocol.model import (
     status_update,
     utcnow,
 )
-from app.push import payloads, ssrf
-from app.push.configs import PushConfigs, new_row
-from app.store import rows
+from app.push import ssrf
+from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
-from app.store.writer import DuplicateError, Write, Writer
-from app.telemetry import logs, traces
+from app.store.writer import DuplicateError, Writer
+from app.telemetry import logs
 
 from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
@@ -54,6 +52,8 @@ __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
 RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 """While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
 MAX_ROUNDS = 16
+CANCELED_BY_CLIENT = "Task canceled by the client"
+"""The status message of a task canceled through the API."""
 
 
 class _AlreadyApplied(Exception):
@@ -80,7 +80,6 @@ class TaskService:
         """The role whose tasks this service creates and serves (the task row's `role`)."""
         self._tasks = tasks
         self._repo = repo
-        self._writer = writer
         self._bus = bus
         self._leases = leases
         self._executor = executor
@@ -248,7 +247,6 @@ class TaskService:
         now = utcnow()
         here = self._executor.reserve()
         status = TaskStatus(TaskState.SUBMITTED, iso(now))
-        first = [EventRecord(1, StatusUpdate(task_id, context_id, status))]
         task = Task(
             id=task_id,
             context_id=context_id,
@@ -256,25 +254,14 @@ class TaskService:
             history=[message],
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
-        holder, expires = self._tasks.replica_id if here else None, self._leases.expiry(now) if here else None
-        write = Write(
-            # The request's span: the task's runs, on any replica, and its webhook calls continue its trace.
-            new_task=rows.new_task(task, owner, now, holder, expires, retry, self.role, traces.traceparent()),
-            messages=[rows.message_row(task_id, owner, message, now)],
-            events=rows.event_rows(task_id, first, now),
-            idempotency_key=self._copies.row(owner, idem, task_id),
-        )
-        if push is not None:
-            write.push_configs.append(new_row(owner, task_id, push, now))
-            write.notifications = payloads.notifications(task, first, [], now)
         try:
-            await self._writer.commit(write)
+            await self._tasks.create(
+                task, owner, now, here, retry, push, self._copies.row(owner, idem, task_id)
+            )
         except BaseException:
             if here:
                 self._executor.release_slot()
             raise
-        await self._bus.publish(task_id, context_id, first)
-        self._tasks.created(task, owner, write, here)
         if here:
             self._executor.start(task_id, reserved=True)
         else:
@@ -335,18 +322,30 @@ class TaskService:
 
     # ---- cancel ------------------------------------------------------------------------------
 
-    async def cancel(self, owner: str, task_id: str, hops: int = 0) -> Task:
+    async def cancel(
+        self,
+        owner: str,
+        task_id: str,
+        hops: int = 0,
+        reason: str | None = None,
+        take_over: bool = False,
+    ) -> Task:
+        """Cancel the task with `reason` as its status message (default: by the client), where it is
+        written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
+        when the holder cannot be reached) its lease is taken even from a live holder, which stops its run
+        at its next commit or heartbeat (`LiveTasks.writable`)."""
         logs.bind(task_id=task_id)
         try:
-            live = await self._tasks.writable(owner, task_id)
+            live = await self._tasks.writable(owner, task_id, take_over=take_over)
         except HeldElsewhereError as held:
             if hops:
                 raise InternalError() from None
-            await self._control.forward(held.replica_id, {"op": "cancel", "owner": owner, "task": task_id})
+            body = {"op": "cancel", "owner": owner, "task": task_id}
+            if reason is not None:
+                body["reason"] = reason
+            await self._control.forward(held.replica_id, body)
             return (await self._reader.load(owner, task_id)).task
-        event = status_update(
-            task_id, live.task.context_id, TaskState.CANCELED, "Task canceled by the client"
-        )
+        event = status_update(task_id, live.task.context_id, TaskState.CANCELED, reason or CANCELED_BY_CLIENT)
         if live.task.status.state.terminal or not await self._tasks.apply(live, [event]):
             state = live.task.status.state
             raise TaskNotCancelableError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from app.agents.codex_events import AppServerParser, ExecParser
+from app.agents.cli.codex_events import AppServerParser, ExecParser
 from app.agents.events import AgentEvent, AgentEventKind
 
 THREAD = "01a21495-23b8-7b10-852c-e7f3a0c1e737"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+from app.agents.cli.gemini import pick_option
+from app.agents.cli.gemini_events import AcpParser, StreamJsonParser
 from app.agents.events import AgentEvent
-from app.agents.gemini import pick_option
-from app.agents.gemini_events import AcpParser, StreamJsonParser
 
 SESSION = "4b608cb5-1111-4222-8333-444455556666"
 TOOL_ID = "run_shell_command__run_shell_command_1795641832981_0"

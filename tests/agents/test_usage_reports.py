@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from app.agents.claude import claude_usage
-from app.agents.codex_events import AppServerParser, ExecParser, kept_tokens
-from app.agents.cursor import cursor_usage
+from app.agents.cli.claude import claude_usage
+from app.agents.cli.codex_events import AppServerParser, ExecParser, kept_tokens
+from app.agents.cli.cursor import cursor_usage
+from app.agents.cli.gemini_events import StreamJsonParser, acp_usage
+from app.agents.cli.ndjson import parse_event, parse_usage
 from app.agents.events import AgentEvent, AgentEventKind
-from app.agents.gemini_events import StreamJsonParser, acp_usage
-from app.agents.ndjson import parse_event, parse_usage
 from app.agents.sdk import TOOL_CALL_KEY, TOOL_INPUT_LIMIT, Request, TaskContext
 from app.protocol.model import Event, Message, Part, Role, StatusUpdate, TaskState
 from app.protocol.usage import COST_PRICE_TABLE, COST_REPORTED, USAGE_KEY, ModelUsage, Usage

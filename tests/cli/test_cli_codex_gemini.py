@@ -24,7 +24,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.agents.jail import principal_key
+from app.agents.jail.sandbox import principal_key
 from app.api.auth import ANONYMOUS
 from tests.conftest import make_server
 from tests.support.clis import (

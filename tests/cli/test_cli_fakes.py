@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agents.jail import principal_key
-from app.agents.ndjson import NdjsonAgent
+from app.agents.cli.ndjson import NdjsonAgent
+from app.agents.jail.sandbox import principal_key
 from app.agents.options import AgentOptions
 from app.api.auth import ANONYMOUS
 from tests.conftest import make_server

@@ -26,7 +26,7 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import GetTaskRequest
 from google.protobuf import json_format
 
-from app.agents.jail import principal_key
+from app.agents.jail.sandbox import principal_key
 from app.api.auth import ANONYMOUS
 from tests.cli.test_cli_fakes import PYTHON
 from tests.conftest import make_server

@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agents.cli_run import CliRun
-from app.agents.cursor import CursorAgent
-from app.agents.egress import Policy, Refused, parse_allow
+from app.agents.cli.cursor import CursorAgent
+from app.agents.cli.ndjson import NdjsonAgent
+from app.agents.cli.run import CliRun
 from app.agents.events import AgentEventKind
-from app.agents.jail import agent_env, principal_key
-from app.agents.ndjson import NdjsonAgent
+from app.agents.jail.egress import Policy, Refused, parse_allow
+from app.agents.jail.sandbox import agent_env, principal_key
 from app.agents.options import AgentOptions
 from app.agents.sdk import Request
 from app.protocol.model import Message, Part, Role

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from app.agents.cursor import CursorAgent
+from app.agents.cli.cursor import CursorAgent
+from app.agents.cli.ndjson import NdjsonAgent
 from app.agents.errors import SettingError
 from app.agents.events import AgentEventKind
-from app.agents.ndjson import NdjsonAgent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Request
 from app.protocol.model import Message, Part, Role

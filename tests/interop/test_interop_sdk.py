@@ -477,9 +477,9 @@ def usage_of(metadata: Any) -> dict[str, Any]:
     return json_format.MessageToDict(metadata)["usage"]
 
 
-async def test_usage_is_in_the_task_metadata_and_on_its_status_event(sdk: Client, sdk_stream: Client) -> None:
+async def usage_round_trip(sdk: Client, sdk_stream: Client) -> None:
     """Reported before the question and after the answer: the SDK reads the sum in the task's metadata (on
-    the send's task and GetTask), and a stream reads each report on its status update."""
+    the send's task and GetTask), and a stream reads each report on its status update (every binding)."""
     asked = await send_for_task(
         sdk, user_message("usage:m-sdk:100:10:0.5;tool:Read;ask:Proceed?;usage:m-sdk:1:2:0.25")
     )
@@ -507,3 +507,7 @@ async def test_usage_is_in_the_task_metadata_and_on_its_status_event(sdk: Client
         if ev.HasField("status_update") and "usage" in json_format.MessageToDict(ev.status_update.metadata)
     ]
     assert [r["models"][0]["inputTokens"] for r in reports] == [7]
+
+
+async def test_usage_is_in_the_task_metadata_and_on_its_status_event(sdk: Client, sdk_stream: Client) -> None:
+    await usage_round_trip(sdk, sdk_stream)

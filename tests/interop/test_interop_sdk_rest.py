@@ -51,7 +51,7 @@ from tests.interop.test_interop_sdk import (
     send_for_task,
     state_of,
     text_of,
-    usage_of,
+    usage_round_trip,
     user_message,
 )
 from tests.support.server import ServerProcess
@@ -394,27 +394,4 @@ async def test_tenant_form(server: ServerProcess, wire: Wire) -> None:
 
 
 async def test_usage_is_in_the_task_metadata(sdk: Client, sdk_stream: Client) -> None:
-    """The sum of the reports before the question and after the answer, in the send's task and GetTask; each
-    report on its status update in a stream."""
-    script = "usage:m-sdk:100:10:0.5;tool:Read;ask:Proceed?;usage:m-sdk:1:2:0.25"
-    asked = await send_for_task(sdk, user_message(script))
-    assert asked.status.state == S.TASK_STATE_INPUT_REQUIRED
-    assert usage_of(asked.metadata)["reports"] == 1
-    done = await send_for_task(sdk, user_message("go", task_id=asked.id))
-    usage = usage_of(done.metadata)
-    assert (usage["reports"], usage["inputTokens"], usage["outputTokens"], usage["toolCalls"]) == (
-        2,
-        101,
-        12,
-        1,
-    )
-    assert usage["costUsd"] == 0.75
-    assert usage_of((await sdk.get_task(GetTaskRequest(id=asked.id))).metadata) == usage
-    async with open_stream(sdk_stream, user_message("usage:m-sdk:7:3")) as stream:
-        events = await stream.rest()
-    reports = [
-        usage_of(ev.status_update.metadata)
-        for ev in events
-        if ev.HasField("status_update") and ev.status_update.HasField("metadata")
-    ]
-    assert [r["models"][0]["inputTokens"] for r in reports] == [7]
+    await usage_round_trip(sdk, sdk_stream)

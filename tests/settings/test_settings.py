@@ -117,11 +117,11 @@ def test_plugin_agent_gets_its_options():
     assert isinstance(agent, CapabilitiesAgent) and agent.greeting == "hey"
 
 
-@pytest.mark.parametrize("spec", ["ndjson", "app.agents.ndjson:NdjsonAgent"])
+@pytest.mark.parametrize("spec", ["ndjson", "app.agents.cli.ndjson:NdjsonAgent"])
 def test_cli_agent_gets_the_options_it_is_given(spec: str):
     """A CLI adapter runs with the AgentOptions it is given (the app's, or a role's), never the settings."""
+    from app.agents.cli.ndjson import NdjsonAgent
     from app.agents.loader import load_agent
-    from app.agents.ndjson import NdjsonAgent
 
     options = AgentOptions.from_settings(Settings(_env_file=None, agent_command="my-cli --json"))
     agent = load_agent(spec, agent_options=options)

@@ -35,13 +35,13 @@ from opentelemetry import trace
 
 from app.protocol.model import Message
 
-from .egress import EgressProxy, Policy
-from .events import AgentEvent, AgentEventKind, AgentRun, EventAgent
-from .jail import Jail, agent_env, check_command, principal_home, principal_root
-from .jail import check as jail_check
-from .options import AgentOptions
+from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
+from ..jail.egress import EgressProxy, Policy
+from ..jail.sandbox import Jail, agent_env, check_command, principal_home, principal_root
+from ..jail.sandbox import check as jail_check
+from ..options import AgentOptions
+from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
-from .sdk import Request, Skill
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)

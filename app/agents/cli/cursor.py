@@ -25,9 +25,9 @@ from typing import Any
 
 from app.protocol.usage import ModelUsage, Usage
 
-from .cli_run import CODING_SKILL, CliAgent, CliRun
-from .events import AgentEvent, count
-from .sdk import Request
+from ..events import AgentEvent, count
+from ..sdk import Request
+from .run import CODING_SKILL, CliAgent, CliRun
 
 
 def _tool(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:

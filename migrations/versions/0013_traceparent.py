@@ -1,7 +1,7 @@
 """Traces: the W3C `traceparent` of the request that created a task.
 
-Revision ID: 0012_traceparent
-Revises: 0011_console
+Revision ID: 0013_traceparent
+Revises: 0012_retention
 Create Date: 2026-12-01
 
 With tracing on (`OTEL_EXPORTER_OTLP_ENDPOINT`) a new task keeps its creating request's trace context, so its
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012_traceparent"
-down_revision = "0011_console"
+revision = "0013_traceparent"
+down_revision = "0012_retention"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """The egress proxy of jailed CLIs (`AGENT_NETWORK=egress`): the only way out of a jail's network namespace.
 
-A jail has no network but its own loopback. Inside it, `jail_bridge.py` listens on 127.0.0.1:3128 (the CLI's
+A jail has no network but its own loopback. Inside it, `bridge.py` listens on 127.0.0.1:3128 (the CLI's
 HTTPS_PROXY / HTTP_PROXY) and passes each connection through a unix socket bound into the jail to this
 proxy, which runs in the server process. It speaks the two forms HTTP clients use with a proxy:
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
-from .cli_run import approval_decision, coding_skill, describe_tool
+from ..events import AgentEvent, AgentEventKind
+from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
-from .events import AgentEvent, AgentEventKind
-from .sdk import Request
+from .modes import HeadlessRun, RpcRun, TwoModeAgent
+from .run import approval_decision, coding_skill, describe_tool
 
 log = logging.getLogger(__name__)
 

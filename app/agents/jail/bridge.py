@@ -1,4 +1,4 @@
-"""Runs inside a jail (standard library only): `python3 -I -S jail_bridge.py PORT SOCKET -- ARGV...`.
+"""Runs inside a jail (standard library only): `python3 -I -S bridge.py PORT SOCKET -- ARGV...`.
 
 The jail's network namespace has only its loopback. This listens on 127.0.0.1:PORT (what the CLI's
 HTTPS_PROXY / HTTP_PROXY name), hands each connection to the host's egress proxy through the unix SOCKET
@@ -46,7 +46,7 @@ def serve(listener: socket.socket, path: str) -> None:
 def main() -> None:
     port, path, sep, *argv = sys.argv[1:]
     if sep != "--" or not argv:
-        sys.exit("usage: jail_bridge.py PORT SOCKET -- ARGV...")
+        sys.exit("usage: bridge.py PORT SOCKET -- ARGV...")
     listener = socket.create_server(("127.0.0.1", int(port)), backlog=128)
     if os.fork() == 0:
         null = os.open(os.devnull, os.O_RDWR)

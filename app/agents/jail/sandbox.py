@@ -11,8 +11,8 @@ need (docs/agents.md "Security of coding agents"):
   egress) network namespaces; the system (/usr, a few files of /etc) and the CLI's install read-only,
   the workspace and HOME read-write, a private /tmp, /proc of its own pid namespace; nothing else. It dies
   with the server (`--die-with-parent`), and the whole pid namespace dies with the CLI.
-- **Network** (`AGENT_NETWORK=egress`): only its own loopback, where `jail_bridge.py` relays the proxy
-  port to the host's `EgressProxy`.
+- **Network** (`AGENT_NETWORK=egress`): only its own loopback, where `bridge.py` (this package's) relays
+  the proxy port to the host's `EgressProxy`.
 
 Why not `srt` (@anthropic-ai/sandbox-runtime): on Linux it lets the process read the whole filesystem but
 the paths it is told to deny, needs socat, and keeps one HOME; the jail here must show nothing but its
@@ -29,16 +29,18 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 
-from .errors import SettingError
-from .options import AgentOptions
+from ..errors import SettingError
+from ..options import AgentOptions
 
 PROXY_PORT = 3128
 """The port of the egress relay on the jail's own loopback (each jail has its own)."""
 IN_JAIL_SOCKET = "/run/a2a/egress.sock"
-IN_JAIL_BRIDGE = "/run/a2a/jail_bridge.py"
-BRIDGE = Path(__file__).with_name("jail_bridge.py")
+IN_JAIL_BRIDGE = "/run/a2a/bridge.py"
+BRIDGE = Path(str(resources.files("app.agents.jail") / "bridge.py"))
+"""The relay run inside the jail (standard library only), a resource of this package bound in read-only."""
 BASE_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "COLORTERM")
 """Server variables every CLI gets, with every LC_*."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

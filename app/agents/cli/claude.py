@@ -38,9 +38,9 @@ from typing import Any
 from app.protocol.model import Message
 from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 
-from .cli_run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .events import AgentEvent, count
-from .sdk import Request
+from ..events import AgentEvent, count
+from ..sdk import Request
+from .run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
 
 
 def _result_text(content: Any) -> str:

@@ -16,9 +16,9 @@ import logging
 from abc import abstractmethod
 from typing import Any, Protocol
 
-from .cli_run import CliAgent, CliRun, exit_reason
-from .events import AgentEvent, AgentEventKind, AgentRun
-from .sdk import Request
+from ..events import AgentEvent, AgentEventKind, AgentRun
+from ..sdk import Request
+from .run import CliAgent, CliRun, exit_reason
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.protocol.usage import ModelUsage, Usage
 
-from .events import AgentEvent, as_text, count
+from ..events import AgentEvent, as_text, count
 
 
 def _gemini_model(name: str, u: dict[str, Any]) -> ModelUsage:

@@ -21,7 +21,7 @@ from typing import Any
 
 from app.protocol.usage import ModelUsage, Usage
 
-from .events import AgentEvent, as_text, count
+from ..events import AgentEvent, as_text, count
 
 log = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from typing import Any
 from app.protocol.model import Message
 from app.protocol.usage import Usage, UsageError
 
-from .cli_run import CliAgent, CliRun, approval_decision
-from .events import AgentEvent, AgentEventKind
-from .options import AgentOptions
-from .sdk import Request, Skill
+from ..events import AgentEvent, AgentEventKind
+from ..options import AgentOptions
+from ..sdk import Request, Skill
+from .run import CliAgent, CliRun, approval_decision
 
 log = logging.getLogger(__name__)
 

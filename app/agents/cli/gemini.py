@@ -20,11 +20,11 @@ from typing import Any
 
 from app.protocol.model import Message
 
-from .cli_modes import HeadlessRun, RpcRun, TwoModeAgent
-from .cli_run import approval_decision, coding_skill, describe_tool
-from .events import AgentEvent
+from ..events import AgentEvent
+from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
-from .sdk import Request
+from .modes import HeadlessRun, RpcRun, TwoModeAgent
+from .run import approval_decision, coding_skill, describe_tool
 
 ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}

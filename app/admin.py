@@ -1,0 +1,548 @@
+"""The admin command line, run by an operator against `DATABASE_URL` (and `REDIS_URL`, when the replicas
+share one): `a2a-server prune` and `a2a-server tasks list|show|tail|cancel` (docs/operations.md "Admin
+command line"). A readable table on a terminal, JSON with `--json`.
+
+Reads go to the database directly, whoever owns the task. `tasks cancel` writes the way a replica does:
+it builds a replica's parts (engine, the bus from `REDIS_URL`, writer, leases, `LiveTasks`, a `TaskService`
+whose executor runs no agents) under a name of its own (`admin:<host>:<pid>`) and calls
+`TaskService.cancel`, so a task running on a replica is canceled there, over the bus, and its agent stopped.
+A holder it cannot reach (no `REDIS_URL`, or a replica that does not answer) has its lease taken over
+(`take_over`): the cancel is written here, and the holder stops its agent at its next commit (its event
+number is taken) or heartbeat (its lease is no longer its own). `tasks tail` follows the event log: it
+reads the events after the last one printed whenever the bus rings (with `REDIS_URL`), and every
+`TAIL_POLL_S` anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import roles as roles_
+from app.bus.base import Bus
+from app.bus.memory import MemoryBus
+from app.bus.redis import RedisBus
+from app.protocol import protojson_v10
+from app.protocol.errors import A2AError
+from app.protocol.model import (
+    TERMINAL_STATES,
+    ArtifactUpdate,
+    EventRecord,
+    Message,
+    Part,
+    StatusUpdate,
+    Task,
+    TaskState,
+    iso,
+    parse_iso,
+    utcnow,
+)
+from app.push.configs import PushConfigs
+from app.settings import Settings
+from app.store.admin import AdminReads, TaskRecord
+from app.store.browse import Browse, Filters
+from app.store.db import create_engine
+from app.store.leases import Leases
+from app.store.repo import Repository
+from app.store.retention import TABLES, Pruning
+from app.store.writer import SeqTakenError, Writer
+from app.tasks.control import UnreachableHolderError
+from app.tasks.live import LiveTasks
+from app.tasks.service import TaskService
+
+ADMIN_REASON = "Task canceled by an administrator"
+TAIL_POLL_S = 0.5
+"""How often `tasks tail` reads the log when no doorbell rings (always, without REDIS_URL)."""
+LIST_LIMIT = 50
+CANCEL_TRIES = 3
+"""A cancel whose commit collides with the holder's (it wrote an event meanwhile) is made again."""
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "": 86400}
+
+
+class AdminError(Exception):
+    """A one-line error for the operator (exit status 1)."""
+
+
+def parse_age(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `45s`, `2w`; a bare number is days."""
+    m = _AGE.match(text)
+    if m is None:
+        raise AdminError(f"{text!r} is not an age: a number with s, m, h, d or w (e.g. 30d)")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def parse_since(text: str) -> str:
+    """An age (`2h`: that long ago) or an ISO-8601 time, as the tasks' status times are written."""
+    try:
+        return iso(utcnow() - parse_age(text))
+    except AdminError:
+        pass
+    try:
+        return iso(parse_iso(text))
+    except ValueError:
+        raise AdminError(f"--since {text!r} is neither an age (2h, 7d) nor an ISO-8601 time") from None
+
+
+def parse_state(text: str) -> TaskState:
+    value = text.strip().lower().replace("_", "-").removeprefix("task-state-")
+    try:
+        return TaskState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in TaskState if s is not TaskState.UNKNOWN)
+        raise AdminError(f"--state {text!r} is not a task state ({names})") from None
+
+
+# ---- output ------------------------------------------------------------------------------------------
+
+
+def _json(value: Any, out: TextIO) -> None:
+    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def _line(value: Any, out: TextIO) -> None:
+    out.write(orjson.dumps(value, default=str).decode() + "\n")
+    out.flush()
+
+
+def _cut(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(headers: list[str], rows: list[list[str]], out: TextIO) -> None:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    for row in [headers, *rows]:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _when(value: datetime | str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        value = parse_iso(value)
+    return iso(value)[:19] + "Z"
+
+
+def _text(m: Message | None) -> str:
+    if m is None:
+        return ""
+    others = [p for p in m.parts if p.text is None]
+    return m.text() + (f" [+{len(others)} {'part' if len(others) == 1 else 'parts'}]" if others else "")
+
+
+def _parts(parts: list[Part]) -> str:
+    out = []
+    for p in parts:
+        if p.text is not None:
+            out.append(p.text)
+        elif p.kind == "file":
+            out.append(f"[file {p.filename or p.url or p.media_type or ''}]".replace(" ]", "]"))
+        else:
+            out.append("[data]")
+    return "".join(out)
+
+
+def event_line(record: EventRecord) -> str:
+    """One event of the log, on one line: its number, kind and what it says."""
+    ev = record.event
+    if isinstance(ev, StatusUpdate):
+        text = _cut(_text(ev.status.message), 160)
+        return f"{record.seq:>5}  {_when(ev.status.timestamp)}  status    {ev.status.state.value}" + (
+            f"  {text}" if text else ""
+        )
+    assert isinstance(ev, ArtifactUpdate)
+    flags = ("+" if ev.append else "") + ("." if ev.last_chunk else "")
+    return f"{record.seq:>5}  {'':20}  artifact  {ev.artifact.artifact_id}{flags}  " + _cut(
+        _parts(ev.artifact.parts), 160
+    )
+
+
+def event_json(record: EventRecord) -> dict[str, Any]:
+    """One event as JSON: its number and the v1.0 `StreamResponse` a subscriber gets."""
+    return {"seq": record.seq, **protojson_v10.encode_event(record.event)}
+
+
+# ---- the parts ------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def admin_id() -> str:
+    """This command's name where a replica's would be (leases, control messages)."""
+    return f"admin:{socket.gethostname()}:{os.getpid()}"
+
+
+async def _bus(settings: Settings, stack: AsyncExitStack) -> Bus:
+    bus: Bus = RedisBus(settings.redis_url, admin_id()) if settings.redis_url else MemoryBus(admin_id())
+    await bus.start()
+    stack.push_async_callback(bus.aclose)
+    return bus
+
+
+async def _record(engine: AsyncEngine, task_id: str) -> TaskRecord:
+    found = await AdminReads(engine).find(task_id)
+    if found is None:
+        raise AdminError(f"task {task_id} not found")
+    return found
+
+
+# ---- prune ----------------------------------------------------------------------------------------
+
+
+async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_json: bool, out: TextIO) -> None:
+    """Delete (or with `dry_run`, count) the tasks that ended more than `older_than` ago, as the retention
+    pass does; print the rows per table."""
+    cutoff = utcnow() - older_than
+    async with _engine(settings) as engine:
+        pruning = Pruning(engine, settings.retention_batch)
+        if dry_run:
+            counts = await pruning.count(cutoff)
+        else:
+            waited = False
+            while True:
+                async with pruning.turn() as mine:
+                    if mine:
+                        counts = await pruning.prune(cutoff)
+                        break
+                if not waited:
+                    print("another process is pruning (a replica's pass); waiting for it", file=sys.stderr)
+                    waited = True
+                await asyncio.sleep(1.0)
+    rows = {t: counts[t] for t in TABLES if not (dry_run and t == "task_counts")}
+    if as_json:
+        _json({"cutoff": iso(cutoff), "dryRun": dry_run, "rows": rows}, out)
+        return
+    verb = "would be deleted" if dry_run else "deleted"
+    out.write(f"tasks that ended before {_when(cutoff)}: {rows['tasks']} {verb}\n")
+    _table(["table", "rows"], [[t, str(n)] for t, n in rows.items()], out)
+    out.write("task_usage rows are kept (the account of usage, GET /usage).\n")
+
+
+# ---- tasks list / show ----------------------------------------------------------------------------
+
+
+async def tasks_list(settings: Settings, filters: Filters, limit: int, as_json: bool, out: TextIO) -> None:
+    """The tasks matching `filters`, newest status first, at most `limit`."""
+    lines = []
+    async with _engine(settings) as engine:
+        browse = Browse(engine)
+        cursor: str | None = None
+        while len(lines) < limit:
+            page = await browse.page(filters, limit=limit - len(lines), cursor=cursor)
+            lines.extend(page.lines)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    if as_json:
+        _json(
+            [
+                {
+                    "id": t.id,
+                    "state": t.state,
+                    "role": t.role,
+                    "owner": t.owner,
+                    "contextId": t.context_id,
+                    "statusAt": t.status_at,
+                    "createdAt": t.created_at,
+                    "title": t.title,
+                }
+                for t in lines
+            ],
+            out,
+        )
+        return
+    _table(
+        ["ID", "STATE", "ROLE", "OWNER", "CONTEXT", "UPDATED", "TITLE"],
+        [
+            [
+                t.id,
+                t.state,
+                t.role,
+                _cut(t.owner, 20),
+                _cut(t.context_id, 24),
+                _when(t.status_at),
+                _cut(t.title, 48),
+            ]
+            for t in lines
+        ],
+        out,
+    )
+    if not lines:
+        out.write("(no tasks)\n")
+
+
+async def tasks_show(settings: Settings, task_id: str, as_json: bool, out: TextIO) -> None:
+    """One task whole: status, history, artifacts, transitions, lease, push deliveries, usage."""
+    async with _engine(settings) as engine:
+        found = await Browse(engine).task(task_id, None)
+        if found is None:
+            raise AdminError(f"task {task_id} not found")
+        reads = AdminReads(engine)
+        record = await _record(engine, task_id)
+        deliveries = await reads.deliveries(task_id)
+        usage = await reads.usage(task_id)
+    task = found[0].task
+    now = utcnow()
+    lease = None
+    if record.lease_owner is not None:
+        lease = {
+            "holder": record.lease_owner,
+            "expiresAt": record.lease_expires_at,
+            "expired": record.lease_expires_at is not None and record.lease_expires_at < now,
+            "suspectAt": record.lease_suspect_at,
+        }
+    if as_json:
+        _json(
+            {
+                "task": protojson_v10.encode_task(task),
+                "owner": record.owner,
+                "role": record.role,
+                "lastSeq": record.last_seq,
+                "createdAt": iso(record.created_at),
+                "updatedAt": iso(record.updated_at),
+                "lease": lease,
+                "push": [
+                    {
+                        "configId": d.config_id,
+                        "url": d.url,
+                        "version": d.version,
+                        "delivered": d.delivered,
+                        "failed": d.failed,
+                        "attempts": d.attempts,
+                        "pending": d.pending,
+                        "lastOutcome": d.last_outcome,
+                        "lastAttemptAt": d.last_attempt_at,
+                        "lastDeliveredAt": d.last_delivered_at,
+                        "claimedBy": d.claimed_by,
+                    }
+                    for d in deliveries
+                ],
+                "usage": {"rows": usage, "sum": (task.metadata or {}).get("usage")},
+            },
+            out,
+        )
+        return
+    _show_text(task, record, lease, deliveries, usage, out)
+
+
+def _show_text(
+    task: Task,
+    record: TaskRecord,
+    lease: dict[str, Any] | None,
+    deliveries: list[Any],
+    usage: list[dict[str, Any]],
+    out: TextIO,
+) -> None:
+    w = out.write
+    w(f"task      {task.id}\n")
+    w(f"state     {task.status.state.value} since {_when(task.status.timestamp)}\n")
+    if task.status.message is not None:
+        w(f"message   {_cut(_text(task.status.message), 300)}\n")
+    for label, value in (
+        ("owner", record.owner),
+        ("role", record.role),
+        ("context", task.context_id),
+        ("created", _when(record.created_at)),
+        ("updated", _when(record.updated_at)),
+        ("events", str(record.last_seq)),
+    ):
+        w(f"{label:<9} {value}\n")
+    if lease is None:
+        w("lease     none\n")
+    else:
+        expired = ""
+        if lease["expired"]:
+            marked = f", marked {_when(lease['suspectAt'])}" if lease["suspectAt"] else ""
+            expired = f" (expired{marked})"
+        w(f"lease     {lease['holder']} until {_when(lease['expiresAt'])}{expired}\n")
+    w("\ntransitions\n")
+    for t in task.transitions:
+        w(f"  {_when(t.timestamp)}  {t.state.value}\n")
+    w(f"\nhistory ({len(task.history)})\n")
+    for m in task.history:
+        w(f"  {m.role.value:<6} {_cut(_text(m), 300)}\n")
+    w(f"\nartifacts ({len(task.artifacts)})\n")
+    for a in task.artifacts:
+        w(f"  {a.artifact_id}" + (f" ({a.name})" if a.name else "") + f"  {_cut(_parts(a.parts), 300)}\n")
+    w(f"\npush deliveries ({len(deliveries)})\n")
+    for d in deliveries:
+        last = f"  last: {_cut(d.last_outcome, 80)} at {_when(d.last_attempt_at)}" if d.last_outcome else ""
+        w(
+            f"  {d.config_id}  {d.url}  v{d.version}  delivered {d.delivered}  failed {d.failed}"
+            f"  pending {d.pending}{last}\n"
+        )
+    w(f"\nusage ({len(usage)} rows)\n")
+    for u in usage:
+        cost = "?" if u["cost_usd"] is None else f"${u['cost_usd']:.4f} ({u['cost_source']})"
+        w(
+            f"  event {u['seq']}  {u['model'] or '-'}  in {u['input_tokens']}  out {u['output_tokens']}"
+            f"  cache r/w {u['cache_read_tokens']}/{u['cache_write_tokens']}  {cost}"
+            f"  wall {u['wall_ms'] / 1000:g} s  turns {u['turns']}  tools {u['tool_calls']}\n"
+        )
+    total = (task.metadata or {}).get("usage")
+    if total:
+        cost = total.get("costUsd")
+        w(
+            f"  total  in {total.get('inputTokens')}  out {total.get('outputTokens')}"
+            f"  cost {'?' if cost is None else f'${cost:.4f}'}  reports {total.get('reports')}\n"
+        )
+
+
+# ---- tasks tail -------------------------------------------------------------------------------------
+
+
+async def tasks_tail(settings: Settings, task_id: str, lines: int, as_json: bool, out: TextIO) -> None:
+    """Print the task's last `lines` events, then each new one as it is committed, until the task ends."""
+    async with _engine(settings) as engine, AsyncExitStack() as stack:
+        record = await _record(engine, task_id)
+        repo = Repository(engine)
+        bus = await _bus(settings, stack) if settings.redis_url else None
+        sub = await bus.subscribe(task_id) if bus is not None else None
+        after = max(0, record.last_seq - lines) if lines >= 0 else 0
+        ended = TaskState(record.state) in TERMINAL_STATES
+        while True:
+            for r in await repo.events_after(task_id, record.context_id, after, owner=record.owner):
+                if as_json:
+                    _line(event_json(r), out)
+                else:
+                    out.write(event_line(r) + "\n")
+                    out.flush()
+                after = r.seq
+                if isinstance(r.event, StatusUpdate) and r.event.status.state.terminal:
+                    ended = True
+            if ended:
+                return
+            if sub is None:
+                await asyncio.sleep(TAIL_POLL_S)
+                continue
+            with suppress(TimeoutError):
+                async with asyncio.timeout(TAIL_POLL_S * 4):
+                    await sub.get()  # a doorbell (or a resync): the log says what is new
+
+
+# ---- tasks cancel ---------------------------------------------------------------------------------
+
+
+class _Bystander:
+    """The executor of the admin's task service: it runs no agents (a cancel stops the run where it is)."""
+
+    def reserve(self) -> bool:
+        return False
+
+    def release_slot(self) -> None:
+        return None
+
+    def start(self, task_id: str, reserved: bool = False) -> None:
+        raise RuntimeError("the admin command line runs no agents")
+
+    async def stop(self, task_id: str) -> None:
+        return None
+
+    def lost(self, task_id: str) -> None:
+        return None
+
+    async def answer(self, task_id: str, message: Message) -> None:
+        return None
+
+    async def reply(self, owner: str, message: Message) -> Message | None:
+        return None
+
+
+async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: bool, out: TextIO) -> None:
+    """Cancel the task as a client's cancel would be, where it is written (see the module's docstring)."""
+    async with _engine(settings) as engine, AsyncExitStack() as stack:
+        record = await _record(engine, task_id)
+        several = len(roles_.load(settings)) > 1
+        scope = record.role if several else None
+        bus = await _bus(settings, stack)
+        writer = Writer(engine)
+        writer.start()
+        stack.push_async_callback(writer.stop)
+        repo = Repository(engine, scope)
+        leases = Leases(engine, bus.replica_id, settings.lease_ttl_s, scope)
+        tasks = LiveTasks(repo, writer, bus, leases, role=scope, role_name=record.role)
+        stack.push_async_callback(tasks.notices_sent)
+        service = TaskService(
+            tasks,
+            repo,
+            writer,
+            bus,
+            leases,
+            _Bystander(),
+            settings.blocking_timeout_s,
+            push_configs=PushConfigs(engine),
+            role=record.role,
+        )
+        expires = record.lease_expires_at
+        holder = record.lease_owner if expires is not None and expires >= utcnow() else None
+        how = "here" if holder is None else f"by {holder}, which held it"
+        take_over = False
+        for attempt in range(CANCEL_TRIES):
+            try:
+                task = await service.cancel(record.owner, task_id, reason=reason, take_over=take_over)
+                break
+            except UnreachableHolderError:
+                take_over = True
+                how = (
+                    f"here: {holder} holding it could not be reached"
+                    + ("" if settings.redis_url else " without REDIS_URL")
+                    + "; its lease was taken over, and it stops the agent at its next commit or heartbeat"
+                )
+            except SeqTakenError:
+                if attempt == CANCEL_TRIES - 1:
+                    raise AdminError(f"task {task_id} kept changing as it was canceled; try again") from None
+            except A2AError as exc:
+                await tasks.release([task_id])
+                raise AdminError(exc.message) from None
+        else:
+            raise AdminError(f"task {task_id} could not be canceled")
+    if as_json:
+        _json({"task": protojson_v10.encode_task(task), "canceled": how}, out)
+        return
+    out.write(f"task {task.id}: {task.status.state.value} ({how})\n")
+    if task.status.message is not None:
+        out.write(f"message: {_text(task.status.message)}\n")
+
+
+def run(coro: Any) -> None:
+    """Run one command; an `AdminError` is one line on stderr and exit status 1, Ctrl-C exit status 130."""
+    try:
+        asyncio.run(coro)
+    except AdminError as exc:
+        sys.exit(f"error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+__all__ = [
+    "ADMIN_REASON",
+    "AdminError",
+    "parse_age",
+    "parse_since",
+    "parse_state",
+    "prune",
+    "run",
+    "tasks_cancel",
+    "tasks_list",
+    "tasks_show",
+    "tasks_tail",
+]
