@@ -7,12 +7,15 @@ A bad setting is one clear line.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from datetime import timedelta
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
+
+from app.telemetry import logs, traces
 
 
 def _settings():
@@ -50,6 +53,8 @@ def serve() -> None:
     from app.settings import SettingError
 
     settings = _settings()
+    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
+    traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
     try:
         app = create_app(settings)
         if settings.grpc_port:
@@ -59,20 +64,31 @@ def serve() -> None:
         sys.exit(f"error: invalid setting {name}: {exc}")
     except SettingError as exc:
         sys.exit(f"error: invalid setting {exc.name}: {exc}")
-    print(
-        f"a2a-server on {settings.host}:{settings.port}"
-        + (f" (gRPC {settings.grpc_host}:{settings.grpc_port})" if settings.grpc_port else "")
-        + f": {app.state.authenticator.describe()}",
-        file=sys.stderr,
+    # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO).
+    start = logging.getLogger("app.start")
+    start.setLevel(logging.INFO)
+    start.info(
+        "a2a-server on %s:%s%s: %s%s",
+        settings.host,
+        settings.port,
+        f" (gRPC {settings.grpc_host}:{settings.grpc_port})" if settings.grpc_port else "",
+        app.state.authenticator.describe(),
+        "; tracing on (OTLP/HTTP)" if traced else "",
     )
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
-        proxy_headers=False,
-    )
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            # Logging is configured above (app/telemetry/logs.py): uvicorn's records, the access line
+            # included, go through the same handler, format and redaction as ours.
+            log_config=None,
+            timeout_graceful_shutdown=5,
+            proxy_headers=False,
+        )
+    finally:
+        traces.shutdown()
 
 
 def hash_key(key: str | None, generate: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -21,11 +22,17 @@ from app.api.extensions import EchoExtensions
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
 from app.api.slashes import StripTrailingSlash
+from app.api.telemetry import Observe
 from app.api.usage import router as usage_router
 from app.settings import Settings, get_settings
 from app.wiring import lifespan, price_table, role_agent
 
 log = logging.getLogger(__name__)
+
+NO_NATIVE_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}
+"""FastAPI's native OpenTelemetry hooks stay off (the root app's and each role's): they would look the
+providers up on every request, and with tracing on (`app/telemetry/traces.py` sets the global provider) make
+a second span per request beside `api/telemetry.py`'s."""
 
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
@@ -48,9 +55,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     mounts = {name: _role_app() for name, role in roles.items() if role.path}
     app = FastAPI(
         title="A2A coding-agent server",
-        # FastAPI's native OpenTelemetry hooks look up providers on every request; nothing here
-        # configures them, so they would only add cost to each call.
-        telemetry={"tracing": False, "metrics": False, "logs": False},
+        telemetry=NO_NATIVE_TELEMETRY,
         lifespan=lifespan(settings, roles, agents, authenticator, extra_skills, metrics, mounts),
         docs_url=None,
         redoc_url=None,
@@ -78,6 +83,8 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     # Outside the fallback, so every answer is counted, refusals and faults included.
     if metrics is not None:
         app.add_middleware(RequestMetrics, metrics=metrics)
+    # Outside the metrics: the request's log fields and span (app/api/telemetry.py) cover all of it.
+    app.add_middleware(Observe)
     # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
     app.add_middleware(StripTrailingSlash)
     app.router.redirect_slashes = False
@@ -101,7 +108,7 @@ def _bindings(app: FastAPI) -> None:
 def _role_app() -> FastAPI:
     """A role's endpoints: mounted at /agents/{role}, behind the root app's middleware (the guard, CORS,
     the fallback, the metrics), its components set by the lifespan."""
-    sub = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    sub = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, telemetry=NO_NATIVE_TELEMETRY)
     _bindings(sub)
     sub.router.redirect_slashes = False
     _error_handlers(sub)

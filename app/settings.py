@@ -142,6 +142,19 @@ class Settings(BaseSettings):
     retention_batch: int = Field(default=500, ge=1)
     """Most tasks one retention transaction deletes (fewer when they have many events)."""
     log_level: str = "info"
+    log_format: Literal["auto", "text", "json"] = "auto"
+    """`json`: one JSON object per line (time, level, logger, message, replica, and the task, context, role,
+    hashed principal and trace ids where known); `text`: a line for people; `auto`: text on a terminal, JSON
+    otherwise (docs/operations.md "Logs")."""
+    otel_exporter_otlp_endpoint: str = ""
+    """Turns tracing on: spans go over OTLP/HTTP (protobuf) to `<this>/v1/traces` (docs/operations.md
+    "Traces"). Unset: no tracing, at no cost. The SDK's other `OTEL_*` variables apply as usual."""
+    otel_exporter_otlp_traces_endpoint: str = ""
+    """The full traces URL when it is not `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`; turns tracing on too."""
+    otel_service_name: str = ""
+    """The `service.name` of the spans (default `a2a-coding-server`)."""
+    otel_sdk_disabled: bool = False
+    """True: no tracing even with an endpoint set."""
     metrics_enabled: bool = True
     """Serve Prometheus metrics at `/metrics` (no credential, like `/healthz`: restrict it at the proxy)."""
     price_table_file: str = ""
@@ -268,6 +281,18 @@ class Settings(BaseSettings):
         if v and not v.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
         return v.rstrip("/")
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint")
+    @classmethod
+    def _otlp_url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        return v
 
     @field_validator("log_level")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -50,6 +51,7 @@ from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
+from app.telemetry import logs
 
 __all__ = ["Components", "lifespan", "price_table", "role_agent", "wire"]
 
@@ -109,6 +111,9 @@ def role_agent(
     base = base or AgentOptions.from_settings(settings)
     try:
         options = roles_.agent_options(base, role, named)
+        # The agents' environment may hold their API keys: masked in every log record from now on.
+        passed = (os.environ[n] for n in options.env_passthrough if n in os.environ)
+        logs.add_secrets([*options.env.values(), *passed])
         return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
     except (AdapterError, SettingError) as exc:
         if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
@@ -212,6 +217,7 @@ async def wire(
                     lease_ttl_s=settings.lease_ttl_s,
                     queue_poll_s=settings.queue_poll_s,
                     prices=prices,
+                    role=name,
                 )
                 if role.runs_here
                 else Idle(

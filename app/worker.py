@@ -34,6 +34,7 @@ from app.store.leases import Held
 from app.store.outage import backoff
 from app.tasks.live import LiveTask, TaskLostError, UnrecordedError, step
 from app.tasks.workers import events_to_wire, task_from_wire
+from app.telemetry import logs, traces
 
 log = logging.getLogger("app.worker")
 
@@ -185,7 +186,9 @@ class RemoteLeases:
         ids = []
         for item in body["tasks"]:
             task = task_from_wire(item["task"])
-            self._tasks.claimed[task.id] = LiveTask(task, item["owner"], item["lastSeq"])
+            self._tasks.claimed[task.id] = LiveTask(
+                task, item["owner"], item["lastSeq"], traceparent=item.get("traceparent")
+            )
             ids.append(task.id)
         return ids
 
@@ -268,6 +271,7 @@ class Worker:
             lease_ttl_s=ttl,
             queue_poll_s=1.0,
             prices=self.prices,
+            role=self.role.name,
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
@@ -327,10 +331,13 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     from app.wiring import price_table, role_agent
 
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+    # Logs and traces as the server's: its records name this worker as their replica, its runs' spans
+    # continue the traces the server stored with the tasks it hands over.
+    logs.setup(settings.log_level, settings.log_format, f"worker:{instance}")
+    traces.setup(traces.endpoint_from(settings), f"worker:{instance}", settings.otel_service_name)
     key, token = os.environ.get("A2A_WORKER_KEY"), os.environ.get("A2A_WORKER_TOKEN")
+    logs.add_secrets(v for v in (key, token) if v)
     if not key and not token:
         raise SystemExit(
             "error: set A2A_WORKER_KEY (a key listed in the server's WORKER_KEYS) or A2A_WORKER_TOKEN"
@@ -341,7 +348,6 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
     agent = role_agent(settings, role, len(roles) > 1)
     prices = price_table(settings)
-    instance = instance or f"{socket.gethostname()}-{os.getpid()}"
     server = Server(server_url, headers, role_name, instance)
 
     async def serve() -> None:
@@ -358,3 +364,5 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
         asyncio.run(serve())
     except ServerError as exc:
         raise SystemExit(f"error: {exc}") from None
+    finally:
+        traces.shutdown()

@@ -36,6 +36,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("unit")
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Last: no log the run wrote (servers, replicas, workers, nginx: every `*.log` under the run's temporary
+    folder) shows a secret the tests handed out (tests/support/secrets.py); a leak fails the run."""
+    from tests.support.secrets import leaks
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)  # None: no test made a temporary folder
+    if basetemp is None:
+        return
+    found = leaks(basetemp)
+    if not found:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"  {path}: {secret[:6]}..." for path, secret in found]
+    message = "a secret the tests handed out was logged:\n" + "\n".join(lines)
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "secrets in logs", red=True)
+        reporter.write_line(message)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 async def _fresh_pg_database(base_url: str) -> str:
     """A new, empty database on the test PostgreSQL; its URL."""
     name = f"a2a_{uuid.uuid4().hex[:12]}"

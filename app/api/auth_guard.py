@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDeniedError, UnauthenticatedError
+from app.telemetry import logs
 
 from .admission import http_headers
 from .auth import Authenticator, challenge
@@ -99,6 +100,7 @@ class Guard:
             await self._refuse(scope, receive, send, err)
             return
         scope[PRINCIPAL_KEY] = principal
+        logs.bind(principal=principal.name)
         if length is None and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
             body = await self._bounded_body(receive)
             if body is None:

@@ -11,6 +11,7 @@ from fastapi import Request
 from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError, VersionNotSupportedError
 from app.protocol.model import Event, EventRecord, Message, Task
 from app.tasks.service import Snapshot
+from app.telemetry import logs
 
 from .deps import Components, components, owner_of
 from .extensions import ACTIVE_KEY, split
@@ -38,6 +39,10 @@ class Call:
     """The `Idempotency-Key` header; sends use it (the task service checks and keeps it)."""
     active: tuple[str, ...] = ()
     """The extensions activated for this call: those requested that the role's card declares."""
+
+    def __post_init__(self) -> None:
+        # Every binding builds its call here: what it logs from now on names the role and the caller.
+        logs.bind(role=self.c.role, principal=self.owner)
 
     @classmethod
     def of(cls, request: Request, *, discovery: bool = False, version: str | None = None) -> Call:

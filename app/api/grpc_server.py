@@ -22,6 +22,7 @@ own check). When the server stops, open streams end at once with UNAVAILABLE nam
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -44,6 +45,7 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 from app.settings import SettingError, Settings
+from app.telemetry import logs, traces
 
 from .admission import open_stream
 from .auth import Authenticator
@@ -238,8 +240,34 @@ class Binding:
         check_json(params)
         return m.params(params)
 
-    def _count(self, service: Service, m: Method, code: str, started: float | None = None) -> None:
-        """One answered call in the metrics (a unary call with its duration), when they are on."""
+    def _span(self, service: Service, m: Method, context: grpc.aio.ServicerContext) -> traces.Span:
+        """The call's server span (tracing on), the child of the `traceparent` in its metadata if any."""
+        carrier = {
+            k: v
+            for k, v in context.invocation_metadata() or ()
+            if k in ("traceparent", "tracestate") and isinstance(v, str)
+        }
+        return traces.start(
+            f"gRPC {service.name}/{m.name}",
+            headers=carrier,
+            kind=traces.SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.service": service.name, "rpc.method": m.name},
+        )
+
+    def _count(
+        self,
+        service: Service,
+        m: Method,
+        code: str,
+        started: float | None = None,
+        span: traces.Span | None = None,
+    ) -> None:
+        """One answered call in the metrics (a unary call with its duration), when they are on; its status on
+        its span, when traced."""
+        if span is not None:
+            span.set_attribute("rpc.grpc.status", code)
+            if code != "OK":
+                traces.error(span, code)
         metrics = self.c.metrics
         if metrics is None:
             return
@@ -250,7 +278,9 @@ class Binding:
     def _unary(self, service: Service, m: Method) -> Callable[..., Awaitable[Message]]:
         where = f"gRPC {service.name}/{m.name}"
 
-        async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
+        async def reply(
+            request: Message | _Undecodable, context: grpc.aio.ServicerContext, span: traces.Span | None
+        ) -> Message:
             started = time.perf_counter()
             try:
                 call = await self._call(service, m, context)
@@ -258,10 +288,21 @@ class Binding:
                 answer = to_proto(result or {}, m.response)
             except Exception as exc:
                 err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
-                self._count(service, m, err.grpc_status, started)
+                self._count(service, m, err.grpc_status, started, span)
                 await abort(context, err, service.version)
-            self._count(service, m, "OK", started)
+            self._count(service, m, "OK", started, span)
             return answer
+
+        async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
+            logs.scope()
+            if not traces.ENABLED:
+                return await reply(request, context, None)
+            span = self._span(service, m, context)
+            try:
+                with traces.current(span):
+                    return await reply(request, context, span)
+            finally:
+                span.end()
 
         return behaviour
 
@@ -271,13 +312,30 @@ class Binding:
         async def behaviour(
             request: Message | _Undecodable, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[Message]:
+            logs.scope()
+            span = self._span(service, m, context) if traces.ENABLED else None
+            inner = stream(request, context, span)
             try:
-                call = await self._call(service, m, context)
-                params = self._params(m, request)
-                items, encode = await open_stream(call, lambda: m.handler(params, call))
+                async for item in inner:
+                    yield item
+            finally:
+                await inner.aclose()
+                if span is not None:
+                    span.end()
+
+        async def stream(
+            request: Message | _Undecodable, context: grpc.aio.ServicerContext, span: traces.Span | None
+        ) -> AsyncIterator[Message]:
+            try:
+                # The span is current while the call is set up (a send stores its task with it), not
+                # across the stream's yields.
+                with traces.current(span) if span is not None else contextlib.nullcontext():
+                    call = await self._call(service, m, context)
+                    params = self._params(m, request)
+                    items, encode = await open_stream(call, lambda: m.handler(params, call))
             except Exception as exc:
                 err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
-                self._count(service, m, err.grpc_status)
+                self._count(service, m, err.grpc_status, span=span)
                 await abort(context, err, service.version)
             failure: A2AError | None = None
             task = asyncio.current_task()
@@ -300,7 +358,7 @@ class Binding:
             finally:
                 self._streams.discard(task)
                 await items.aclose()  # type: ignore[attr-defined]
-            self._count(service, m, "OK" if failure is None else failure.grpc_status)
+            self._count(service, m, "OK" if failure is None else failure.grpc_status, span=span)
             if failure is not None:
                 await abort(context, failure, service.version)
 

@@ -24,6 +24,13 @@ RESYNC = None
 ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+def publish_attributes(task_id: str, records: list[EventRecord]) -> dict[str, object]:
+    """What a publish's span says: the task and the event numbers rung."""
+    if not records:
+        return {"a2a.task_id": task_id}
+    return {"a2a.task_id": task_id, "a2a.seq.first": records[0].seq, "a2a.seq.last": records[-1].seq}
+
+
 class Subscription:
     """Events of one task in publication order, bounded; overflow turns into a resync, never a block."""
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from app.protocol.model import EventRecord
+from app.telemetry import traces
 
-from .base import Bus
+from .base import Bus, publish_attributes
 
 
 class MemoryBus(Bus):
     async def publish(self, task_id: str, context_id: str, records: list[EventRecord]) -> None:
-        self._deliver(task_id, records)
+        with traces.span("bus.publish", attributes=publish_attributes(task_id, records)):
+            self._deliver(task_id, records)
 
     async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:
         if replica_id != self.replica_id:

@@ -22,8 +22,9 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from app.protocol.model import EventRecord, event_from_store, event_kind
+from app.telemetry import traces
 
-from .base import Bus
+from .base import Bus, publish_attributes
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,16 @@ class RedisBus(Bus):
     # ---- publishing ----------------------------------------------------------------------------
 
     async def publish(self, task_id: str, context_id: str, records: list[EventRecord]) -> None:
-        self._deliver(task_id, records)
-        payload = orjson.dumps(
-            {
-                "from": self.replica_id,
-                "c": context_id,
-                "r": [[r.seq, event_kind(r.event), r.event.to_store()] for r in records],
-            }
-        )
-        await self._publish(TASK_PREFIX + task_id, payload)
+        with traces.span("bus.publish", attributes=publish_attributes(task_id, records)):
+            self._deliver(task_id, records)
+            payload = orjson.dumps(
+                {
+                    "from": self.replica_id,
+                    "c": context_id,
+                    "r": [[r.seq, event_kind(r.event), r.event.to_store()] for r in records],
+                }
+            )
+            await self._publish(TASK_PREFIX + task_id, payload)
 
     async def _send(self, replica_id: str, payload: dict[str, Any]) -> None:
         if replica_id == self.replica_id:

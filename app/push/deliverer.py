@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
 from app.store.outage import OutageLog
+from app.telemetry import logs, traces
 
 from . import payloads, ssrf
 from .outbox import Hook, Outbox, Pending, Run, Tally
@@ -205,6 +206,7 @@ class Deliverer:
 
     async def _deliver(self, hook: Hook, rows: list[Pending]) -> None:
         """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
+        logs.scope(task_id=hook.task_id)
         try:
             if not rows:
                 rows = await self._settle(Run(hook.pk, [], Tally()))
@@ -226,7 +228,10 @@ class Deliverer:
         except ssrf.Refused as exc:
             target = exc
         for row in rows:
-            outcome = await self._attempt(hook, target, row)
+            if traces.ENABLED:
+                outcome = await self._traced_attempt(hook, target, row)
+            else:
+                outcome = await self._attempt(hook, target, row)
             now = utcnow()
             tally.attempts += 1
             tally.last_outcome = outcome.text
@@ -299,7 +304,28 @@ class Deliverer:
         ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempts - 1))
         return random.uniform(ceiling / 2, ceiling)
 
-    async def _attempt(self, hook: Hook, target: ssrf.Target | ssrf.Refused, row: Pending) -> Outcome:
+    async def _traced_attempt(self, hook: Hook, target: ssrf.Target | ssrf.Refused, row: Pending) -> Outcome:
+        """`_attempt` in a span continuing the trace the task was created in; the webhook gets the span's
+        context as its `traceparent` header."""
+        attributes = {
+            "a2a.task_id": hook.task_id,
+            "a2a.push.config_id": hook.config_id,
+            "a2a.seq": row.seq,
+            "a2a.push.attempt": row.attempts + 1,
+        }
+        with traces.span(
+            "push.deliver", traceparent=row.traceparent, kind=traces.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            outcome = await self._attempt(hook, target, row, traces.traceparent(span))
+            if span is not None:
+                span.set_attribute("a2a.push.outcome", outcome.text)
+                if not outcome.delivered:
+                    traces.error(span, outcome.text)
+            return outcome
+
+    async def _attempt(
+        self, hook: Hook, target: ssrf.Target | ssrf.Refused, row: Pending, traceparent: str | None = None
+    ) -> Outcome:
         self.counters["attempts"] += 1
         if isinstance(target, ssrf.Refused):
             self.counters["refused"] += 1
@@ -308,6 +334,8 @@ class Deliverer:
         if body is None:
             return Outcome(f"event {row.seq} is no longer in the task's log: not sent")
         request_headers = headers(hook)
+        if traceparent:
+            request_headers["traceparent"] = traceparent
         server_hostname: str | None = None
         if target.ip is not None:
             request_headers["Host"] = target.host_header()

@@ -77,6 +77,8 @@ class Pending:
     """The body stored with rows queued before bodies were built at delivery."""
     view: View | None = None
     """A v0.3 webhook's folded task, shared by its queue's rows."""
+    traceparent: str | None = None
+    """The trace context of the request that created the task: the call's span continues it."""
 
 
 @dataclass(slots=True)
@@ -234,6 +236,7 @@ class Outbox:
                 _configs.c.task_id,
                 _tasks.c.context_id,
                 _tasks.c.metadata.label("task_metadata"),
+                _tasks.c.traceparent,
                 _events.c.kind,
                 _events.c.body.label("event"),
             )
@@ -256,7 +259,9 @@ class Outbox:
                 views[r.config_pk] = view
             if view is not None and event is not None and r.seq > view.seq:
                 view.ahead.setdefault(r.seq, event)
-            queued[r.config_pk].append(Pending(r.id, r.seq, r.attempts, event, r.history_len, r.body, view))
+            queued[r.config_pk].append(
+                Pending(r.id, r.seq, r.attempts, event, r.history_len, r.body, view, r.traceparent)
+            )
         if views:
             await self._fill(conn, views, queued)
         return queued

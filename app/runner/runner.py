@@ -30,6 +30,7 @@ from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskSta
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
 from app.tasks.live import WORKER_PREFIX, LiveTask, TaskLostError, UnrecordedError
+from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
@@ -103,8 +104,11 @@ class Runner:
         lease_ttl_s: float = 15.0,
         queue_poll_s: float = 2.0,
         prices: PriceTable | None = None,
+        role: str = "default",
     ) -> None:
         self._tasks = tasks
+        self.role = role
+        """The role whose agents run here (what a run's log records and span name)."""
         self._prices = prices
         """Prices the tokens of the usage reports whose agent gives no cost (PRICE_TABLE_FILE)."""
         self._leases = leases
@@ -333,6 +337,20 @@ class Runner:
         await reap(self._leases, self._tasks, self._runs)
 
     async def _run(self, task_id: str) -> None:
+        live = self._tasks.get(task_id)
+        # A run is its own unit of work in the logs (not the request that may have started it), and its
+        # span continues the trace of the request that created the task, wherever that was served.
+        logs.scope(
+            task_id=task_id,
+            context_id=live.task.context_id if live else None,
+            role=self.role,
+            principal=live.owner if live else None,
+        )
+        attributes = {"a2a.task_id": task_id, "a2a.role": self.role}
+        with traces.span("agent.run", traceparent=live.traceparent if live else None, attributes=attributes):
+            await self._run_traced(task_id)
+
+    async def _run_traced(self, task_id: str) -> None:
         try:
             await self._run_agent(task_id)
         except asyncio.CancelledError:

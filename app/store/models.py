@@ -70,6 +70,9 @@ class TaskRow(Base):
     """The role (agent) the task was sent to: only that role's endpoints see it, only its runners claim it."""
     title: Mapped[str | None] = mapped_column(String(200))
     """The first message's text, cut to `TITLE_CHARS`: what the console lists and searches (NULL: none)."""
+    traceparent: Mapped[str | None] = mapped_column(String(64))
+    """The W3C `traceparent` of the request that created the task (tracing on; else NULL): its runs, on any
+    replica or worker, and its webhook calls continue that trace. Never shown to clients."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;

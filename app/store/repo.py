@@ -50,6 +50,8 @@ class StoredTask:
     last_seq: int
     push: bool = False
     """Whether the task has webhooks (its events then go to the push outbox too)."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created it (tracing on): its runs continue that trace."""
 
 
 @dataclass(slots=True)
@@ -117,7 +119,13 @@ class Repository:
                 return None
             bare = to_write and TaskState(row.state).terminal
             tasks = await self._assemble(conn, [row], artifacts=not bare, history=0 if bare else history)
-        return StoredTask(task=tasks[0], owner=row.owner, last_seq=row.last_seq, push=bool(row.has_push))
+        return StoredTask(
+            task=tasks[0],
+            owner=row.owner,
+            last_seq=row.last_seq,
+            push=bool(row.has_push),
+            traceparent=row.traceparent,
+        )
 
     async def task_head(self, task_id: str, *, owner: str) -> TaskHead | None:
         """The owner's task's row only: one keyed lookup, whatever the task holds."""

@@ -103,8 +103,10 @@ def new_task(
     lease_expires_at: datetime | None,
     retry_key: str | None,
     role: str = "default",
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
-    """A new task's row, its first event (`submitted`, number 1) already counted."""
+    """A new task's row, its first event (`submitted`, number 1) already counted; `traceparent`: the W3C
+    trace context of the request that created it (with tracing on)."""
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -122,6 +124,7 @@ def new_task(
         "lease_expires_at": lease_expires_at,
         "retry_key": retry_key,
         "role": role,
+        "traceparent": traceparent,
     }
 
 

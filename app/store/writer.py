@@ -38,6 +38,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.telemetry import traces
+
 from .models import (
     ARTIFACT_SEQ_PKEY,
     EVENT_SEQ_PKEY,
@@ -184,6 +186,8 @@ class Write:
     """`task_usage` rows of the usage reports the step's events carry."""
     task_metadata: dict[str, Any] | None = None
     """The task's new metadata (its usage summed), when the step changes it: `{"_id", "_metadata"}`."""
+    trace: Any = None
+    """The span the write was made in (tracing on): its batch's span hangs off the first, links the rest."""
 
 
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -244,6 +248,8 @@ class Writer:
         """Return once `write` is durable; raise a ConflictError (DuplicateError, SeqTakenError) when a
         key is taken."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if traces.ENABLED:
+            write.trace = traces.current_context()
         self._pending.append((write, fut))
         async with self._wake:
             self._wake.notify()
@@ -257,7 +263,12 @@ class Writer:
                 del self._pending[: self._max_batch]
                 self._busy += 1
             try:
-                await self._flush_batch(batch, shard)
+                if traces.ENABLED:
+                    attributes = {"a2a.writes": len(batch)}
+                    with traces.batch("store.commit", [w.trace for w, _ in batch], attributes):
+                        await self._flush_batch(batch, shard)
+                else:
+                    await self._flush_batch(batch, shard)
             finally:
                 async with self._wake:
                     self._busy -= 1

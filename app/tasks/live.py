@@ -40,6 +40,7 @@ from app.store.leases import Held, Leases
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository
 from app.store.writer import SeqTakenError, Write, Writer
+from app.telemetry import traces
 
 from .state import check_transition
 
@@ -86,6 +87,8 @@ class LiveTask:
     holder: str | None = None
     """Who holds its lease when not this replica: a remote worker (`tasks/workers.py`), for whom this
     replica writes; its commits keep the lease the worker's."""
+    traceparent: str | None = None
+    """The W3C trace context of the request that created the task (tracing on): its runs continue it."""
     retries: int = 0
     """How often a write that collides is made again on the task re-read: a request's write to a remote
     worker's task, which the worker writes meanwhile through any replica (its own batches never retry)."""
@@ -263,6 +266,7 @@ class LiveTasks:
                     stored.last_seq,
                     stored.push,
                     holder=worker,
+                    traceparent=stored.traceparent,
                     retries=5 if worker else 0,
                 )
                 if took and not stored.task.status.state.terminal:
@@ -289,7 +293,10 @@ class LiveTasks:
         first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
         holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
         write = Write(
-            new_task=rows.new_task(task, owner, now, holder, expires, retry_key, self.role_name),
+            # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
+            new_task=rows.new_task(
+                task, owner, now, holder, expires, retry_key, self.role_name, traces.traceparent()
+            ),
             messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
             events=rows.event_rows(task.id, first, now),
             idempotency_key=key_row,
@@ -303,7 +310,9 @@ class LiveTasks:
         if write.notifications and self._push_ring is not None:
             self._push_ring()
         if hold:
-            self._live[task.id] = LiveTask(task, owner, 1, push is not None, artifact_rows=0)
+            self._live[task.id] = LiveTask(
+                task, owner, 1, push is not None, artifact_rows=0, traceparent=write.new_task["traceparent"]
+            )
 
     async def apply(
         self,
@@ -507,7 +516,9 @@ class LiveTasks:
         stored = await self._repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
-        self._live[task_id] = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        self._live[task_id] = LiveTask(
+            stored.task, stored.owner, stored.last_seq, stored.push, traceparent=stored.traceparent
+        )
         return True
 
     async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:

@@ -38,6 +38,7 @@ from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.leases import Leases
 from app.store.repo import InvalidPageToken, Repository, TaskPage
 from app.store.writer import DuplicateError, Writer
+from app.telemetry import logs
 
 from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
@@ -97,6 +98,7 @@ class TaskService:
 
     async def get(self, owner: str, task_id: str, history_length: int | None = None) -> Task:
         """The task with its last `history_length` messages (None: as many as the server returns)."""
+        logs.bind(task_id=task_id)
         return (await self._reader.load(owner, task_id, history_length)).task
 
     async def list(
@@ -165,6 +167,7 @@ class TaskService:
         self, owner: str, task_id: str, after: int | None = None
     ) -> AsyncIterator[Snapshot | EventRecord]:
         """Follow the task (an unknown task raises here, before the stream starts)."""
+        logs.bind(task_id=task_id)
         await self._reader.head(owner, task_id)
         return self._reader.follow(owner, task_id, after=after)
 
@@ -240,6 +243,7 @@ class TaskService:
         context_id = message.context_id or new_id()
         message.task_id = task_id
         message.context_id = context_id
+        logs.bind(task_id=task_id, context_id=context_id)
         now = utcnow()
         here = self._executor.reserve()
         status = TaskStatus(TaskState.SUBMITTED, iso(now))
@@ -270,6 +274,7 @@ class TaskService:
         """A follow-up to an existing task: only a task waiting for input takes one. A copy of one it has
         taken (same messageId and parts) while it runs is a retry: it attaches, nothing is applied again."""
         assert message.task_id is not None
+        logs.bind(task_id=message.task_id)
         try:
             live = await self._tasks.writable(owner, message.task_id)
         except HeldElsewhereError as held:
@@ -329,6 +334,7 @@ class TaskService:
         written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
         when the holder cannot be reached) its lease is taken even from a live holder, which stops its run
         at its next commit or heartbeat (`LiveTasks.writable`)."""
+        logs.bind(task_id=task_id)
         try:
             live = await self._tasks.writable(owner, task_id, take_over=take_over)
         except HeldElsewhereError as held:

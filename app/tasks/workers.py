@@ -163,9 +163,14 @@ class Claimed:
     task: Task
     owner: str
     last_seq: int
+    traceparent: str | None = None
+    """The trace context the task was created in: the worker's run continues it."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"task": task_to_wire(self.task), "owner": self.owner, "lastSeq": self.last_seq}
+        out = {"task": task_to_wire(self.task), "owner": self.owner, "lastSeq": self.last_seq}
+        if self.traceparent:
+            out["traceparent"] = self.traceparent
+        return out
 
 
 class WorkerDesk:
@@ -211,7 +216,7 @@ class WorkerDesk:
                 if stored is None or stored.task.status.state.terminal:
                     await leases.release([task_id])
                     continue
-                claimed.append(Claimed(stored.task, stored.owner, stored.last_seq))
+                claimed.append(Claimed(stored.task, stored.owner, stored.last_seq, stored.traceparent))
             left = deadline - loop.time()
             if claimed or left <= 0:
                 return claimed

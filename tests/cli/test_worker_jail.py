@@ -20,11 +20,13 @@ from app.api.auth import hash_key
 from tests.conftest import make_server
 from tests.support.clis import FAKES, alive, find_process, response_text, send_message, wait_for_process
 from tests.support.rpc import result
+from tests.support.secrets import remember
 from tests.support.server import BIN, ROOT
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 NDJSON = shlex.join([PYTHON, str(FAKES / "ndjson_agent.py")])
 KEY = "box-" + os.urandom(8).hex()
+remember(KEY)
 
 
 def _start_worker(server_url: str, agents: str, tmp_path: Path) -> subprocess.Popen[bytes]:

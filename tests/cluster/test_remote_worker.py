@@ -31,9 +31,11 @@ from tests.cluster.test_chaos_load import ENDED, event_log
 from tests.conftest import _fresh_pg_database
 from tests.support.auth import KEYS, api_keys_env, key_of
 from tests.support.cluster import Cluster, Replica
+from tests.support.secrets import remember
 from tests.support.server import BIN, ROOT
 
 WORKER_KEY = "worker-" + os.urandom(8).hex()
+remember(WORKER_KEY)
 AGENTS = {
     "reviewer": {"adapter": "scripted"},
     "implementer": {"adapter": "scripted", "card": {"name": "Implementer"}},

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import BACKENDS, make_server
 from tests.support.receiver import Receiver
 from tests.support.rpc import call, result, text_message
+from tests.support.secrets import remember
 from tests.support.server import ServerProcess
 
 PUSH_ENV = {
@@ -31,6 +32,8 @@ PUSH_ENV = {
 }
 V10 = {"A2A-Version": "1.0"}
 REDACTED = "********"
+# The webhook credentials these tests register: never in a log (tests/conftest.py checks at the end).
+remember("dXNlcjpwdw==", "Y3JlZA==", "tok-03", "tok-both", "s3cret")
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,11 @@ from app.api.auth import hash_key
 from app.protocol.model import TaskState, status_update
 from app.tasks.workers import events_to_wire
 from tests.conftest import BACKENDS, make_server
+from tests.support.secrets import remember
 from tests.support.server import ServerProcess
 
 KEY = "wk-" + os.urandom(8).hex()
+remember(KEY)
 AGENTS = {"default": {"adapter": "echo"}, "coder": {"adapter": "scripted"}}
 ASK = {"role": "coder", "instance": "i1"}
 

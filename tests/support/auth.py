@@ -13,9 +13,11 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from app.api.auth import hash_key
+from tests.support.secrets import remember
 
 KEYS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("alice", "bob", "carol")}
 """API keys by principal; carol is the console admin where a test makes one (CONSOLE_ADMINS)."""
+remember(*KEYS.values())
 ISSUER = "https://issuer.test"
 AUDIENCE = "a2a-tests"
 
@@ -60,9 +62,11 @@ class SigningKey:
         body: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now, "exp": now + 300}
         body.update(claims)
         body = {k: v for k, v in body.items() if v is not None}
-        return jwt.encode(
+        token = jwt.encode(
             body, self.private, algorithm=self.alg, headers={"kid": self.kid, **(headers or {})}
         )
+        remember(token)  # no log of the run may show it (tests/conftest.py)
+        return token
 
 
 class JwksServer:

@@ -31,6 +31,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+
 from app.protocol.model import Message
 
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
@@ -42,6 +44,8 @@ from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+"""The global tracer: the server's when tracing is on (`app/telemetry/traces.py` sets it), else a no-op."""
 
 CODING_SKILL = Skill(
     id="coding",
@@ -228,29 +232,46 @@ class CliRun(AgentRun):
         argv = self.command()
         home = principal_home(self.options, self.request.principal)
         env = agent_env(self.options, home, self.environment())
-        jail = await self.agent.ready_jail()
-        launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
-        proc = CliProcess(argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher)
-        try:
-            await proc.start()
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            what = self.agent.program_setting()
-            yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {what}")
-            return
-        self.proc = proc
+        # A span for the process (a child of the run's, with tracing on), passed to it as TRACEPARENT so a
+        # CLI that traces continues the task's trace. Not made current: this generator yields inside it.
+        span = _tracer.start_span("cli.process", attributes={"process.executable.name": Path(argv[0]).name})
+        context = span.get_span_context()
+        if context.is_valid:
+            env["TRACEPARENT"] = (
+                f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+            )
+        proc: CliProcess | None = None
         ended = False
         try:
+            jail = await self.agent.ready_jail()
+            launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
+            proc = CliProcess(
+                argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher
+            )
+            try:
+                await proc.start()
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                what = self.agent.program_setting()
+                span.set_status(trace.Status(trace.StatusCode.ERROR, f"cannot start: {why}"))
+                proc = None
+                yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {what}")
+                return
+            self.proc = proc
             if not self.cancelled:
                 async for ev in self._read():
                     yield ev
             ended = True
         finally:
-            # Graceful (stdin closed, a grace period to exit) only after the run ended on its own: its
-            # stream ran out, or the CLI reported its result (the consumer stops reading at `done` or
-            # `error`, so this generator is closed at that `yield`); on cancellation or the hard timeout the
-            # group is signalled at once.
-            await self._shutdown(graceful=ended or self._reported)
+            if proc is not None:
+                # Graceful (stdin closed, a grace period to exit) only after the run ended on its own: its
+                # stream ran out, or the CLI reported its result (the consumer stops reading at `done` or
+                # `error`, so this generator is closed at that `yield`); on cancellation or the hard timeout
+                # the group is signalled at once.
+                await self._shutdown(graceful=ended or self._reported)
+                if proc.returncode is not None:
+                    span.set_attribute("process.exit.code", proc.returncode)
+            span.end()
 
     async def _read(self) -> AsyncIterator[AgentEvent]:
         assert self.proc is not None
