@@ -292,11 +292,10 @@ class LiveTasks:
         retry key or the Idempotency-Key first."""
         first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
         holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
+        # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
+        traceparent = traces.traceparent()
         write = Write(
-            # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
-            new_task=rows.new_task(
-                task, owner, now, holder, expires, retry_key, self.role_name, traces.traceparent()
-            ),
+            new_task=rows.new_task(task, owner, now, holder, expires, retry_key, self.role_name, traceparent),
             messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
             events=rows.event_rows(task.id, first, now),
             idempotency_key=key_row,
@@ -311,7 +310,7 @@ class LiveTasks:
             self._push_ring()
         if hold:
             self._live[task.id] = LiveTask(
-                task, owner, 1, push is not None, artifact_rows=0, traceparent=write.new_task["traceparent"]
+                task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent
             )
 
     async def apply(
