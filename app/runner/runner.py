@@ -121,11 +121,15 @@ class Runner:
         self._poll_s = queue_poll_s
         self._runs: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
+        self._backlog = True
+        """Whether tasks may be waiting to be claimed: a freed slot then claims at once. Cleared by a claim
+        that finds fewer than it could take, set by the queue doorbell (this replica's or another's) and by
+        a claim that filled every slot; the poll every `queue_poll_s` claims whatever the flag says."""
         self._loops: list[asyncio.Task[None]] = []
         self._closing = False
         self._recovered = False
         self._checks: dict[str, asyncio.Task[None]] = {}
-        bus.on_queued(self._wake.set)
+        bus.on_queued(self._queued)
 
     @property
     def running(self) -> int:
@@ -147,6 +151,13 @@ class Runner:
 
     def release_slot(self) -> None:
         self._active -= 1
+        # Claiming costs a transaction: a slot freed with nothing waiting (the usual end of a run) skips it.
+        if self._backlog:
+            self._wake.set()
+
+    def _queued(self) -> None:
+        """The queue doorbell: work waits somewhere in the cluster."""
+        self._backlog = True
         self._wake.set()
 
     def start(self, task_id: str, reserved: bool = False) -> None:
@@ -311,11 +322,19 @@ class Runner:
         if not self._recovered:
             await self._recover()
         while not self._closing and (free := self._max - self._active) > 0:
-            claimed = await self._leases.claim_queued(free)
+            # Cleared before the query: a doorbell rung while it runs sets it again (and wakes the loop).
+            self._backlog = False
+            try:
+                claimed = await self._leases.claim_queued(free)
+            except BaseException:
+                self._backlog = True  # unknown: the retry claims again
+                raise
             for task_id in claimed:
                 await self._start_claimed(task_id)
             if len(claimed) < free:
                 return
+        # Every slot is taken: what may still wait is claimed as soon as one frees.
+        self._backlog = True
 
     async def _start_claimed(self, task_id: str) -> None:
         if self.reserve():

@@ -44,6 +44,44 @@ async def test_a_task_beyond_max_concurrent_waits_submitted_until_a_slot_frees(t
         assert most == 2
 
 
+async def test_a_freed_slot_claims_the_queued_task_at_once_and_a_run_with_nothing_queued_claims_nothing(
+    tmp_path,
+):
+    """The poll is an hour: only the doorbell and the freed slot can start the queued task in time; and a
+    run that ends with nothing queued costs no claim transaction."""
+    release = asyncio.Event()
+
+    async def script(task: TaskContext) -> None:
+        if task.text == "slow":
+            await release.wait()
+        await task.say(f"done {task.text}")
+
+    async with running(tmp_path, script, max_concurrent_tasks=1, queue_poll_s=3600) as c:
+        leases = c.runner._leases
+        claims = 0
+        claim = leases.claim_queued
+
+        async def counted(limit: int) -> list[str]:
+            nonlocal claims
+            claims += 1
+            return await claim(limit)
+
+        leases.claim_queued = counted
+        await asyncio.sleep(0.05)  # the loop's first claim (at start) has run
+        before = claims
+        for i in range(3):
+            assert texts(await send(c, f"quick {i}")) == [f"done quick {i}"]
+        await asyncio.sleep(0.05)
+        assert claims == before, "runs that ended with nothing queued claimed nothing"
+
+        slow = await send(c, "slow", blocking=False)
+        queued = await send(c, "queued", blocking=False)
+        assert (await c.service.get(OWNER, queued.id)).status.state is TaskState.SUBMITTED
+        release.set()
+        assert texts(await until(c, slow.id, TaskState.COMPLETED)) == ["done slow"]
+        assert texts(await until(c, queued.id, TaskState.COMPLETED)) == ["done queued"]
+
+
 async def test_an_agent_that_raises_fails_its_task_with_the_reason(tmp_path):
     async def script(task: TaskContext) -> None:
         await task.say("partial")
