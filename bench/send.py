@@ -1,12 +1,16 @@
-"""`make bench`: blocking `message/send` throughput and latency, ours beside a2a-sdk's reference server.
+"""`make bench-send`: blocking `message/send` throughput and latency, ours beside the official SDKs' servers.
 
-Each server runs alone (one after the other), one uvicorn worker, on its own fresh database on the bench
-PostgreSQL (BENCH_POSTGRES_URL). For every concurrency a short warm-up precedes a fixed-time closed-loop
-run by wrk (or by a Python fallback when wrk cannot be installed). Before each point the bench waits for
-a quiet machine; a point that other processes disturbed anyway is measured again. Answers are checked:
-before and after the runs one request through httpx must return a completed task echoing the text,
-every answer during the runs must be a completed task, and the stored tasks are counted at the end.
-Prints a table and saves the raw figures to bench/results/send-<time>.json.
+The servers (`--servers`): ours on PostgreSQL with every event committed (`ours`), ours on SQLite as `make
+run` serves it (`sqlite`), the official JS SDK's server in memory (`js`, bench/js), a2a-sdk's reference
+server on PostgreSQL (`reference`); `--baseline REV` adds ours at an earlier commit (a before/after in one
+run). Each runs alone, one after the other (`--rounds N` repeats the sequence and reports each point's
+median), one process, one worker; the PostgreSQL ones on a fresh database each on the bench PostgreSQL
+(BENCH_POSTGRES_URL). For every concurrency a short warm-up precedes a fixed-time closed-loop run by wrk (or
+by a Python fallback when wrk cannot be installed). Before each point the bench waits for a quiet machine;
+a point that other processes disturbed anyway is measured again. Answers are checked: before and after the
+runs one request through httpx must return a completed task echoing the text, every answer during the runs
+must be a completed task, and the stored tasks are counted at the end. Prints a table, the targets with MET
+or NOT MET, and saves the raw figures to bench/results/send-<time>.json.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ import asyncio
 import json
 import os
 import platform
+import shutil
+import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,9 +39,13 @@ from . import profile
 from .cpu import CpuUse, CpuWindow, wait_quiet
 from .load import Point, ensure_wrk, run_python, run_wrk
 from .servers import (
+    ROOT,
+    BaselineServer,
+    JsServer,
     OurServer,
     ReferenceServer,
     Server,
+    SqliteServer,
     commit_count,
     create_database,
     drop_database,
@@ -42,14 +54,20 @@ from .servers import (
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 10.0
+"""Issue 11's target: at c=64 at least this many times the reference server's throughput, p99 below
+TARGET_P99_MS; issue 24's are in `targets`."""
 TARGET_P99_MS = 150.0
 TARGET_CONCURRENCY = 64
 QUIET_CORES = 0.25
 """The machine counts as quiet below this many busy cores; a point with more `other` is disturbed."""
 SERVERS: dict[str, tuple[str, type[Server]]] = {
     "ours": ("ours", OurServer),
+    "baseline": ("ours before", BaselineServer),
+    "sqlite": ("ours, SQLite", SqliteServer),
+    "js": ("@a2a-js/sdk 1.3.0", JsServer),
     "reference": ("a2a-sdk 1.3.0", ReferenceServer),
 }
+"""`baseline` runs only with `--baseline REV`, and then right after `ours`."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,7 +76,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=float(env("BENCH_DURATION", "10")), help="s/point")
     p.add_argument("--warmup", type=float, default=float(env("BENCH_WARMUP", "2")), help="s/point")
     p.add_argument("--concurrency", default=env("BENCH_CONCURRENCY", "1,16,64"), help="e.g. 1,16,64")
-    p.add_argument("--servers", default=env("BENCH_SERVERS", "ours,reference"), help="ours,reference")
+    p.add_argument(
+        "--servers",
+        default=env("BENCH_SERVERS", "ours,sqlite,js,reference"),
+        help="any of ours,sqlite,js,reference (default: all four)",
+    )
+    p.add_argument(
+        "--baseline",
+        default=env("BENCH_BASELINE", ""),
+        help="also run ours at this commit (checked out in a temporary worktree), right after ours",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="run the servers' sequence N times; medians")
     p.add_argument("--threads", type=int, default=1, help="wrk threads (at most the concurrency)")
     p.add_argument("--loadgen", choices=["auto", "wrk", "python"], default="auto")
     p.add_argument("--text", default="hello", help="the user's message text (plain, no quotes)")
@@ -79,6 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     args.concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
     args.servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
+    if args.baseline and "baseline" not in args.servers:
+        at = args.servers.index("ours") + 1 if "ours" in args.servers else 0
+        args.servers.insert(at, "baseline")
+    elif "baseline" in args.servers and not args.baseline:
+        p.error("the baseline server needs --baseline REV")
     unknown = set(args.servers) - set(SERVERS)
     if unknown:
         p.error(f"unknown server(s) {sorted(unknown)}; choose from {sorted(SERVERS)}")
@@ -118,11 +151,22 @@ class Measured:
 class ServerRun:
     key: str
     label: str
-    points: dict[int, Measured] = field(default_factory=dict)
+    rounds: dict[int, list[Measured]] = field(default_factory=dict)
+    """Every round's measurement of each concurrency."""
     stored: dict[str, int] = field(default_factory=dict)
     warmup_failures: int = 0
     problems: list[str] = field(default_factory=list)
     profile: str = ""
+
+    @property
+    def points(self) -> dict[int, Measured]:
+        """Each concurrency's median round (by throughput)."""
+        return {c: _median(ms) for c, ms in self.rounds.items() if ms}
+
+
+def _median(ms: list[Measured]) -> Measured:
+    ranked = sorted(ms, key=lambda m: m.point.rps)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 class Target(Protocol):
@@ -197,13 +241,14 @@ def measure(server: Target, args: argparse.Namespace, wrk: str | None, c: int) -
             warm = load(server, args, wrk, c, args.warmup)
             if warm.failures:
                 raise RuntimeError(f"{server.label} c={c}: {warm.failures} failed in warm-up: {warm.sample}")
-        commits0 = asyncio.run(commit_count(server.database_url))
+        counted = getattr(server, "postgres", True)
+        commits0 = asyncio.run(commit_count(server.database_url)) if counted else 0
         window = CpuWindow(server.pids, server.cpu_groups)
         t0 = time.monotonic()
         point = load(server, args, wrk, c, args.duration)
         cpu = window.stop()
         wall = time.monotonic() - t0
-        commits = asyncio.run(commit_count(server.database_url)) - commits0
+        commits = asyncio.run(commit_count(server.database_url)) - commits0 if counted else 0
         m = Measured(point, cpu, commits / wall, attempt)
         if best is None or m.cpu.other < best.cpu.other:
             best = m
@@ -214,46 +259,84 @@ def measure(server: Target, args: argparse.Namespace, wrk: str | None, c: int) -
     return best
 
 
-def bench_server(key: str, args: argparse.Namespace, wrk: str | None, stamp: str) -> ServerRun:
+def make_server(key: str, args: argparse.Namespace, stamp: str, scratch: Path) -> Server:
+    """The server `key` names, its database made (PostgreSQL: a fresh one; SQLite: a file in `scratch`)."""
     label, cls = SERVERS[key]
-    run = ServerRun(key, label)
-    db = asyncio.run(create_database(args.postgres_url, f"bench_{key}"))
-    server = cls(label, db, RESULTS / f"send-{stamp}-{key}.log")
+    log = RESULTS / f"send-{stamp}-{key}.log"
+    if cls is BaselineServer:
+        return BaselineServer(
+            f"ours@{args.baseline_commit[:9]}",
+            asyncio.run(create_database(args.postgres_url, "bench_baseline")),
+            log,
+            args.baseline_checkout,
+        )
+    if cls is SqliteServer:
+        return cls(label, f"sqlite+aiosqlite:///{scratch / f'{key}-{uuid.uuid4().hex[:8]}.db'}", log)
+    if cls.postgres:
+        return cls(label, asyncio.run(create_database(args.postgres_url, f"bench_{key}")), log)
+    return cls(label, "", log)
+
+
+def stored_states(server: Server) -> dict[str, int] | None:
+    """The stored tasks by state; None for a server that keeps them in memory."""
+    if server.postgres:
+        return asyncio.run(task_states(server.database_url))
+    if isinstance(server, SqliteServer):
+        path = server.database_url.split(":///", 1)[1]
+        with sqlite3.connect(path) as db:
+            return {
+                str(state): int(n) for state, n in db.execute("SELECT state, count(*) FROM tasks GROUP BY 1")
+            }
+    return None
+
+
+def bench_server(
+    run: ServerRun, args: argparse.Namespace, wrk: str | None, stamp: str, scratch: Path
+) -> None:
+    """One round of `run`'s server: start it on a fresh database, measure every concurrency, check what it
+    stored, stop it."""
+    server = make_server(run.key, args, stamp, scratch)
     try:
         server.prepare()
         server.start()
         send_once(server, args.text)
         for c in args.concurrency:
             m = measure(server, args, wrk, c)
-            run.points[c] = m
+            run.rounds.setdefault(c, []).append(m)
             p, u = m.point, m.cpu
+            commits = f" | {m.commits_per_s:.0f} commits/s" if server.postgres else ""
             print(
-                f"  {label:>14} c={c:<3} {p.rps:8.1f} req/s  p50 {p.p50_ms:7.1f} ms  p99 {p.p99_ms:7.1f} ms"
+                f"  {run.label:>18} c={c:<3} {p.rps:8.1f} req/s  p50 {p.p50_ms:7.2f} ms"
+                f"  p99 {p.p99_ms:7.1f} ms"
                 f"  | cores: server {u.server:.2f} postgres {u.postgres:.2f} loadgen {u.loadgen:.2f}"
                 f" other {u.other:.2f} | server CPU {m.server_cpu_ms:.2f} ms/req"
-                f" | {m.commits_per_s:.0f} commits/s" + (f"  FAILURES {p.failures}" if p.failures else ""),
+                + commits
+                + (f"  FAILURES {p.failures}" if p.failures else ""),
                 flush=True,
             )
             if p.failures:
                 run.problems.append(f"c={c}: {p.failures} failed ({p.errors}, bad {p.bad}): {p.sample[:300]}")
             if m.disturbed:
                 run.problems.append(f"c={c}: other processes used {u.other:.2f} cores during the point")
-        if args.profile > 0 and key == "ours":
+        if args.profile > 0 and run.key == "ours" and not run.profile:
             run.profile = profile_pass(server, args, wrk, stamp)
         send_once(server, args.text)
         time.sleep(1)
-        run.stored = asyncio.run(task_states(db))
+        stored = stored_states(server)
     finally:
         server.stop()
-        if not args.keep_db:
-            asyncio.run(drop_database(args.postgres_url, db))
-    unfinished = {s: n for s, n in run.stored.items() if s not in ("completed", "TASK_STATE_COMPLETED")}
+        if server.postgres and not args.keep_db:
+            asyncio.run(drop_database(args.postgres_url, server.database_url))
+    if stored is None:
+        return
+    for state, n in stored.items():
+        run.stored[state] = run.stored.get(state, 0) + n
+    unfinished = {s: n for s, n in stored.items() if s not in ("completed", "TASK_STATE_COMPLETED")}
     if unfinished:
         run.problems.append(f"stored tasks not completed: {unfinished}")
-    answered = sum(m.point.requests for m in run.points.values())
-    if sum(run.stored.values()) < answered:
-        run.problems.append(f"{sum(run.stored.values())} tasks stored for {answered} answered requests")
-    return run
+    answered = sum(ms[-1].point.requests for ms in run.rounds.values())
+    if sum(stored.values()) < answered:
+        run.problems.append(f"{sum(stored.values())} tasks stored for {answered} answered requests")
 
 
 def profile_pass(server: Server, args: argparse.Namespace, wrk: str | None, stamp: str) -> str:
@@ -273,53 +356,145 @@ def profile_pass(server: Server, args: argparse.Namespace, wrk: str | None, stam
 # ---- report --------------------------------------------------------------------------------------------
 
 
-def _cells(m: Measured | None) -> str:
-    if m is None:
-        return f"{'-':>8} {'-':>8} {'-':>8}"
-    p = m.point
-    mark = "*" if m.disturbed else " "
-    return f"{p.rps:8.1f} {p.p50_ms:8.1f} {p.p99_ms:7.1f}{mark}"
+def _rps(runs: dict[str, ServerRun], key: str, c: int) -> float | None:
+    run = runs.get(key)
+    m = run.points.get(c) if run else None
+    return m.point.rps if m else None
 
 
-def report(runs: dict[str, ServerRun], args: argparse.Namespace, loadgen: str) -> tuple[str, bool | None]:
-    """The table and the target verdict (None when it cannot be judged from this run)."""
-    ours, ref = runs.get("ours"), runs.get("reference")
+def _point(runs: dict[str, ServerRun], key: str, c: int) -> Point | None:
+    run = runs.get(key)
+    m = run.points.get(c) if run else None
+    return m.point if m else None
+
+
+Verdict = tuple[str, bool | None, str]
+"""A target: what it says, MET (True) / NOT MET (False) / not judged (None), and the figures."""
+
+
+def targets(runs: dict[str, ServerRun]) -> list[Verdict]:
+    """Issue 24's targets for blocking sends, and issue 11's, judged from this run's figures."""
+    out: list[Verdict] = []
+    for c in (16, 64):
+        ours, js = _rps(runs, "ours", c), _rps(runs, "js", c)
+        what = f"c={c}: ours (PostgreSQL) above the JS SDK's in-memory server"
+        if ours is None or js is None:
+            out.append((what, None, f"needs ours and js at c={c}"))
+        else:
+            out.append((what, ours > js, f"{ours:,.0f} vs {js:,.0f} req/s ({ours / js:.2f}x)"))
+    p = _point(runs, "ours", 1)
+    out.append(
+        ("c=1: ours p50 <= 1 ms", None, "needs ours at c=1")
+        if p is None
+        else ("c=1: ours p50 <= 1 ms", p.p50_ms <= 1.0, f"p50 {p.p50_ms:.2f} ms")
+    )
+    p = _point(runs, "ours", 64)
+    out.append(
+        ("c=64: ours p99 <= 50 ms", None, "needs ours at c=64")
+        if p is None
+        else ("c=64: ours p99 <= 50 ms", p.p99_ms <= 50.0, f"p99 {p.p99_ms:.1f} ms")
+    )
+    for c in (16, 64):
+        p = _point(runs, "sqlite", c)
+        what = f"c={c}: ours on SQLite (make run) p99 <= 100 ms"
+        out.append(
+            (what, None, f"needs sqlite at c={c}")
+            if p is None
+            else (what, p.p99_ms <= 100.0, f"p99 {p.p99_ms:.1f} ms")
+        )
+    ours, ref = _point(runs, "ours", TARGET_CONCURRENCY), _point(runs, "reference", TARGET_CONCURRENCY)
+    what = (
+        f"c={TARGET_CONCURRENCY}: ours >= {TARGET_RATIO:g}x a2a-sdk's reference server,"
+        f" p99 < {TARGET_P99_MS:g} ms"
+        " (issue 11)"
+    )
+    if ours is None or ref is None or not ref.rps:
+        out.append((what, None, f"needs ours and reference at c={TARGET_CONCURRENCY}"))
+    else:
+        ratio = ours.rps / ref.rps
+        met = ratio >= TARGET_RATIO and ours.p99_ms < TARGET_P99_MS
+        out.append((what, met, f"{ratio:.1f}x, p99 {ours.p99_ms:.1f} ms"))
+    return out
+
+
+def _mark(met: bool | None) -> str:
+    return "MET" if met else ("not judged" if met is None else "NOT MET")
+
+
+def report(runs: dict[str, ServerRun], args: argparse.Namespace, loadgen: str) -> tuple[str, list[Verdict]]:
+    """The table, the baseline comparison and the targets."""
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
     lines = [
-        "message/send (v0.3 JSON-RPC, blocking), echo agent, PostgreSQL, one uvicorn worker each;",
-        f"{loadgen}, {args.duration:g} s per point after {args.warmup:g} s warm-up",
+        "message/send (v0.3 JSON-RPC, blocking), echo agent, one process and one worker each;",
+        f"{loadgen}, {args.duration:g} s per point after {args.warmup:g} s warm-up{rounds}",
         "",
-        f"{'':>11} | {'ours':^26} | {'a2a-sdk 1.3.0 reference':^26} |",
-        f"{'concurrency':>11} | {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} | "
-        f"{'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} | {'ratio req/s':>11}",
-        "-" * 11 + "-+-" + "-" * 26 + "-+-" + "-" * 26 + "-+-" + "-" * 11,
+        f"{'server':<20} {'c':>3} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}"
+        f" {'vs JS SDK':>9}",
+        "-" * 72,
     ]
-    for c in args.concurrency:
-        mo = ours.points.get(c) if ours else None
-        mr = ref.points.get(c) if ref else None
-        ratio = f"{mo.point.rps / mr.point.rps:10.1f}x" if mo and mr and mr.point.rps else f"{'-':>11}"
-        lines.append(f"{c:>11} | {_cells(mo)} | {_cells(mr)} | {ratio}")
+    for run in runs.values():
+        for c in args.concurrency:
+            m = run.points.get(c)
+            if m is None:
+                continue
+            p = m.point
+            js = _rps(runs, "js", c)
+            vs = f"{p.rps / js:8.2f}x" if js else f"{'-':>9}"
+            mark = "*" if m.disturbed else " "
+            lines.append(
+                f"{run.label:<20} {c:>3} {p.rps:9.1f} {p.p50_ms:8.2f} {p.p99_ms:7.1f}{mark}"
+                f" {m.server_cpu_ms:10.2f} {vs}"
+            )
     if any(m.disturbed for r in runs.values() for m in r.points.values()):
         lines.append("* other processes used the CPU during this point, even after retries")
-    verdict: bool | None = None
-    mo = ours.points.get(TARGET_CONCURRENCY) if ours else None
-    mr = ref.points.get(TARGET_CONCURRENCY) if ref else None
+    if "baseline" in runs and "ours" in runs:
+        lines += ["", f"ours against {runs['baseline'].label} (throughput, p99):"]
+        for c in args.concurrency:
+            now, before = _point(runs, "ours", c), _point(runs, "baseline", c)
+            if now and before and before.rps:
+                lines.append(
+                    f"  c={c:<3} {100 * (now.rps / before.rps - 1):+6.1f} %"
+                    f"   p99 {before.p99_ms:.1f} -> {now.p99_ms:.1f} ms"
+                )
+    verdicts = targets(runs)
+    lines += ["", "targets:"]
+    lines += [f"  {_mark(met):>10}  {what}: {detail}" for what, met, detail in verdicts]
     lines.append("")
-    goal = (
-        f"target at c={TARGET_CONCURRENCY}: >= {TARGET_RATIO:g}x reference throughput "
-        f"and p99 < {TARGET_P99_MS:g} ms"
-    )
-    if mo and mr and mr.point.rps:
-        ratio = mo.point.rps / mr.point.rps
-        verdict = ratio >= TARGET_RATIO and mo.point.p99_ms < TARGET_P99_MS
-        met = "MET" if verdict else "NOT MET"
-        lines.append(f"{goal}: {met} (ratio {ratio:.1f}x, our p99 {mo.point.p99_ms:.1f} ms)")
-    else:
-        lines.append(f"{goal}: not judged (both servers at c={TARGET_CONCURRENCY} are needed)")
     for run in runs.values():
-        stored = ", ".join(f"{s} {n}" for s, n in sorted(run.stored.items()))
-        lines.append(f"{run.label}: stored tasks {stored or 'none'}")
+        if run.stored:
+            stored = ", ".join(f"{s} {n}" for s, n in sorted(run.stored.items()))
+            lines.append(f"{run.label}: stored tasks {stored}")
         lines.extend(f"{run.label}: PROBLEM {p}" for p in run.problems)
-    return "\n".join(lines), verdict
+    return "\n".join(lines), verdicts
+
+
+def checkout(rev: str) -> tuple[str, Path]:
+    """`rev` checked out (detached) in a temporary git worktree of this repository: its commit and path."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    path = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "--force", str(path), commit],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return commit, path
+
+
+def node_version() -> str | None:
+    """The Node.js that runs the JS SDK's server (bench/js pins the packages; Node comes from the machine)."""
+    try:
+        return subprocess.run(
+            ["node", "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,11 +511,28 @@ def main(argv: list[str] | None = None) -> int:
     else:
         loadgen = "Python load generator (wrk could not be installed; this client costs more CPU)"
         print(f"note: {loadgen}", flush=True)
-    runs: dict[str, ServerRun] = {}
-    for key in args.servers:
-        print(f"{SERVERS[key][0]}:", flush=True)
-        runs[key] = bench_server(key, args, wrk, stamp)
-    table, verdict = report(runs, args, loadgen)
+    args.baseline_commit, args.baseline_checkout = checkout(args.baseline) if args.baseline else ("", None)
+    runs = {key: ServerRun(key, SERVERS[key][0]) for key in args.servers}
+    if args.baseline:
+        runs["baseline"].label = f"ours@{args.baseline_commit[:9]}"
+    scratch = Path(tempfile.mkdtemp(prefix="bench-send-"))
+    try:
+        for r in range(args.rounds):
+            for run in runs.values():
+                print(
+                    f"{run.label}:" + (f" (round {r + 1} of {args.rounds})" if args.rounds > 1 else ""),
+                    flush=True,
+                )
+                bench_server(run, args, wrk, stamp, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if args.baseline_checkout is not None:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(args.baseline_checkout)],
+                cwd=ROOT,
+                capture_output=True,
+            )
+    table, verdicts = report(runs, args, loadgen)
     print()
     print(table)
     out = RESULTS / f"send-{stamp}.json"
@@ -358,23 +550,21 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "a2a_sdk": metadata.version("a2a-sdk"),
+            "node": node_version(),
         },
+        "baseline": args.baseline_commit or None,
         "servers": {
             key: {
                 "label": run.label,
                 "points": {str(c): m.to_json() for c, m in run.points.items()},
+                "rounds": {str(c): [m.to_json() for m in ms] for c, ms in run.rounds.items()},
                 "stored_tasks": run.stored,
                 "problems": run.problems,
                 "profile": run.profile,
             }
             for key, run in runs.items()
         },
-        "target": {
-            "concurrency": TARGET_CONCURRENCY,
-            "min_ratio": TARGET_RATIO,
-            "max_p99_ms": TARGET_P99_MS,
-            "met": verdict,
-        },
+        "targets": [{"target": what, "met": met, "figures": detail} for what, met, detail in verdicts],
         "table": table,
     }
     out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,8 +1,10 @@
-"""The two servers under test, each a subprocess on its own fresh PostgreSQL database."""
+"""The servers under test, each a subprocess: ours on PostgreSQL (at this checkout, or at an earlier commit
+checked out beside it), ours on SQLite, a2a-sdk's reference server on PostgreSQL, the JS SDK's in memory."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -65,6 +67,9 @@ async def task_states(url: str) -> dict[str, int]:
 class Server:
     """One server process on a free loopback port; `label` names it in the report."""
 
+    postgres = True
+    """Whether it keeps its tasks in its own PostgreSQL database (commits and stored tasks are counted)."""
+
     def __init__(self, label: str, database_url: str, log_path: Path) -> None:
         self.label = label
         self.database_url = database_url
@@ -86,6 +91,10 @@ class Server:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=self.env(), stdout=log, stderr=log)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -145,6 +154,66 @@ class OurServer(Server):
         subprocess.run(
             [str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=self.env(), check=True, capture_output=True
         )
+
+
+class SqliteServer(OurServer):
+    """Ours as `make run` serves it: SQLite in a file (`database_url` is its SQLAlchemy URL)."""
+
+    postgres = False
+
+
+class BaselineServer(OurServer):
+    """Ours at an earlier commit, checked out in `checkout` and run with this virtualenv: a before/after
+    comparison measured in the same run."""
+
+    def __init__(self, label: str, database_url: str, log_path: Path, checkout: Path) -> None:
+        super().__init__(label, database_url, log_path)
+        self.checkout = checkout
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "PYTHONPATH": str(self.checkout)}
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", "from app.cli import main; main()", "serve"]
+
+    def prepare(self) -> None:
+        subprocess.run(
+            [sys.executable, "-c", "from app.cli import main; main()", "migrate"],
+            cwd=self.checkout,
+            env=self.env(),
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), cwd=self.checkout, env=self.env(), stdout=log, stderr=log
+            )
+        self._wait_ready()
+
+
+JS_DIR = ROOT / "bench" / "js"
+
+
+class JsServer(Server):
+    """The official JS SDK's server (`@a2a-js/sdk` + express, bench/js/server.mjs), everything in memory."""
+
+    postgres = False
+
+    def command(self) -> list[str]:
+        return ["node", str(JS_DIR / "server.mjs"), str(self.port)]
+
+    def prepare(self) -> None:
+        """The pinned packages (bench/js/package-lock.json), installed once."""
+        if shutil.which("node") is None:
+            raise RuntimeError(
+                "node is not installed (the coding-agent CLIs need it too: scripts/install-clis.sh)"
+            )
+        if not (JS_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir():
+            subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_DIR, check=True
+            )
 
 
 class ReferenceServer(Server):
