@@ -109,10 +109,15 @@ bench-push: $(VENV)/.test-installed
 	scripts/pg.sh start
 	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.push $(BENCH_PUSH_ARGS)
 
-## Blocking message/send throughput and latency, one server at a time.
+## Blocking message/send throughput and latency, one server at a time: ours on PostgreSQL (one worker and
+## WORKERS=2, on its own Redis), ours on SQLite, the official JS SDK's server and a2a-sdk's, with the targets.
 bench-send: $(VENV)/.test-installed
 	scripts/pg.sh start
-	BENCH_POSTGRES_URL=$(PG_URL) $(BIN)/python -m bench.send $(BENCH_ARGS)
+	REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh status >/dev/null 2>&1; up=$$?; \
+	REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh start || exit 1; \
+	BENCH_POSTGRES_URL=$(PG_URL) BENCH_REDIS_URL=redis://127.0.0.1:$(BENCH_REDIS_PORT)/0 \
+		$(BIN)/python -m bench.send --workers 2 $(BENCH_ARGS); s=$$?; \
+	[ $$up = 0 ] || REDIS_PORT=$(BENCH_REDIS_PORT) scripts/redis.sh stop; exit $$s
 
 ## Cost that does not grow with the data: the same requests on an empty and a grown database (1 M tasks,
 ## 6 M events, 50 long sessions; generated with SQL); BENCH_SCALE_ARGS="--quick" for about 100,000 tasks.

@@ -11,6 +11,7 @@ import logging
 import re
 import sys
 from datetime import timedelta
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -75,9 +76,16 @@ def serve() -> None:
         app.state.authenticator.describe(),
         "; tracing on (OTLP/HTTP)" if traced else "",
     )
+    if settings.workers > 1:
+        start.info(
+            "%d worker processes, each its own replica %s/<pid>", settings.workers, settings.replica_id
+        )
     try:
         uvicorn.run(
-            app,
+            # Several workers: each process builds its own app (`worker_app`); this one only supervises.
+            "app.cli:worker_app" if settings.workers > 1 else app,
+            factory=settings.workers > 1,
+            workers=settings.workers,
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
@@ -89,6 +97,23 @@ def serve() -> None:
         )
     finally:
         traces.shutdown()
+
+
+def worker_app() -> Any:
+    """One of `WORKERS` server processes (uvicorn calls this in each): a replica of its own, named
+    `<REPLICA_ID>/<pid>`, sharing the database and the Redis bus with its siblings as replicas do. A worker
+    uvicorn restarts is a new replica: the reaper ends or re-queues what the old one held."""
+    import atexit
+    import os
+
+    from app.main import create_app
+
+    settings = _settings()
+    settings.replica_id = f"{settings.replica_id}/{os.getpid()}"
+    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
+    if traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name):
+        atexit.register(traces.shutdown)
+    return create_app(settings)
 
 
 def hash_key(key: str | None, generate: bool) -> None:

@@ -108,7 +108,12 @@ class Settings(BaseSettings):
     or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
     replica_id: str = ""
     """This process's name in leases and control messages; defaults to hostname:port, stable across
-    restarts so a restarted replica recovers its own tasks at once."""
+    restarts so a restarted replica recovers its own tasks at once. With `WORKERS` above 1 each worker
+    process is `<this>/<pid>`."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Server processes on the one port (uvicorn's workers), for machines with more cores. Each is a replica
+    of its own, sharing the database and the Redis bus as replicas do, so more than one needs `REDIS_URL`
+    and PostgreSQL (docs/operations.md "Workers")."""
     lease_ttl_s: float = Field(default=15.0, gt=0)
     """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended or
     re-queued by another replica about twice this after it died (a reaper marks the expired lease, then
@@ -292,6 +297,15 @@ class Settings(BaseSettings):
     def _otlp_url(cls, v: str) -> str:
         if v and not v.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
+        return v
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: int, info: ValidationInfo) -> int:
+        if v > 1 and not info.data.get("redis_url"):
+            raise ValueError("above 1 needs REDIS_URL: the workers share events as replicas do")
+        if v > 1 and not str(info.data.get("database_url", "")).startswith("postgresql"):
+            raise ValueError("above 1 needs a PostgreSQL DATABASE_URL (SQLite has a single writer)")
         return v
 
     @field_validator("log_level")

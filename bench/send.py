@@ -46,6 +46,7 @@ from .servers import (
     ReferenceServer,
     Server,
     SqliteServer,
+    WorkersServer,
     commit_count,
     create_database,
     drop_database,
@@ -63,11 +64,12 @@ QUIET_CORES = 0.25
 SERVERS: dict[str, tuple[str, type[Server]]] = {
     "ours": ("ours", OurServer),
     "baseline": ("ours before", BaselineServer),
+    "workers": ("ours, N workers", WorkersServer),
     "sqlite": ("ours, SQLite", SqliteServer),
     "js": ("@a2a-js/sdk 1.3.0", JsServer),
     "reference": ("a2a-sdk 1.3.0", ReferenceServer),
 }
-"""`baseline` runs only with `--baseline REV`, and then right after `ours`."""
+"""`baseline` runs only with `--baseline REV`, `workers` only with `--workers N`; both right after `ours`."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run ours at this commit (checked out in a temporary worktree), right after ours",
     )
     p.add_argument("--rounds", type=int, default=1, help="run the servers' sequence N times; medians")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(env("BENCH_WORKERS", "0")),
+        help="also run ours with WORKERS=N (needs BENCH_REDIS_URL), right after ours",
+    )
+    p.add_argument("--redis-url", default=env("BENCH_REDIS_URL"))
     p.add_argument("--threads", type=int, default=1, help="wrk threads (at most the concurrency)")
     p.add_argument("--loadgen", choices=["auto", "wrk", "python"], default="auto")
     p.add_argument("--text", default="hello", help="the user's message text (plain, no quotes)")
@@ -112,6 +121,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.servers.insert(at, "baseline")
     elif "baseline" in args.servers and not args.baseline:
         p.error("the baseline server needs --baseline REV")
+    if args.workers > 1 and "workers" not in args.servers:
+        if not args.redis_url:
+            p.error("--workers needs BENCH_REDIS_URL (or --redis-url): the workers share a Redis bus")
+        at = args.servers.index("ours") + 1 if "ours" in args.servers else 0
+        args.servers.insert(at, "workers")
+    elif "workers" in args.servers and args.workers < 2:
+        p.error("the workers server needs --workers N (N >= 2)")
     unknown = set(args.servers) - set(SERVERS)
     if unknown:
         p.error(f"unknown server(s) {sorted(unknown)}; choose from {sorted(SERVERS)}")
@@ -270,6 +286,9 @@ def make_server(key: str, args: argparse.Namespace, stamp: str, scratch: Path) -
             log,
             args.baseline_checkout,
         )
+    if cls is WorkersServer:
+        db = asyncio.run(create_database(args.postgres_url, "bench_workers"))
+        return WorkersServer(f"ours, {args.workers} workers", db, log, args.workers, args.redis_url)
     if cls is SqliteServer:
         return cls(label, f"sqlite+aiosqlite:///{scratch / f'{key}-{uuid.uuid4().hex[:8]}.db'}", log)
     if cls.postgres:
@@ -456,6 +475,15 @@ def report(runs: dict[str, ServerRun], args: argparse.Namespace, loadgen: str) -
                     f"  c={c:<3} {100 * (now.rps / before.rps - 1):+6.1f} %"
                     f"   p99 {before.p99_ms:.1f} -> {now.p99_ms:.1f} ms"
                 )
+    if "workers" in runs and "ours" in runs:
+        lines += ["", f"{runs['workers'].label} against one (throughput, p99):"]
+        for c in args.concurrency:
+            one, many = _point(runs, "ours", c), _point(runs, "workers", c)
+            if one and many and one.rps:
+                lines.append(
+                    f"  c={c:<3} {100 * (many.rps / one.rps - 1):+6.1f} %"
+                    f"   p99 {one.p99_ms:.1f} -> {many.p99_ms:.1f} ms"
+                )
     verdicts = targets(runs)
     lines += ["", "targets:"]
     lines += [f"  {_mark(met):>10}  {what}: {detail}" for what, met, detail in verdicts]
@@ -515,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = {key: ServerRun(key, SERVERS[key][0]) for key in args.servers}
     if args.baseline:
         runs["baseline"].label = f"ours@{args.baseline_commit[:9]}"
+    if "workers" in runs:
+        runs["workers"].label = f"ours, {args.workers} workers"
     scratch = Path(tempfile.mkdtemp(prefix="bench-send-"))
     try:
         for r in range(args.rounds):

@@ -156,6 +156,26 @@ class OurServer(Server):
         )
 
 
+class WorkersServer(OurServer):
+    """Ours with `WORKERS` processes on one port (each its own replica, sharing PostgreSQL and Redis)."""
+
+    def __init__(self, label: str, database_url: str, log_path: Path, workers: int, redis_url: str) -> None:
+        super().__init__(label, database_url, log_path)
+        self.workers = workers
+        self.redis_url = redis_url
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "WORKERS": str(self.workers), "REDIS_URL": self.redis_url}
+
+    @property
+    def pids(self) -> list[int]:
+        """The supervisor and its workers: their CPU is the server's."""
+        assert self.proc is not None
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        kids = [int(p) for p in children.read_text().split()] if children.exists() else []
+        return [self.proc.pid, *kids]
+
+
 class SqliteServer(OurServer):
     """Ours as `make run` serves it: SQLite in a file (`database_url` is its SQLAlchemy URL)."""
 

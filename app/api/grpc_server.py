@@ -410,8 +410,10 @@ async def start(
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", settings.max_body_bytes),
-            # gRPC shares a port between processes by default; a second server must fail instead.
-            ("grpc.so_reuseport", 0),
+            # gRPC shares a port between processes by default; a second server must fail instead, unless
+            # it is a sibling worker (WORKERS): then every worker listens on the port and the kernel spreads
+            # the connections, as for HTTP.
+            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
         ]
     )
     binding = Binding(components, authenticator)
