@@ -9,13 +9,13 @@ allowlisted through `PUSH_NOTIFICATION_ALLOWED_HOSTS=127.0.0.1`. Every task give
    fast receiver, to a replica with delivery off (`PUSH_DELIVER=false`), which queues the notifications;
    then that replica stops and a fresh one starts on the same database with delivery on and nothing else
    to do. Reported: distinct notifications received per second between the first and the last arrival
-   (target: at least 1,000/s from one replica), and that every one arrived.
+   (target: at least 5,000/s from one replica), and that every one arrived.
 2. Live: `--live-tasks` more sends with a webhook to the running replica (`--concurrency` at a time), so
    the same process serves the sends and delivers: notifications/s received while the sends run, and how
    long after the last send the last notification arrived.
 3. Latency: `--sends` blocking sends one at a time, alternating without a webhook and with one whose
-   receiver takes `--slow-s` (10) seconds to answer; p50/p95/p99 of each and their ratio (target: no
-   measurable difference, since delivery never sits on the task's path).
+   receiver takes `--slow-s` (10) seconds to answer; p50/p95/p99 of each and their ratio (target: at
+   most 5 % slower at p50 and p99, since delivery never sits on the task's path).
 
 `--profile` adds a py-spy pass over the drain (a second backlog, outside the figures). Prints a table and
 saves the figures to bench/results/push-<time>.json.
@@ -42,7 +42,10 @@ from .servers import OurServer, create_database, drop_database, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
-TARGET_PER_S = 1000.0
+TARGET_PER_S = 5000.0
+"""Issue 24: deliveries per second draining a backlog on one replica."""
+TARGET_SLOWER = 1.05
+"""Issue 24: a send with a 10 s webhook at most this much slower than one without (p50 and p99)."""
 NOTIFICATIONS_PER_TASK = 4
 DRAIN_DEADLINE_S = 120.0
 
@@ -294,7 +297,7 @@ def report(doc: dict[str, Any]) -> bool:
     print(f"\npush notifications ({doc['database']}, one replica, 4 per task, distinct ones counted)")
     print(f"  drain: {d['expected']} queued by {d['tasks']} sends ({d['queued_in_s']} s), delivered alone")
     print(f"    delivered      {d['delivered']}/{d['expected']} ({d['calls']} calls)")
-    verdict = "met" if met else "missed"
+    verdict = "MET" if met else "NOT MET"
     print(f"    throughput     {d['per_s']}/s over {d['window_s']} s (>= {TARGET_PER_S:.0f}/s: {verdict})")
     print(f"  live: {lv['tasks']} sends in {lv['send_s']} s while the same replica delivers")
     print(f"    delivered      {lv['delivered']}/{lv['expected']}")
@@ -306,6 +309,11 @@ def report(doc: dict[str, Any]) -> bool:
         row = lat[key]
         print(f"  {label:24} {row['p50_ms']:>8} {row['p95_ms']:>8} {row['p99_ms']:>8}")
     print(f"  {'ratio':24} {lat['ratio_p50']:>8} {lat['ratio_p95']:>8} {lat['ratio_p99']:>8}")
+    no_slower = lat["ratio_p50"] <= TARGET_SLOWER and lat["ratio_p99"] <= TARGET_SLOWER
+    print(
+        f"  with the webhook at most {100 * (TARGET_SLOWER - 1):.0f} % slower at p50 and p99: "
+        + ("MET" if no_slower else "NOT MET")
+    )
     if "profile" in doc:
         print(f"\npy-spy of a second drain (not measured)\n{doc['profile']}")
     return complete
