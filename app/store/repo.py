@@ -235,9 +235,10 @@ class Repository:
             return (await conn.execute(query)).scalar()
 
     async def events_after(
-        self, task_id: str, context_id: str, after: int, *, owner: str
+        self, task_id: str, context_id: str, after: int, *, owner: str, limit: int | None = None
     ) -> list[EventRecord]:
-        """The owner's task's events after `after`; none for a task of someone else."""
+        """The owner's task's events after `after` (the first `limit` of them); none for a task of someone
+        else."""
         owned = select(_tasks.c.id).where(*self._scoped(_tasks.c.id == task_id, _tasks.c.owner == owner))
         async with self._engine.connect() as conn:
             rows = (
@@ -245,6 +246,7 @@ class Repository:
                     select(EventRow.seq, EventRow.kind, EventRow.body)
                     .where(EventRow.task_id == task_id, EventRow.seq > after, EventRow.task_id.in_(owned))
                     .order_by(EventRow.seq)
+                    .limit(limit)
                 )
             ).all()
         return [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TypeVar
 
 from app.bus.base import RESYNC, Bus, Subscription
@@ -19,6 +20,8 @@ from app.store.repo import Repository, TaskHead
 from .live import STOP_STATES, HeldElsewhereError, LiveTasks, Snapshot
 
 _T = TypeVar("_T")
+REPLAY_PAGE = 500
+"""Events a stream reads from the log at once when it catches up (a resync, a gap, a resume)."""
 
 
 class Reader:
@@ -119,11 +122,12 @@ class Reader:
                 head = await self._reading(lambda: self.head(owner, task_id))
                 context_id = head.context_id
                 expected = after + 1
-                for rec in await self._log_after(owner, task_id, context_id, after):
-                    yield rec
-                    expected = rec.seq + 1
-                    if _stops(rec, stop_at):
-                        return
+                async with aclosing(self._replay(owner, task_id, context_id, after)) as log:
+                    async for rec in log:
+                        yield rec
+                        expected = rec.seq + 1
+                        if _stops(rec, stop_at):
+                            return
                 if head.state in stop_at and expected > head.last_seq:
                     return
             async for rec in self._tail(sub, owner, task_id, context_id, expected):
@@ -140,23 +144,38 @@ class Reader:
         while True:
             rec = await sub.get()
             if rec is RESYNC:
-                for m in await self._log_after(owner, task_id, context_id, expected - 1):
-                    yield m
-                    expected = m.seq + 1
+                async with aclosing(self._replay(owner, task_id, context_id, expected - 1)) as log:
+                    async for m in log:
+                        yield m
+                        expected = m.seq + 1
                 continue
             if rec.seq < expected:
                 continue
             if rec.seq > expected:
-                for m in await self._log_after(owner, task_id, context_id, expected - 1):
-                    if m.seq >= rec.seq:
-                        break
-                    yield m
+                async with aclosing(self._replay(owner, task_id, context_id, expected - 1)) as log:
+                    async for m in log:
+                        if m.seq >= rec.seq:
+                            break
+                        yield m
             yield rec
             expected = rec.seq + 1
 
-    async def _log_after(self, owner: str, task_id: str, context_id: str, after: int) -> list[EventRecord]:
-        """The log after `after`, waiting while the database is out of reach."""
-        return await self._reading(lambda: self._repo.events_after(task_id, context_id, after, owner=owner))
+    async def _replay(
+        self, owner: str, task_id: str, context_id: str, after: int
+    ) -> AsyncIterator[EventRecord]:
+        """The log after `after`, read a page at a time as the reader takes it, waiting while the database
+        is out of reach: a reader far behind its task holds one page in memory, not its whole lag."""
+        while True:
+            page = await self._reading(
+                lambda after=after: self._repo.events_after(
+                    task_id, context_id, after, owner=owner, limit=REPLAY_PAGE
+                )
+            )
+            for rec in page:
+                yield rec
+            if len(page) < REPLAY_PAGE:
+                return
+            after = page[-1].seq
 
     async def _reading(self, read: Callable[[], Awaitable[_T]]) -> _T:
         """A stream's read, retried with backoff while the database is away (a restart, an outage, or a
