@@ -14,13 +14,26 @@ from starlette.exceptions import HTTPException
 from app import roles as roles_
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
-from app.api import card, card_signing, console, health, jsonrpc, openapi, rest, rest_v03, rest_v10, workers
+from app.api import (
+    card,
+    card_routes,
+    card_signing,
+    console,
+    health,
+    jsonrpc,
+    openapi,
+    rest,
+    rest_v03,
+    rest_v10,
+    workers,
+)
 from app.api.agents import router as agents_router
 from app.api.auth import Authenticator
 from app.api.auth_guard import CorsExceptCard, Guard
 from app.api.extensions import EchoExtensions
 from app.api.fallback import Fallback, http_error
 from app.api.metrics import Metrics, RequestMetrics
+from app.api.metrics_live import Live
 from app.api.slashes import StripTrailingSlash
 from app.api.telemetry import Observe
 from app.api.usage import router as usage_router
@@ -69,7 +82,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(openapi.router)
     app.include_router(console.router)
     if metrics is not None:
-        metrics.watch(lambda: getattr(app.state, "components", None))
+        metrics.watch(Live(lambda: getattr(app.state, "components", None)))
         app.include_router(metrics.router())
     app.state.authenticator = authenticator
     # Innermost: the extensions a call activated, echoed in its response's headers.
@@ -97,7 +110,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
 
 def _bindings(app: FastAPI) -> None:
     """The card and every A2A binding, on the root app or a role's."""
-    app.include_router(card.router)
+    app.include_router(card_routes.router)
     app.include_router(jsonrpc.router)
     app.include_router(rest.router)
     # v0.3 before v1.0: `/a2a/rest/v1/...` is the v0.3 binding, not a v1.0 tenant named `v1`.

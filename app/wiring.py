@@ -26,6 +26,7 @@ from app.api import card, grpc_server, grpc_v03, grpc_v10
 from app.api.auth import Authenticator
 from app.api.deps import Components
 from app.api.metrics import Metrics
+from app.api.paths import CARD_PATH
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
@@ -341,7 +342,7 @@ def _describe(settings: Settings, role: Role, role_card: card.Card) -> InstanceR
         instance_id="",
         kind="worker",
         description=public["description"],
-        card_url=f"{settings.public_url}{role.path}/.well-known/agent-card.json",
+        card_url=f"{settings.public_url}{role.path}{CARD_PATH}",
         capabilities=capabilities,
     )
 

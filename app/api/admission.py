@@ -10,19 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.limits import Limits, Slot
-from app.protocol.errors import A2AError, DatabaseUnavailableError, InvalidParamsError, RateLimitedError
+from app.protocol.errors import InvalidParamsError
 from app.protocol.model import Message
 
 from .calls import Call, Item, Stream, accept_message
-
-
-def http_headers(err: A2AError) -> dict[str, str]:
-    """Headers an error adds to its HTTP response: `Retry-After` for a rate limit or an unavailable
-    database."""
-    retryable = isinstance(err, RateLimitedError | DatabaseUnavailableError)
-    if retryable and isinstance(err.data, dict) and "retryAfter" in err.data:
-        return {"Retry-After": str(err.data["retryAfter"])}
-    return {}
 
 
 async def admit(message: Message, call: Call) -> Message:

@@ -19,6 +19,7 @@ from app.protocol.model import iso
 from .deps import components
 from .errors import status_error
 from .faults import unexpected
+from .paths import CARD_PATH
 
 if TYPE_CHECKING:
     from app.store.instances import InstanceRecord
@@ -35,7 +36,7 @@ def role_card_url(public_url: str, role: str, default_role: str | None) -> str:
     """A role's card, where no live instance names one: every replica serves every role's, the default
     role's at the root."""
     prefix = "" if role == default_role else f"/agents/{role}"
-    return f"{public_url}{prefix}/.well-known/agent-card.json"
+    return f"{public_url}{prefix}{CARD_PATH}"
 
 
 def agent_entry(i: InstanceRecord) -> dict[str, Any]:

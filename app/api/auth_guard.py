@@ -20,22 +20,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDeniedError, UnauthenticatedError
 from app.telemetry import logs
 
-from .admission import http_headers
 from .auth import Authenticator, challenge
-from .calls import raw_version
 from .console import is_public
 from .deps import PRINCIPAL_KEY
-from .errors import jsonrpc_error, rest_error, status_error
-from .paths import route_path
+from .errors import http_headers, jsonrpc_error, rest_error, status_error
+from .paths import CARD_PATHS, JSONRPC_PATHS, PUBLIC_PATHS, WORKER_PATHS, route_path
 from .sanity import NUL, nul_error
+from .versions import raw_version
 
 log = logging.getLogger(__name__)
 
-CARD_PATHS = frozenset({"/.well-known/agent-card.json", "/.well-known/agent.json"})
-PUBLIC_PATHS = CARD_PATHS | {"/healthz", "/readyz", "/metrics"}
-JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
-WORKER_PATHS = "/workers/"
-"""Remote workers' endpoints: a worker credential only, and it nowhere else."""
 CORS_HEADERS = [
     "Authorization",
     "X-API-Key",

@@ -8,15 +8,15 @@ from typing import Any
 
 from fastapi import Request
 
-from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError, VersionNotSupportedError
+from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError
 from app.protocol.model import Event, EventRecord, Message, Task
 from app.tasks.service import Snapshot
 from app.telemetry import logs
 
 from .deps import Components, components, owner_of
 from .extensions import ACTIVE_KEY, split
+from .versions import requested_version
 
-SUPPORTED_MAJORS = {"0": "0.3", "1": "1.0"}
 DISCOVERY = frozenset({"agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard", "GetAgentCard"})
 """The operations (JSON-RPC methods, gRPC RPCs) that fetch a card: they never need an extension."""
 # Event sequence numbers are INTEGER columns: 32-bit signed on PostgreSQL.
@@ -101,41 +101,6 @@ class Replies:
             return self.encode_event(item.event)
 
         return encode
-
-
-def version_header(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str:
-    """The `A2A-Version` a request names, as sent (stripped): the header (gRPC: the metadata), else the query
-    parameter; '' when it names none. The one place the version is read."""
-    return (
-        headers.get("a2a-version") or (query.get("A2A-Version") if query is not None else None) or ""
-    ).strip()
-
-
-def raw_version(request: Request) -> str:
-    """`version_header` of an HTTP request."""
-    return version_header(request.headers, request.query_params)
-
-
-def requested_version(request: Request) -> str:
-    """The `A2A-Version` header (or query parameter) as `Major.Minor`; missing or empty means 0.3."""
-    return parse_version(raw_version(request))
-
-
-def parse_version(raw: str) -> str:
-    """An `A2A-Version` value as `Major.Minor`; empty means 0.3.
-
-    Any 1.x is served as 1.0 (minor versions are compatible); other majors raise VersionNotSupported.
-    """
-    raw = raw.strip()
-    if not raw:
-        return "0.3"
-    major, _, minor = raw.partition(".")
-    version = SUPPORTED_MAJORS.get(major)
-    if version is None or (major == "0" and minor.split(".")[0] != "3"):
-        raise VersionNotSupportedError(
-            f"A2A-Version {raw} is not supported; this server speaks 0.3 and 1.0", {"version": raw}
-        )
-    return version
 
 
 def requested_extensions(request: Request) -> list[str]:

@@ -1,4 +1,5 @@
-"""The agent card at `/.well-known/agent-card.json` (and the `agent.json` alias), cache-friendly.
+"""The agent card, built and rendered: what `card_routes.py` serves at `/.well-known/agent-card.json` (and the
+`agent.json` alias), and the extended card operations return, cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
 works: streaming, push notifications and state-transition history yes, the authenticated extended card
@@ -25,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 
 from app.agents.sdk import Agent
 from app.protocol import json_v03, protojson_v10
@@ -34,22 +35,12 @@ from app.settings import SettingError, Settings, extension_entry
 
 from . import card_signing
 from .auth import security_fields
-from .calls import raw_version
-from .deps import components
 from .extensions import Declared
-
-router = APIRouter()
+from .versions import raw_version
 
 ROLE_METADATA = "a2a-role"
 """The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
 ROLE_EXTENSION = "urn:a2a-coding-server:role"
-
-CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Allow-Methods": "GET, OPTIONS",
-    "Access-Control-Allow-Headers": "*",
-    "Access-Control-Max-Age": "86400",
-}
 
 
 def _server_version() -> str:
@@ -315,18 +306,3 @@ def card_response(
     if inm is not None and _matches(inm, variant.etag):
         return Response(status_code=304, headers=headers)
     return Response(variant.body, media_type=media_type, headers=headers)
-
-
-async def get_card(request: Request) -> Response:
-    response = card_response(request, components(request).card)
-    response.headers.update(CORS)
-    return response
-
-
-async def card_preflight(request: Request) -> Response:
-    return Response(status_code=204, headers=CORS)
-
-
-for _path in ("/.well-known/agent-card.json", "/.well-known/agent.json"):
-    router.add_api_route(_path, get_card, methods=["GET"], include_in_schema=False)
-    router.add_api_route(_path, card_preflight, methods=["OPTIONS"], include_in_schema=False)

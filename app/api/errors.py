@@ -1,5 +1,6 @@
 """What every binding renders errors with, in one place: the v1.0 `google.rpc.ErrorInfo`, a JSON-RPC error
-object, the v0.3 REST error body, a `google.rpc.Status` body, and the media type an answer goes out in.
+object, the v0.3 REST error body, a `google.rpc.Status` body, the headers an error adds to an HTTP answer
+(`Retry-After`), and the media type an answer goes out in.
 
 Each binding still has its one place that turns an exception into its shape (docs/ARCHITECTURE.md, "The
 error path"); they build it from these, so no binding imports another's private pieces.
@@ -13,9 +14,7 @@ import orjson
 from fastapi import Request, Response
 
 from app.protocol import errors
-from app.protocol.errors import A2AError
-
-from .admission import http_headers
+from app.protocol.errors import A2AError, DatabaseUnavailableError, RateLimitedError
 
 ERROR_DOMAIN = "a2a-protocol.org"
 A2A_JSON = "application/a2a+json"
@@ -31,6 +30,15 @@ def error_info(err: A2AError) -> dict[str, Any]:
     if isinstance(err.data, dict) and err.data:
         info["metadata"] = {str(k): str(v) for k, v in err.data.items()}
     return info
+
+
+def http_headers(err: A2AError) -> dict[str, str]:
+    """Headers an error adds to its HTTP response: `Retry-After` for a rate limit or an unavailable
+    database."""
+    retryable = isinstance(err, RateLimitedError | DatabaseUnavailableError)
+    if retryable and isinstance(err.data, dict) and "retryAfter" in err.data:
+        return {"Retry-After": str(err.data["retryAfter"])}
+    return {}
 
 
 def jsonrpc_error(rid: Any, err: A2AError, v10: bool) -> dict[str, Any]:

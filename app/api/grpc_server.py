@@ -49,13 +49,14 @@ from app.telemetry import logs, traces
 
 from .admission import open_stream
 from .auth import Authenticator
-from .calls import DISCOVERY, Call, parse_version, version_header
+from .calls import DISCOVERY, Call
 from .card import ROLE_METADATA
 from .deps import Components
 from .errors import error_info, error_name
 from .extensions import echo_metadata, split
 from .faults import unexpected
 from .sanity import check_json
+from .versions import parse_version, version_header
 
 log = logging.getLogger(__name__)
 

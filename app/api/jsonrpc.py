@@ -25,12 +25,13 @@ from app.protocol.errors import (
 )
 
 from . import ops_v03, ops_v10
-from .admission import http_headers, open_stream
-from .calls import DISCOVERY, Call, raw_version
-from .errors import jsonrpc_error
+from .admission import open_stream
+from .calls import DISCOVERY, Call
+from .errors import http_headers, jsonrpc_error
 from .faults import unexpected
 from .sanity import check_json
 from .sse import sse_once, sse_response
+from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -44,9 +44,10 @@ from app.protocol.errors import (
 )
 
 from . import ops_v03
-from .calls import Call, raw_version
+from .calls import Call
 from .errors import rest_error
 from .rest import Endpoint, Params, RestBinding, read_json_body
+from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -38,10 +38,11 @@ from app.protocol.errors import (
 )
 
 from . import ops_v10
-from .calls import Call, raw_version
+from .calls import Call
 from .card import card_response
 from .errors import response_media, status_error
 from .rest import Endpoint, RestBinding, error_path, list_query, query_fields, read_json_body
+from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -16,9 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.telemetry import logs, traces
 
-from .paths import route_path
+from .paths import OPS_PATHS, route_path
 
-UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
+UNTRACED = OPS_PATHS
 """Probes and scrapes: a trace each every few seconds would bury the traces that matter."""
 
 

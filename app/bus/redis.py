@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from app import background
 from app.protocol.model import EventRecord, event_from_store, event_kind
 from app.telemetry import traces
 
@@ -66,16 +67,11 @@ class RedisBus(Bus):
     async def aclose(self) -> None:
         await super().aclose()
         if self._publisher is not None:
-            self._publisher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._publisher
+            await background.stop(self._publisher)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2):
                     await self._send_queued()  # the last events (e.g. tasks ended at shutdown)
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        await background.stop(self._reader)
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()

@@ -27,6 +27,8 @@ import uuid
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import background
+
 from .base import Slot, StreamSlots, TaskRate, rate_limited, too_many_streams
 from .memory import MemoryTaskRate
 
@@ -241,11 +243,8 @@ class RedisStreamSlots(StreamSlots):
             self._keeper = asyncio.create_task(self._keep(), name="stream-slots-keeper")
 
     async def aclose(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
-            self._keeper = None
+        await background.stop(self._keeper)
+        self._keeper = None
         self._gone.extend((k, m) for k, members in self._held.items() for m in members)
         self._held.clear()
         with contextlib.suppress(*REDIS_DOWN):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import background
 from app.protocol.model import utcnow
 from app.store.instances import InstanceRecord, Instances, Kind, instance_name
 from app.store.outage import OutageLog
@@ -104,11 +105,8 @@ class Discovery:
 
     async def aclose(self) -> None:
         """Stop refreshing and delete this process's rows (within `FORGET_TIMEOUT_S`, else they age out)."""
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
-            self._loop = None
+        await background.stop(self._loop)
+        self._loop = None
         try:
             async with asyncio.timeout(FORGET_TIMEOUT_S):
                 await self._store.forget(self.names)

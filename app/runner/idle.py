@@ -9,11 +9,11 @@ reaps the role's tasks whose holder died: a role run only by remote workers has 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from app import background
 from app.bus.base import Bus
 from app.protocol.model import Message
 from app.store.leases import Leases
@@ -78,10 +78,7 @@ class Idle:
         self._loop = asyncio.create_task(self._reaper(), name="reaper")
 
     async def aclose(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await background.stop(self._loop)
 
     async def _refuse_unserved(self) -> None:
         """Fail the role's tasks queued for ROLE_WAIT_S while no instance of the role is live anywhere."""

@@ -12,13 +12,13 @@ see it, and the run waiting in that process for the answer is stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from app import background
 from app.protocol.model import utcnow
 from app.store.outage import OutageLog
 from app.store.retention import Pruning
@@ -83,11 +83,8 @@ class Retention:
             self._loop = asyncio.create_task(self._every(), name="retention")
 
     async def aclose(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
-            self._loop = None
+        await background.stop(self._loop)
+        self._loop = None
 
     async def _every(self) -> None:
         await asyncio.sleep(min(START_DELAY_S, self._interval_s))

@@ -57,6 +57,27 @@ def _cost(value: Any) -> float | None:
     )
 
 
+# The token counts' keys (input, output, cache read, cache write): `modelUsage` entries spell them in camel
+# case, the `usage` object as the Anthropic API does.
+PER_MODEL_KEYS = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+TOTAL_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _model_usage(
+    name: str, u: dict[str, Any], keys: tuple[str, str, str, str], cost: float | None
+) -> ModelUsage:
+    inputs, outputs, cache_reads, cache_writes = keys
+    return ModelUsage(
+        name,
+        input_tokens=count(u.get(inputs)),
+        output_tokens=count(u.get(outputs)),
+        cache_read_tokens=count(u.get(cache_reads)),
+        cache_write_tokens=count(u.get(cache_writes)),
+        cost_usd=cost,
+        cost_source=COST_REPORTED if cost is not None else None,
+    )
+
+
 def claude_usage(result: dict[str, Any], model: str | None) -> Usage | None:
     """What a `result` line says the run used (None when it says nothing): `modelUsage` per model, else
     `usage` and `total_cost_usd` for `model` (the one `init` named)."""
@@ -66,32 +87,10 @@ def claude_usage(result: dict[str, Any], model: str | None) -> Usage | None:
         for name, u in per_model.items():
             if not isinstance(u, dict):
                 continue
-            cost = _cost(u.get("costUSD"))
-            models.append(
-                ModelUsage(
-                    str(name),
-                    input_tokens=count(u.get("inputTokens")),
-                    output_tokens=count(u.get("outputTokens")),
-                    cache_read_tokens=count(u.get("cacheReadInputTokens")),
-                    cache_write_tokens=count(u.get("cacheCreationInputTokens")),
-                    cost_usd=cost,
-                    cost_source=COST_REPORTED if cost is not None else None,
-                )
-            )
+            models.append(_model_usage(str(name), u, PER_MODEL_KEYS, _cost(u.get("costUSD"))))
     elif isinstance(usage := result.get("usage"), dict) or result.get("total_cost_usd") is not None:
         u = usage if isinstance(usage, dict) else {}
-        cost = _cost(result.get("total_cost_usd"))
-        models.append(
-            ModelUsage(
-                model or "",
-                input_tokens=count(u.get("input_tokens")),
-                output_tokens=count(u.get("output_tokens")),
-                cache_read_tokens=count(u.get("cache_read_input_tokens")),
-                cache_write_tokens=count(u.get("cache_creation_input_tokens")),
-                cost_usd=cost,
-                cost_source=COST_REPORTED if cost is not None else None,
-            )
-        )
+        models.append(_model_usage(model or "", u, TOTAL_KEYS, _cost(result.get("total_cost_usd"))))
     turns = result.get("num_turns")
     if not models and turns is None:
         return None

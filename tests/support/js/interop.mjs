@@ -3,6 +3,7 @@
 //
 //   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] [--protocol 0.3|1.0|auto]
 //                             [--stock] [--steps send,stream,...] [--timeout-ms 30000]
+//                             [--header NAME=VALUE ...] [--extensions URI,...] [--card-jwk FILE]
 //
 // The client is built the way an SDK user builds one: the SDK's DefaultAgentCardResolver fetches
 // <base-url>/.well-known/agent-card.json (v0.3 cards are translated by the SDK's compat layer), and
@@ -16,32 +17,45 @@
 //                auto: let the factory choose. Default auto.
 //   --stock      ignore the options above: `new ClientFactory().createFromUrl(base)` with the SDK's
 //                defaults (v1.0 transports, no v0.3 compat), i.e. the plain client most users write.
+//   --header     NAME=VALUE sent with every call of the client (a credential such as X-API-Key=...), as
+//                an SDK user adds one: a client interceptor putting it in the call's service parameters
+//                (HTTP headers; gRPC metadata). Repeatable.
+//   --extensions the extension URIs the `extensions` step requests (the SDK's `withA2AExtensions`).
+//   --card-jwk   a JSON file of public JWKs by kid ({"<kid>": {...}}): the keys the `signed_card` step
+//                verifies the card's signatures with (the SDK's `verifyAgentCardSignature`, on jose).
 //
 // Every call then goes through the SDK's own request building and response parsing. Each step prints
 // one JSON object on its own line to stdout: {"step": ..., "ok": true|false, "error"?: ..., ...}, with
 // `wire` listing the HTTP requests the step made (method, path, A2A-Version header, JSON-RPC method), or
 // its gRPC calls (method "GRPC", path `/<package>.A2AService/<Method>`, the a2a-version metadata).
-// --steps defaults to the first six steps; resubscribe, push_config and multi_turn run when named.
+// The wire record also has the response's `A2A-Extensions` (`echo`; gRPC: the initial metadata's) and the
+// extensions header the SDK sent (`extensions`, under the name it used: `extensionsHeader`).
+// --steps defaults to the first six steps; resubscribe, push_config, multi_turn, extensions and
+// signed_card run when named.
 // The exit status is 0 when every step passed, 1 when a step failed, 2 when no client could be built.
 
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
 
 import { InterceptingCall } from "@grpc/grpc-js";
-import { Role, roleToJSON, TaskState, taskStateToJSON } from "@a2a-js/sdk";
+import { readFileSync } from "node:fs";
+
+import { AgentCard, Role, roleToJSON, TaskState, taskStateToJSON, verifyAgentCardSignature } from "@a2a-js/sdk";
 import {
   ClientFactory,
   ClientFactoryOptions,
   DefaultAgentCardResolver,
   JsonRpcTransportFactory,
   RestTransportFactory,
+  ServiceParameters,
+  withA2AExtensions,
 } from "@a2a-js/sdk/client";
 import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
-import { TaskNotCancelableError, TaskNotFoundError } from "@a2a-js/sdk/errors";
+import { ExtensionSupportRequiredError, TaskNotCancelableError, TaskNotFoundError } from "@a2a-js/sdk/errors";
 
 const RESPONSE = "assistant-response";
 const DEFAULT_STEPS = ["send", "stream", "get", "cancel", "cancel_nonblocking", "not_found"];
-const ALL_STEPS = [...DEFAULT_STEPS, "resubscribe", "push_config", "multi_turn"];
+const ALL_STEPS = [...DEFAULT_STEPS, "resubscribe", "push_config", "multi_turn", "extensions", "signed_card"];
 const ORDER = [TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING];
 const TERMINAL = new Set([
   TaskState.TASK_STATE_COMPLETED,
@@ -55,7 +69,8 @@ const BINDINGS = { jsonrpc: "JSONRPC", rest: "HTTP+JSON", "http+json": "HTTP+JSO
 
 function usage(message) {
   process.stderr.write(`${message}\nusage: node interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] ` +
-    `[--protocol 0.3|1.0|auto] [--stock] [--steps ${ALL_STEPS.join(",")}] [--timeout-ms N]\n`);
+    `[--protocol 0.3|1.0|auto] [--stock] [--steps ${ALL_STEPS.join(",")}] [--timeout-ms N] ` +
+    `[--header NAME=VALUE ...] [--extensions URI,...] [--card-jwk FILE]\n`);
   process.exit(64);
 }
 
@@ -69,6 +84,9 @@ try {
       stock: { type: "boolean", default: false },
       steps: { type: "string", default: DEFAULT_STEPS.join(",") },
       "timeout-ms": { type: "string", default: "30000" },
+      header: { type: "string", multiple: true, default: [] },
+      extensions: { type: "string", default: "" },
+      "card-jwk": { type: "string" },
     },
   });
 } catch (err) {
@@ -84,8 +102,20 @@ const STEPS = args.values.steps.split(",").filter(Boolean);
 for (const s of STEPS) if (!ALL_STEPS.includes(s)) usage(`unknown step ${s}`);
 const WAIT_MS = Number(args.values["timeout-ms"]);
 if (!(WAIT_MS > 0)) usage("--timeout-ms must be a positive number");
+const HEADERS = {};
+for (const h of args.values.header) {
+  const at = h.indexOf("=");
+  if (at < 1) usage(`--header ${h}: expected NAME=VALUE`);
+  HEADERS[h.slice(0, at)] = h.slice(at + 1);
+}
+const EXTENSIONS = args.values.extensions.split(",").filter(Boolean);
+const CARD_JWKS = args.values["card-jwk"] ? JSON.parse(readFileSync(args.values["card-jwk"], "utf8")) : null;
 
 // ---- output and the wire record -----------------------------------------------------------------
+
+// stdout carries the steps' JSON lines only: what the SDK logs itself (its signature verifier reports each
+// signature that does not verify with console.debug) goes to stderr.
+for (const level of ["log", "info", "debug"]) console[level] = console.error;
 
 function emit(obj) {
   return new Promise((resolve) => process.stdout.write(JSON.stringify(obj) + "\n", resolve));
@@ -102,6 +132,9 @@ globalThis.fetch = async function recordingFetch(input, init = {}) {
   const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined));
   const entry = { method: init.method ?? "GET", path: url.pathname + url.search };
   entry.version = headers.get("A2A-Version");
+  for (const name of ["A2A-Extensions", "X-A2A-Extensions"]) {
+    if (headers.has(name)) Object.assign(entry, { extensions: headers.get(name), extensionsHeader: name });
+  }
   if (typeof init.body === "string") {
     try {
       const body = JSON.parse(init.body);
@@ -111,7 +144,9 @@ globalThis.fetch = async function recordingFetch(input, init = {}) {
     }
   }
   wire.push(entry);
-  return realFetch(input, init);
+  const response = await realFetch(input, init);
+  entry.echo = response.headers.get("A2A-Extensions");
+  return response;
 };
 
 /** The same record for gRPC: a grpc-js interceptor sees each call's method path and metadata. */
@@ -121,8 +156,20 @@ function recordingInterceptor(options, nextCall) {
       const version = metadata.get("a2a-version");
       const entry = { method: "GRPC", path: options.method_definition.path };
       entry.version = version.length ? String(version[0]) : null;
+      for (const name of ["a2a-extensions", "x-a2a-extensions"]) {
+        const sent = metadata.get(name);
+        if (sent.length) Object.assign(entry, { extensions: String(sent[0]), extensionsHeader: name });
+      }
+      entry.echo = null;
       wire.push(entry);
-      next(metadata, listener);
+      // A partial listener: grpc-js passes what it does not name through to `listener`.
+      next(metadata, {
+        onReceiveMetadata(received, nextListener) {
+          const echo = received.get("a2a-extensions");
+          entry.echo = echo.length ? String(echo[0]) : null;
+          nextListener(received);
+        },
+      });
     },
   });
 }
@@ -132,6 +179,8 @@ function recordingInterceptor(options, nextCall) {
 const stateName = (s) => (s === undefined ? null : taskStateToJSON(s));
 const textOf = (parts) =>
   (parts ?? []).filter((p) => p.content?.$case === "text").map((p) => p.content.value).join("");
+/** The value of the first data part, or undefined (not printed) when there is none. */
+const dataOf = (parts) => (parts ?? []).find((p) => p.content?.$case === "data")?.content.value;
 
 function viewTask(t) {
   return {
@@ -139,7 +188,12 @@ function viewTask(t) {
     contextId: t.contextId,
     state: stateName(t.status?.state),
     statusText: t.status?.message ? textOf(t.status.message.parts) : null,
-    artifacts: (t.artifacts ?? []).map((a) => ({ id: a.artifactId, name: a.name, text: textOf(a.parts) })),
+    artifacts: (t.artifacts ?? []).map((a) => ({
+      id: a.artifactId,
+      name: a.name,
+      text: textOf(a.parts),
+      data: dataOf(a.parts),
+    })),
     history: (t.history ?? []).map((m) => ({ role: roleToJSON(m.role), text: textOf(m.parts), taskId: m.taskId })),
   };
 }
@@ -167,6 +221,7 @@ function viewEvent(ev) {
         append: value.append,
         lastChunk: value.lastChunk,
         text: textOf(value.artifact?.parts),
+        data: dataOf(value.artifact?.parts),
       };
     case "message":
       return { kind: "message", role: roleToJSON(value.role), text: textOf(value.parts) };
@@ -258,10 +313,15 @@ function errorView(err) {
     ...(err?.statusCode ? { status: err.statusCode } : {}) };
 }
 
-async function expectError(promise, cls, what) {
+/** The error `promise` fails with, which must be a `cls`; with `asCause`, or the `cause` of the error (the
+ * SDK's v0.3 JSON-RPC stream throws an error event that way). */
+async function expectError(promise, cls, what, { asCause = false } = {}) {
   try {
     await promise;
   } catch (err) {
+    if (asCause && !(err instanceof cls) && err?.cause instanceof cls) {
+      return { ...errorView(err.cause), wrapped: err.name };
+    }
     check(err instanceof cls, `${what}: expected ${cls.name}, got ${err?.name}: ${err?.message}`);
     return errorView(err);
   }
@@ -270,9 +330,9 @@ async function expectError(promise, cls, what) {
 
 /** Reads an SDK event stream step by step and keeps what it read (as plain views). */
 class Stream {
-  constructor(client, params) {
+  constructor(client, params, options = {}) {
     this.abort = AbortSignal.timeout(WAIT_MS);
-    this.gen = client.sendMessageStream(params, { signal: this.abort });
+    this.gen = client.sendMessageStream(params, { ...options, signal: this.abort });
     this.events = [];
   }
 
@@ -311,11 +371,15 @@ const S = (s) => taskStateToJSON(s);
 
 // ---- the client ---------------------------------------------------------------------------------
 
+/** The card as the resolver returned it (the client keeps a copy cut to the interfaces of --protocol). */
+let resolvedCard = null;
+
 async function makeClient() {
   const out = { baseUrl: BASE_URL, transportWanted: TRANSPORT, protocolWanted: PROTOCOL, stock: args.values.stock };
   let client;
   if (args.values.stock) {
     client = await new ClientFactory().createFromUrl(BASE_URL);
+    resolvedCard = client.agentCard;
     out.card = viewCard(client.agentCard);
   } else {
     const compat = { legacyCompat: { enabled: true } };
@@ -330,9 +394,11 @@ async function makeClient() {
         ],
         preferredTransports: [TRANSPORT],
         cardResolver: resolver,
+        clientConfig: { interceptors: [headersInterceptor(HEADERS)] },
       }),
     );
     const card = await resolver.resolve(BASE_URL);
+    resolvedCard = card;
     out.card = viewCard(card);
     let chosen = card;
     if (PROTOCOL !== "auto") {
@@ -361,6 +427,16 @@ async function makeClient() {
     check(versionIs(out.protocolVersion, PROTOCOL), `protocol version: wanted ${PROTOCOL}, got ${out.protocolVersion}`);
   }
   return { client, out };
+}
+
+/** A client interceptor sending `headers` with every call, in its service parameters. */
+function headersInterceptor(headers) {
+  return {
+    async before(args) {
+      args.options = { ...args.options, serviceParameters: { ...args.options?.serviceParameters, ...headers } };
+    },
+    async after() {},
+  };
 }
 
 /** The card as the SDK sees it (after its v0.3 translation, if any): interfaces and streaming. */
@@ -567,6 +643,92 @@ const steps = {
     );
   },
 
+  /** Extensions (--extensions): without them a send and a stream are refused with the SDK's
+   * ExtensionSupportRequiredError; with them (`withA2AExtensions`) both complete and the agent's `whoami`
+   * artifact says what was activated. The wire record has what the SDK sent and the server echoed. */
+  async extensions(client, out) {
+    check(EXTENSIONS.length > 0, "--extensions names the URIs to request");
+    const asked = { serviceParameters: ServiceParameters.create(withA2AExtensions(...EXTENSIONS)) };
+    out.refused = await expectError(
+      client.sendMessage(sendParams("whoami"), call()),
+      ExtensionSupportRequiredError,
+      "sendMessage without the extensions",
+    );
+    const task = asTask(
+      await client.sendMessage(sendParams("whoami"), { ...asked, ...call() }),
+      "sendMessage with the extensions",
+    );
+    eq(task.state, S(TaskState.TASK_STATE_COMPLETED), "state");
+    out.whoami = whoami(task.artifacts);
+    const refused = new Stream(client, sendParams("whoami"));
+    try {
+      out.streamRefused = await expectError(
+        refused.next(),
+        ExtensionSupportRequiredError,
+        "a stream without the extensions",
+        { asCause: true },
+      );
+    } finally {
+      await refused.close();
+    }
+    const stream = new Stream(client, sendParams("whoami"), asked);
+    try {
+      await stream.rest();
+    } finally {
+      await stream.close();
+    }
+    const last = stream.events.at(-1);
+    eq([last?.kind, last?.state], ["status", S(TaskState.TASK_STATE_COMPLETED)], "the stream's last event");
+    out.streamWhoami = whoami(stream.events.flatMap((ev) => ev.artifacts ?? (ev.kind === "artifact" ? [ev] : [])));
+  },
+
+  /** The card's signatures (--card-jwk) with the SDK's own verifier (`verifyAgentCardSignature`: jose over
+   * the JCS of the card as the v1.0 AgentCard sees it): the 1.0 card and the hybrid one as served, the
+   * card the SDK resolved and the extended card fetched through the client's `getAgentCard(options,
+   * verify)`; a card with one field changed, and a key that did not sign, fail it. The verifier takes a
+   * card in its JSON form: the resolver and the transports hand over a parsed one (its oneofs as `$case`
+   * objects), which the verifier parses again, losing the security schemes, so those are given to it as
+   * `AgentCard.toJSON` prints them; `parsedAsIs` is what it says of the parsed card itself. */
+  async signed_card(client, out) {
+    check(CARD_JWKS !== null, "--card-jwk names the public keys");
+    const verify = verifyAgentCardSignature(async (kid) => {
+      check(kid in CARD_JWKS, `no key for kid ${kid}`);
+      return CARD_JWKS[kid];
+    });
+    const verifyParsed = (card) => verify(AgentCard.toJSON(card));
+    const served = async (headers) => {
+      const url = new URL(".well-known/agent-card.json", BASE_URL.replace(/\/?$/, "/"));
+      return (await fetch(url, { headers, signal: AbortSignal.timeout(WAIT_MS) })).json();
+    };
+    out.verified = [];
+    const v10 = await served({ "A2A-Version": "1.0" });
+    out.kids = (v10.signatures ?? []).map((s) => JSON.parse(Buffer.from(s.protected, "base64url")).kid);
+    check(out.kids.length > 0, "the 1.0 card carries signatures");
+    await verify(v10);
+    out.verified.push("1.0");
+    const hybrid = await served({});
+    check("url" in hybrid && "supportedInterfaces" in hybrid, "the card served without A2A-Version is the hybrid");
+    await verify(hybrid);
+    out.verified.push("hybrid");
+    await verifyParsed(resolvedCard);
+    out.verified.push("resolved");
+    const extended = await client.getAgentCard(call(), verifyParsed);
+    out.verified.push("extended");
+    out.extendedSkills = (extended.skills ?? []).map((s) => s.id);
+    out.extendedSignatures = (extended.signatures ?? []).length;
+    out.parsedAsIs = await settle(verify(resolvedCard));
+    out.tampered = await rejects(verify({ ...v10, description: v10.description + "!" }), "a tampered card");
+    check("wrong" in CARD_JWKS, "--card-jwk has a key under the kid `wrong`, one that signed nothing");
+    out.wrongKey = await rejects(
+      verifyAgentCardSignature(async () => CARD_JWKS.wrong)(v10),
+      "the card with a key that did not sign it",
+    );
+    out.extendedTampered = await rejects(
+      verifyParsed({ ...extended, skills: extended.skills.slice(1) }),
+      "a tampered extended card",
+    );
+  },
+
   /** Two turns: the agent asks (input-required, the question in the status), the answer completes it. */
   async multi_turn(client, out) {
     const waiting = await sendForTask(client, "ask:Proceed?");
@@ -586,6 +748,28 @@ const steps = {
     );
   },
 };
+
+/** The data of the one artifact named `whoami` (a data part: the agent's view of the call). */
+function whoami(artifacts) {
+  const found = artifacts.filter((a) => a.name === "whoami");
+  eq(found.length, 1, "whoami artifacts");
+  return found[0].data;
+}
+
+async function rejects(promise, what) {
+  const settled = await settle(promise);
+  check(!settled.ok, `${what} verified`);
+  return settled;
+}
+
+async function settle(promise) {
+  try {
+    await promise;
+    return { ok: true };
+  } catch (err) {
+    return { ok: false, ...errorView(err) };
+  }
+}
 
 // ---- main ---------------------------------------------------------------------------------------
 
