@@ -29,6 +29,7 @@ report does not give (the price table), records each report and sums them in the
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -426,8 +427,10 @@ class TaskContext(Request):
         return ArtifactUpdate(self.id, self.context_id, art, append=append, last_chunk=last_chunk)
 
 
+@functools.lru_cache(maxsize=1024)
 def response_artifact_id(task_id: str) -> str:
-    """Stable per task, so a run resumed after a restart keeps appending to the same artifact."""
+    """Stable per task, so a run resumed after a restart keeps appending to the same artifact (cached: a
+    streaming agent asks for it at every chunk)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"a2a:{task_id}:{RESPONSE_ARTIFACT}"))
 
 
