@@ -41,17 +41,9 @@ def role_card_url(public_url: str, role: str, default_role: str | None) -> str:
 
 def agent_entry(i: InstanceRecord) -> dict[str, Any]:
     return {
-        "name": i.name,
-        "role": i.role,
-        "instance_id": i.instance_id,
-        "kind": i.kind,
-        "description": i.description,
-        "card_url": i.card_url,
-        "capabilities": i.capabilities,
+        **i.described(),
         "last_seen": iso(i.last_seen) if i.last_seen else None,
         "started_at": iso(i.started_at) if i.started_at else None,
-        "slots": i.slots,
-        "running": i.running,
         "free": i.free,
     }
 

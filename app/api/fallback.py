@@ -13,10 +13,11 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.protocol.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 
+from .asgi import HttpLayer
 from .auth_guard import error_response
 from .faults import unexpected
 
@@ -47,20 +48,14 @@ def http_error(request: Request, exc: HTTPException) -> Response:
     return resp
 
 
-class Fallback:
+class Fallback(HttpLayer):
     """Answer an exception that escaped every endpoint, unless the response had already started.
 
     A stream that fails after its first byte cannot change its status: that exception is re-raised, and
     the server ends the response.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def watch(message: Message) -> None:

@@ -30,6 +30,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .asgi import HttpLayer
 from .paths import CARD_PATHS, JSONRPC_PATHS, METRICS_PATH, OPS_PATHS, route_path
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -102,17 +103,14 @@ class Metrics:
         return router
 
 
-class RequestMetrics:
+class RequestMetrics(HttpLayer):
     """ASGI layer counting every HTTP request by binding and status (outermost, so refusals count too)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         binding = binding_of(route_path(scope["path"]))
         started = time.perf_counter()
         code = 500

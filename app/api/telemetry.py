@@ -12,24 +12,19 @@ from __future__ import annotations
 
 import re
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.telemetry import logs, traces
 
+from .asgi import HttpLayer
 from .paths import OPS_PATHS, route_path
 
 UNTRACED = OPS_PATHS
 """Probes and scrapes: a trace each every few seconds would bury the traces that matter."""
 
 
-class Observe:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class Observe(HttpLayer):
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         logs.scope()
         if not traces.ENABLED or route_path(scope["path"]) in UNTRACED:
             await self.app(scope, receive, send)

@@ -60,6 +60,20 @@ class InstanceRecord:
     def free(self) -> int:
         return max(self.slots - self.running, 0)
 
+    def described(self) -> dict[str, Any]:
+        """What it says of itself, as its row and `GET /agents` both name it."""
+        return {
+            "name": self.name,
+            "role": self.role,
+            "instance_id": self.instance_id,
+            "kind": self.kind,
+            "description": self.description,
+            "card_url": self.card_url,
+            "capabilities": self.capabilities,
+            "slots": self.slots,
+            "running": self.running,
+        }
+
 
 def instance_name(role: str, instance_id: str) -> str:
     return f"{role}:{instance_id}"
@@ -81,22 +95,7 @@ class Instances:
         if not instances:
             return
         now = now or utcnow()
-        values = [
-            {
-                "name": i.name,
-                "role": i.role,
-                "instance_id": i.instance_id,
-                "kind": i.kind,
-                "description": i.description,
-                "card_url": i.card_url,
-                "capabilities": i.capabilities,
-                "slots": i.slots,
-                "running": i.running,
-                "last_seen": now,
-                "started_at": i.started_at or now,
-            }
-            for i in instances
-        ]
+        values = [{**i.described(), "last_seen": now, "started_at": i.started_at or now} for i in instances]
         insert = postgresql.insert(_t) if self._pg else sqlite.insert(_t)
         stmt = insert.on_conflict_do_update(
             index_elements=[_t.c.name],
