@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,7 +19,7 @@ import pytest
 
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
-from tests.support.server import ServerProcess
+from tests.support.server import BIN, ROOT, ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -58,19 +62,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-async def _fresh_pg_database(base_url: str) -> str:
-    """A new, empty database on the test PostgreSQL; its URL."""
+async def _fresh_pg_database(base_url: str, template: str | None = None) -> str:
+    """A new database on the test PostgreSQL (a copy of `template` when given, else empty); its URL."""
     name = f"a2a_{uuid.uuid4().hex[:12]}"
     dsn = base_url.replace("postgresql+asyncpg://", "postgresql://")
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     finally:
         await conn.close()
     return base_url.rsplit("/", 1)[0] + "/" + name
 
 
+def _migrate(url: str) -> None:
+    subprocess.run(
+        [str(BIN / "a2a-server"), "migrate"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url},
+        check=True,
+        capture_output=True,
+    )
+
+
+_TEMPLATES: dict[str, str] = {}
+"""Per backend (and PostgreSQL server), a database this process migrated to head once with `a2a-server
+migrate`: `migrated_database_url` hands out copies of it instead of running the migrations again for every
+server and cluster. What the migrations build is tested on fresh databases in
+tests/store/test_migrations.py; the tests on a PostgreSQL of their own (`own_services`) and the upgrade check
+still migrate theirs."""
+_TEMPLATE_DIR = Path(tempfile.mkdtemp(prefix="a2a-template-"))
+atexit.register(shutil.rmtree, _TEMPLATE_DIR, True)
+
+
 async def database_url(backend: str, tmp: Path) -> str:
+    """A new, empty database of `backend` (SQLite under `tmp`); skipped without TEST_POSTGRES_URL."""
     if backend == "sqlite":
         return f"sqlite+aiosqlite:///{tmp / 'a2a.db'}"
     pg = os.environ.get("TEST_POSTGRES_URL")
@@ -79,10 +104,41 @@ async def database_url(backend: str, tmp: Path) -> str:
     return await _fresh_pg_database(pg)
 
 
+async def migrated_pg_database(base_url: str) -> str:
+    """A new database on the PostgreSQL of `base_url`, already at the migrations' head (a copy of this
+    process's template, made on first use)."""
+    template = _TEMPLATES.get(base_url)
+    if template is None:
+        url = await _fresh_pg_database(base_url)
+        _migrate(url)  # nobody connects to it afterwards: CREATE DATABASE ... TEMPLATE needs it idle
+        template = _TEMPLATES[base_url] = url.rsplit("/", 1)[1]
+    return await _fresh_pg_database(base_url, template)
+
+
+async def migrated_database_url(backend: str, tmp: Path) -> str:
+    """`database_url`, already at the migrations' head: what `a2a-server migrate` would leave, copied from a
+    template migrated once per test process."""
+    if backend == "sqlite":
+        template = _TEMPLATES.get("sqlite")
+        if template is None:
+            path = _TEMPLATE_DIR / "a2a.db"
+            _migrate(f"sqlite+aiosqlite:///{path}")
+            template = _TEMPLATES["sqlite"] = str(path)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal"):  # the migration closed its connection: no -wal is left, normally
+            if Path(template + suffix).exists():
+                shutil.copyfile(template + suffix, tmp / f"a2a.db{suffix}")
+        return f"sqlite+aiosqlite:///{tmp / 'a2a.db'}"
+    pg = os.environ.get("TEST_POSTGRES_URL")
+    if not pg:
+        pytest.skip("TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    return await migrated_pg_database(pg)
+
+
 async def make_server(backend: str, tmp: Path, **env: str) -> ServerProcess:
+    """A started server on a new database of `backend` at the migrations' head."""
     tmp.mkdir(parents=True, exist_ok=True)
-    server = ServerProcess(await database_url(backend, tmp), tmp / "server.log", **env)
-    server.migrate()
+    server = ServerProcess(await migrated_database_url(backend, tmp), tmp / "server.log", **env)
     server.start()
     return server
 
@@ -121,7 +177,7 @@ async def cluster_factory(tmp_path: Path) -> AsyncIterator[ClusterFactory]:
 
     async def make(replicas: int = 3, **env: str) -> Cluster:
         workdir = tmp_path / f"cluster-{len(started) + 1}"
-        c = Cluster(await _fresh_pg_database(pg), redis, workdir, replicas, **env)
+        c = Cluster(await migrated_pg_database(pg), redis, workdir, replicas, migrated=True, **env)
         started.append(c)
         await asyncio.to_thread(c.start)
         return c
