@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.support import parallel
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.server import BIN, ROOT, ServerProcess
@@ -28,38 +29,65 @@ KINDS = ("e2e", "cluster", "interop", "cli", "console")
 """Process-level suites: each is a folder of tests/ and a marker (pyproject.toml) of the same name."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    parallel.configure()  # an xdist worker but the first: a Redis of its own (tests/support/parallel.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parallel.unconfigure()
+
+
+@pytest.hookimpl(wrapper=True)  # the order after pytest's own (which groups tests by parametrized fixture)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """Mark every test by its folder, so nobody has to remember to: tests/e2e/... is `e2e`, and so on for
     each of KINDS; the room folders (tests/tasks/, tests/store/, ...) are `unit`, but for a test there that
-    carries a kind marker itself (one that starts a server process is `@pytest.mark.e2e`)."""
+    carries a kind marker itself (one that starts a server process is `@pytest.mark.e2e`). In an xdist
+    worker, the cluster tests first (tests/support/parallel.py)."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0]
         if folder in KINDS:
             item.add_marker(folder)
         elif not any(item.get_closest_marker(kind) for kind in KINDS):
             item.add_marker("unit")
+    yield
+    parallel.serial_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return parallel.make_scheduler(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Last: no log the run wrote (servers, replicas, workers, nginx: every `*.log` under the run's temporary
-    folder) shows a secret the tests handed out (tests/support/secrets.py); a leak fails the run."""
+    folder) shows a secret the tests handed out (tests/support/secrets.py); a leak fails the run. An xdist
+    worker scans its own folder (the secrets it handed out are known there) and hands what it found to the
+    controller, which reports it (`pytest_testnodedown`)."""
     from tests.support.secrets import leaks
 
     factory = getattr(session.config, "_tmp_path_factory", None)
     basetemp = getattr(factory, "_basetemp", None)  # None: no test made a temporary folder
-    if basetemp is None:
+    found = leaks(basetemp) if basetemp is not None else []
+    lines = [f"  {path}: {secret[:6]}..." for path, secret in found]
+    if parallel.worker() is not None:
+        session.config.workeroutput["secret_leaks"] = lines  # type: ignore[attr-defined]
         return
-    found = leaks(basetemp)
-    if not found:
+    lines += parallel.worker_leaks
+    if not lines:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    lines = [f"  {path}: {secret[:6]}..." for path, secret in found]
     message = "a secret the tests handed out was logged:\n" + "\n".join(lines)
     if reporter is not None:
         reporter.ensure_newline()
         reporter.write_sep("=", "secrets in logs", red=True)
         reporter.write_line(message)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller, as a worker ends: keep the leaks it found."""
+    parallel.worker_leaks.extend(getattr(node, "workeroutput", {}).get("secret_leaks", []))
 
 
 async def _fresh_pg_database(base_url: str, template: str | None = None) -> str:
