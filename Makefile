@@ -39,7 +39,7 @@ migrate: $(VENV)/.installed
 ## pinned coding-agent CLIs from npm into .cache/cli), run the suite on SQLite and PostgreSQL in two pytest-xdist
 ## workers (tests/support/parallel.py; the cluster tests one after another in one of them). `PYTEST_XDIST=` runs
 ## it in one process.
-PYTEST_XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_XDIST ?= -n 2
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start

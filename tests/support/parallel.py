@@ -1,4 +1,4 @@
-"""Running the suite in several pytest-xdist workers (`make test` runs `-n 2 --dist loadgroup`).
+"""Running the suite in several pytest-xdist workers (`make test` runs `pytest -n 2`, docs/testing.md).
 
 What the workers must not share, and how they don't:
 
