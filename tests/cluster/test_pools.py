@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import _fresh_pg_database
+from tests.conftest import migrated_pg_database
 from tests.support.server import ServerProcess
 
 AGENTS = {
@@ -29,13 +29,12 @@ async def pools(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerProc
     pg, redis = os.environ.get("TEST_POSTGRES_URL"), os.environ.get("TEST_REDIS_URL")
     if not pg or not redis:
         pytest.skip("TEST_POSTGRES_URL and TEST_REDIS_URL are not set: `make test` starts both")
-    db = await _fresh_pg_database(pg)
+    db = await migrated_pg_database(pg)
     common = {"AGENTS": json.dumps(AGENTS), "REDIS_URL": redis, "QUEUE_POLL_S": "0.5", "LEASE_TTL_S": "3"}
     servers = [
         ServerProcess(db, tmp_path / f"{role}.log", AGENT_ROLES=role, **common)
         for role in ("reviewer", "triager")
     ]
-    servers[0].migrate()
     for s in servers:
         s.start()
     try:

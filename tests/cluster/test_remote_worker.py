@@ -28,7 +28,7 @@ from httpx_sse import aconnect_sse
 
 from app.api.auth import hash_key
 from tests.cluster.test_chaos_load import ENDED, event_log
-from tests.conftest import _fresh_pg_database
+from tests.conftest import migrated_pg_database
 from tests.support.auth import KEYS, api_keys_env, key_of
 from tests.support.cluster import Cluster, Replica
 from tests.support.secrets import remember
@@ -112,7 +112,7 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
     pg, redis = os.environ.get("TEST_POSTGRES_URL"), os.environ.get("TEST_REDIS_URL")
     if not pg or not redis:
         pytest.skip("TEST_POSTGRES_URL and TEST_REDIS_URL are not set: `make test` starts both")
-    db = await _fresh_pg_database(pg)
+    db = await migrated_pg_database(pg)
     env = api_keys_env(
         AGENTS=json.dumps(AGENTS),
         WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "dev-vm"}),
@@ -122,7 +122,7 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
         DISCOVERY_MAX_AGE_S="3",
         ROLE_WAIT_S="2",
     )
-    cl = Pools(db, redis, tmp_path / "cluster", 2, grpc=True, **env)
+    cl = Pools(db, redis, tmp_path / "cluster", 2, grpc=True, migrated=True, **env)
     await asyncio.to_thread(cl.start)
     worker = WorkerProcess(cl.nginx_url, tmp_path / "worker.log", "vm1")
     worker.start()

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-from tests.conftest import _fresh_pg_database
+from tests.conftest import migrated_pg_database
 from tests.e2e.test_push import PUSH_ENV
 from tests.support.otlp import OtlpReceiver, Span
 from tests.support.receiver import Receiver
@@ -52,7 +52,7 @@ async def replicas(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerP
         "coder": {"adapter": "ndjson", "command": f"{sys.executable} {script}"},
     }
     receiver = OtlpReceiver()
-    db = await _fresh_pg_database(pg)
+    db = await migrated_pg_database(pg)
     common = {
         **PUSH_ENV,
         **receiver.env(),
@@ -71,7 +71,6 @@ async def replicas(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerP
         **common,
     )
     b = ServerProcess(db, tmp_path / "b.log", AGENT_ROLES="coder", REPLICA_ID="trace-b", **common)
-    a.migrate()
     try:
         a.start()
         b.start()

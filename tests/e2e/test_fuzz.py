@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from app.api import ops_v03, ops_v10
 from app.api.openapi import document
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.auth import api_keys_env, key_of
 from tests.support.counting import CountingClient, Tally
 from tests.support.server import ServerProcess
@@ -114,11 +114,10 @@ async def backend(
 ) -> AsyncIterator[Backend]:
     tmp = tmp_path_factory.mktemp(f"fuzz-{request.param}")
     srv = ServerProcess(
-        await database_url(request.param, tmp),
+        await migrated_database_url(request.param, tmp),
         tmp / "server.log",
         **api_keys_env(MAX_BODY_BYTES="65536", BLOCKING_TIMEOUT_S="2"),
     )
-    srv.migrate()
     srv.start()
     b = Backend(request.param, srv, tmp / "server.log")
     async with httpx.AsyncClient(base_url=srv.base_url, headers=key_of("alice"), timeout=20) as c:

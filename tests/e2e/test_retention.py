@@ -29,7 +29,7 @@ from httpx_sse import aconnect_sse
 
 from app.protocol.model import TaskState, utcnow
 from app.store.db import create_engine
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.fill import Spec, counters_match_tasks, fill, orphans, per_task, rows_of
 from tests.support.receiver import Receiver
 from tests.support.rpc import result, text_message
@@ -62,8 +62,7 @@ async def list_total(client: httpx.AsyncClient, **params: Any) -> int:
 
 async def server_on(backend: str, tmp: Path, **env: str) -> ServerProcess:
     tmp.mkdir(parents=True, exist_ok=True)
-    srv = ServerProcess(await database_url(backend, tmp), tmp / "server.log", **env)
-    srv.migrate()
+    srv = ServerProcess(await migrated_database_url(backend, tmp), tmp / "server.log", **env)
     return srv
 
 

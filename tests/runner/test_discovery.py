@@ -5,8 +5,6 @@ and the listing `GET /agents` answers with (a configured role with no live insta
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -22,8 +20,7 @@ from app.runner.discovery import Discovery, Instance
 from app.store.db import create_engine
 from app.store.instances import STALE_FACTOR, InstanceRecord, Instances
 from app.store.models import AgentInstanceRow
-from tests.conftest import BACKENDS, database_url
-from tests.support.server import BIN, ROOT
+from tests.conftest import BACKENDS, migrated_database_url
 
 WAIT_S = 10.0
 """A guard against a hang, never a timing assertion."""
@@ -32,14 +29,7 @@ MAX_AGE_S = 60.0
 
 @pytest.fixture(params=BACKENDS)
 async def store(request, tmp_path):
-    url = await database_url(request.param, tmp_path)
-    subprocess.run(
-        [str(BIN / "a2a-server"), "migrate"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        check=True,
-        capture_output=True,
-    )
+    url = await migrated_database_url(request.param, tmp_path)
     engine = create_engine(url)
     yield Instances(engine)
     await engine.dispose()

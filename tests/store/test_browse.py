@@ -3,26 +3,19 @@ on, on both databases: a match older than the window is found on a later page, n
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
 from app.protocol.model import TaskState
 from app.store.browse import Browse, Filters
 from app.store.db import create_engine
 from app.store.writer import Writer
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.inproc import OWNER, seeded_write
-from tests.support.server import BIN, ROOT
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_sparse_filter_walks_window_by_window(backend, tmp_path):
-    url = await database_url(backend, tmp_path)
-    subprocess.run(
-        [str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, check=True
-    )
+    url = await migrated_database_url(backend, tmp_path)
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()

@@ -4,9 +4,6 @@ whatever the task service above checks again."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from sqlalchemy import select
 
@@ -16,21 +13,13 @@ from app.store.leases import Leases
 from app.store.models import TaskRow
 from app.store.repo import Repository
 from app.store.writer import Writer
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.inproc import OWNER, seeded_write
-from tests.support.server import BIN, ROOT
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_another_owners_task_is_neither_read_nor_leased(backend, tmp_path):
-    url = await database_url(backend, tmp_path)
-    subprocess.run(
-        [str(BIN / "a2a-server"), "migrate"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        check=True,
-        capture_output=True,
-    )
+    url = await migrated_database_url(backend, tmp_path)
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()

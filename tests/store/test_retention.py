@@ -5,8 +5,6 @@ and the dry run counts what a prune deletes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections import Counter
 from datetime import timedelta
 
@@ -17,9 +15,8 @@ from app.protocol.model import TaskState, utcnow
 from app.store.db import create_engine
 from app.store.models import TaskCountRow
 from app.store.retention import Pruning
-from tests.conftest import BACKENDS, database_url
+from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.fill import Spec, counters_match_tasks, fill, per_task, rows_of, table_counts
-from tests.support.server import BIN, ROOT
 
 NOW = utcnow()
 OLD = NOW - timedelta(days=40)
@@ -28,9 +25,7 @@ CUTOFF = NOW - timedelta(days=30)
 
 @pytest.fixture(params=BACKENDS)
 async def engine(request, tmp_path):
-    url = await database_url(request.param, tmp_path)
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=env, check=True, capture_output=True)
+    url = await migrated_database_url(request.param, tmp_path)
     engine = create_engine(url)
     yield engine
     await engine.dispose()

@@ -3,8 +3,6 @@ one owner or (an admin's) all, and each owner's sums read by an index of its own
 
 from __future__ import annotations
 
-import os
-import subprocess
 from datetime import timedelta
 
 import pytest
@@ -16,8 +14,7 @@ from app.store import rows
 from app.store.db import create_engine
 from app.store.usage import GROUPS, UsageQuery, UsageReads, grouped
 from app.store.writer import Write, Writer
-from tests.conftest import BACKENDS, database_url
-from tests.support.server import BIN, ROOT
+from tests.conftest import BACKENDS, migrated_database_url
 
 TODAY = utcnow()
 YESTERDAY = TODAY - timedelta(days=1)
@@ -39,9 +36,7 @@ SEEDED = [
 
 @pytest.fixture(params=BACKENDS)
 async def reads(request, tmp_path):
-    url = await database_url(request.param, tmp_path)
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=env, check=True, capture_output=True)
+    url = await migrated_database_url(request.param, tmp_path)
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()

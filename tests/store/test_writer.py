@@ -4,8 +4,6 @@ task's retry key lasts while it runs."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 
 import pytest
 from sqlalchemy import func, select
@@ -14,8 +12,7 @@ from app.protocol.model import utcnow
 from app.store.db import create_engine
 from app.store.models import EventRow, MessageRow, TaskRow
 from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
-from tests.conftest import BACKENDS, database_url
-from tests.support.server import BIN, ROOT
+from tests.conftest import BACKENDS, migrated_database_url
 
 
 def new_task_write(task_id: str, message_id: str) -> Write:
@@ -53,14 +50,7 @@ def new_task_write(task_id: str, message_id: str) -> Write:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_path):
-    url = await database_url(backend, tmp_path)
-    subprocess.run(
-        [str(BIN / "a2a-server"), "migrate"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        check=True,
-        capture_output=True,
-    )
+    url = await migrated_database_url(backend, tmp_path)
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()

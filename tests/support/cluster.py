@@ -5,6 +5,7 @@ short keep-alives; `env` overrides any replica setting (LEASE_TTL_S, MAX_CONCURR
 gives each replica a gRPC port and nginx a gRPC server (`cluster.grpc_port`) the card advertises. Logs:
 `tmp_path/replica-<n>.log` and `tmp_path/nginx/`. Every wait polls a condition (/readyz), never a fixed sleep.
 `prometheus=True` adds Prometheus scraping every replica every second (`cluster.prometheus_url`).
+`migrated=True`: the database is at the migrations' head already, `start()` does not migrate it.
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ class Cluster(_Cluster):
         redis_bus: bool | None = None,
         grpc: bool = False,
         prometheus: bool = False,
+        migrated: bool = False,
         **env: str,
     ) -> None:
+        self.migrated = migrated
+        """The database is at the migrations' head already (a copy of a migrated template,
+        tests/conftest.py): `start()` skips `a2a-server migrate`."""
         super().__init__(
             database_url,
             redis_url,
@@ -56,6 +61,10 @@ class Cluster(_Cluster):
             prometheus=prometheus,
             scrape_interval="1s",
         )
+
+    def migrate(self) -> None:
+        if not self.migrated:
+            super().migrate()
 
     def log(self, i: int) -> str:
         """Everything replica `i` has logged so far."""

@@ -3,9 +3,6 @@ test_isolation.py checks every route over HTTP with two principals)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
 from app.agents.echo import EchoAgent
@@ -18,15 +15,12 @@ from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
-from tests.conftest import BACKENDS, database_url
-from tests.support.server import BIN, ROOT
+from tests.conftest import BACKENDS, migrated_database_url
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
-    url = await database_url(backend, tmp_path)
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=env, check=True, capture_output=True)
+    url = await migrated_database_url(backend, tmp_path)
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()
