@@ -23,10 +23,10 @@ from redis.asyncio import Redis
 from app.api.auth import hash_key
 from app.limits.redis import STREAMS_PREFIX, RedisStreamSlots, RedisTaskRate, principal_key
 from app.protocol.errors import RateLimitedError, TooManyStreamsError
-from scripts.cluster import free_port
 from tests.conftest import ClusterFactory
 from tests.support.cluster import Cluster
 from tests.support.rpc import text_message
+from tests.support.server import free_port
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("TEST_REDIS_URL"), reason="TEST_REDIS_URL is not set: `make test` starts Redis"

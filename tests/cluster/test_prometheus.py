@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from scripts.cluster import free_port, port_in_use
+from scripts.cluster import port_in_use
 from scripts.grafana_dashboard import DASHBOARD
 from tests.conftest import _fresh_pg_database
 from tests.support.rpc import send
+from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
@@ -49,9 +50,9 @@ async def _until(what: str, check) -> Any:
 def _ports() -> tuple[int, int, int]:
     """nginx's, the first replica's (the second is the next one) and Prometheus's, all free now."""
     while True:
-        nginx, base, prom = free_port(), free_port(), free_port()
-        if len({nginx, base, base + 1, prom}) == 4 and not port_in_use(base + 1):
-            return nginx, base, prom
+        nginx, base, after = free_port(), free_port(), free_port()
+        if after == base + 1 and not port_in_use(after):
+            return nginx, base, free_port()
 
 
 def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

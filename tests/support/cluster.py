@@ -14,8 +14,13 @@ import os
 import signal
 from pathlib import Path
 
+import scripts.cluster
 from scripts.cluster import REDIS_BUS, Replica
 from scripts.cluster import Cluster as _Cluster
+from tests.support.server import free_port
+
+# The clusters tests start take their ports from this test process's own range, as its servers do.
+scripts.cluster.free_port = free_port
 
 __all__ = ["REDIS_BUS", "Cluster", "Replica"]
 

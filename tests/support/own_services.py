@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from scripts.cluster import free_port
+from tests.support.server import free_port
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 

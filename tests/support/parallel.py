@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from scripts.cluster import free_port
+from tests.support.server import free_port
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 SERIAL = "cluster"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,10 +18,27 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+PORTS_FROM = 20000
+PORTS_PER_PROCESS = 2000
+"""Each test process (an xdist worker) hands out ports from a range of its own below the kernel's ephemeral
+ports (32768 and up): two workers never pick the same port between choosing it and binding it, and neither
+does the ephemeral port of an outgoing connection."""
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 6
+_next = itertools.count(random.randrange(PORTS_PER_PROCESS))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, from this process's range, each handed out once in turn."""
+    low = PORTS_FROM + _worker * PORTS_PER_PROCESS
+    for _ in range(PORTS_PER_PROCESS):
+        port = low + next(_next) % PORTS_PER_PROCESS
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {low}-{low + PORTS_PER_PROCESS - 1}")
 
 
 class ServerProcess:
