@@ -117,21 +117,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
     args.servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
     if args.baseline and "baseline" not in args.servers:
-        at = args.servers.index("ours") + 1 if "ours" in args.servers else 0
-        args.servers.insert(at, "baseline")
+        _after_ours(args.servers, "baseline")
     elif "baseline" in args.servers and not args.baseline:
         p.error("the baseline server needs --baseline REV")
     if args.workers > 1 and "workers" not in args.servers:
         if not args.redis_url:
             p.error("--workers needs BENCH_REDIS_URL (or --redis-url): the workers share a Redis bus")
-        at = args.servers.index("ours") + 1 if "ours" in args.servers else 0
-        args.servers.insert(at, "workers")
+        _after_ours(args.servers, "workers")
     elif "workers" in args.servers and args.workers < 2:
         p.error("the workers server needs --workers N (N >= 2)")
     unknown = set(args.servers) - set(SERVERS)
     if unknown:
         p.error(f"unknown server(s) {sorted(unknown)}; choose from {sorted(SERVERS)}")
     return args
+
+
+def _after_ours(servers: list[str], key: str) -> None:
+    """Run `key` right after ours (first without ours), so the two are measured as close as can be."""
+    servers.insert(servers.index("ours") + 1 if "ours" in servers else 0, key)
 
 
 @dataclass
@@ -375,16 +378,30 @@ def profile_pass(server: Server, args: argparse.Namespace, wrk: str | None, stam
 # ---- report --------------------------------------------------------------------------------------------
 
 
-def _rps(runs: dict[str, ServerRun], key: str, c: int) -> float | None:
-    run = runs.get(key)
-    m = run.points.get(c) if run else None
-    return m.point.rps if m else None
-
-
 def _point(runs: dict[str, ServerRun], key: str, c: int) -> Point | None:
     run = runs.get(key)
     m = run.points.get(c) if run else None
     return m.point if m else None
+
+
+def _rps(runs: dict[str, ServerRun], key: str, c: int) -> float | None:
+    p = _point(runs, key, c)
+    return p.rps if p else None
+
+
+def _against(
+    runs: dict[str, ServerRun], args: argparse.Namespace, new: str, old: str, title: str
+) -> list[str]:
+    """`new`'s throughput against `old`'s at each concurrency, in percent, and their p99s."""
+    lines = ["", f"{title} (throughput, p99):"]
+    for c in args.concurrency:
+        now, before = _point(runs, new, c), _point(runs, old, c)
+        if now and before and before.rps:
+            lines.append(
+                f"  c={c:<3} {100 * (now.rps / before.rps - 1):+6.1f} %"
+                f"   p99 {before.p99_ms:.1f} -> {now.p99_ms:.1f} ms"
+            )
+    return lines
 
 
 Verdict = tuple[str, bool | None, str]
@@ -467,23 +484,9 @@ def report(runs: dict[str, ServerRun], args: argparse.Namespace, loadgen: str) -
     if any(m.disturbed for r in runs.values() for m in r.points.values()):
         lines.append("* other processes used the CPU during this point, even after retries")
     if "baseline" in runs and "ours" in runs:
-        lines += ["", f"ours against {runs['baseline'].label} (throughput, p99):"]
-        for c in args.concurrency:
-            now, before = _point(runs, "ours", c), _point(runs, "baseline", c)
-            if now and before and before.rps:
-                lines.append(
-                    f"  c={c:<3} {100 * (now.rps / before.rps - 1):+6.1f} %"
-                    f"   p99 {before.p99_ms:.1f} -> {now.p99_ms:.1f} ms"
-                )
+        lines += _against(runs, args, "ours", "baseline", f"ours against {runs['baseline'].label}")
     if "workers" in runs and "ours" in runs:
-        lines += ["", f"{runs['workers'].label} against one (throughput, p99):"]
-        for c in args.concurrency:
-            one, many = _point(runs, "ours", c), _point(runs, "workers", c)
-            if one and many and one.rps:
-                lines.append(
-                    f"  c={c:<3} {100 * (many.rps / one.rps - 1):+6.1f} %"
-                    f"   p99 {one.p99_ms:.1f} -> {many.p99_ms:.1f} ms"
-                )
+        lines += _against(runs, args, "workers", "ours", f"{runs['workers'].label} against one")
     verdicts = targets(runs)
     lines += ["", "targets:"]
     lines += [f"  {_mark(met):>10}  {what}: {detail}" for what, met, detail in verdicts]

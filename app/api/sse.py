@@ -7,7 +7,6 @@ with `Last-Event-ID` (another replica serves it from the log), instead of being 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,8 +18,6 @@ from starlette.responses import Response
 
 from app.protocol.model import EventRecord
 from app.tasks.service import Snapshot
-
-log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 FAREWELL = "server shutting down: resubscribe with Last-Event-ID to continue"
