@@ -445,6 +445,8 @@ async def tasks_tail(settings: Settings, task_id: str, lines: int, as_json: bool
 class _Bystander:
     """The executor of the admin's task service: it runs no agents (a cancel stops the run where it is)."""
 
+    pure = False
+
     def reserve(self) -> bool:
         return False
 

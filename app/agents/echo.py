@@ -8,6 +8,7 @@ from .sdk import Agent, Skill, TaskContext
 class EchoAgent(Agent):
     name = "Echo Agent"
     description = "Answers every message with its own text. The zero-set-up default adapter."
+    pure = True
     skills = (
         Skill(
             id="echo",

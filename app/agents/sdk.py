@@ -451,6 +451,13 @@ class Agent(ABC):
     """The A2A extensions the agent supports, declared on its card (with `CARD_EXTENSIONS`, which wins
     for the same URI); the ones a request activates reach `run` as `TaskContext.active_extensions`."""
 
+    pure: bool = False
+    """The agent has no effects beyond the events it emits (it computes its answer in process, touches
+    no files and calls no paid service). A blocking send then starts its run before the new task is
+    committed, and the task's creation commits with the run's first step: one transaction instead of two
+    for an agent that answers at once. If that commit fails (a concurrent copy of the request stored first,
+    or the database is away) the run is dropped; a run slower than a moment commits the task alone first."""
+
     @abstractmethod
     async def run(self, task: TaskContext) -> None:
         """Do the task. Called again with the full history if the server restarts while it waits."""

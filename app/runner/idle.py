@@ -30,6 +30,7 @@ class Idle:
 
     running = 0
     slots = 0
+    pure = False
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ from app.protocol.errors import InternalError
 from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.live import WORKER_PREFIX, LiveTask, TaskLostError, UnrecordedError
+from app.tasks.live import WORKER_PREFIX, LiveTask, StillbornError, TaskLostError, UnrecordedError
 from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
@@ -113,6 +113,8 @@ class Runner:
         """Prices the tokens of the usage reports whose agent gives no cost (PRICE_TABLE_FILE)."""
         self._leases = leases
         self._agent = agent
+        self.pure = agent.pure
+        """The agent's runs may start before their task is committed (`Agent.pure`)."""
         self._max = max_concurrent
         self._active = 0
         self._timeout_s = timeout_s
@@ -285,8 +287,9 @@ class Runner:
         Compared under the task's lock, so no commit of the run is half done: a task ended here, or one
         whose lease and last event are still ours, is left alone."""
         live = self._tasks.get(task_id)
-        if live is None:
-            return  # ended here, or already dropped by a commit that collided (the run stops itself)
+        if live is None or live.unborn is not None:
+            # Ended here, dropped by a commit that collided (the run stops itself), or not stored yet.
+            return
         async with live.lock:
             if live.task.status.state.terminal or self._tasks.get(task_id) is not live:
                 return
@@ -374,6 +377,8 @@ class Runner:
             await self._run_agent(task_id)
         except asyncio.CancelledError:
             pass
+        except StillbornError:
+            log.debug("task %s was not stored (a copy stored first, or the database is away)", task_id)
         except TaskLostError:
             log.warning("task %s was ended or taken over by another replica; its agent was stopped", task_id)
         except UnrecordedError:

@@ -189,6 +189,24 @@ class Write:
     trace: Any = None
     """The span the write was made in (tracing on): its batch's span hangs off the first, links the rest."""
 
+    def then(self, later: Write) -> Write:
+        """This write and `later` (the next step of the same task) as one: a new task's creation with its
+        run's first step, committed together. The writer inserts before it updates, so `later`'s task
+        update meets the row this write inserts."""
+        return Write(
+            new_task=self.new_task or later.new_task,
+            task_update=later.task_update or self.task_update,
+            messages=self.messages + later.messages,
+            events=self.events + later.events,
+            artifacts=self.artifacts + later.artifacts,
+            push_configs=self.push_configs + later.push_configs,
+            notifications=self.notifications + later.notifications,
+            folded_artifacts=later.folded_artifacts,
+            idempotency_key=self.idempotency_key or later.idempotency_key,
+            usage=self.usage + later.usage,
+            task_metadata=later.task_metadata or self.task_metadata,
+        )
+
 
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds (seconds) of the commit-time histogram's buckets; one more bucket above the last."""

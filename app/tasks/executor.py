@@ -10,6 +10,10 @@ from app.protocol.model import Message
 class Executor(Protocol):
     """Runs agents for tasks: slots, starting and stopping runs, answers, direct replies."""
 
+    pure: bool
+    """The agent has no effects beyond the events it emits (`Agent.pure`): its run may start before its
+    task is committed, and a run whose task then fails to commit is dropped."""
+
     def reserve(self) -> bool:
         """Take one agent slot for a task about to start here; False when all are busy."""
         ...

@@ -17,7 +17,7 @@ from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task,
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository, TaskHead
 
-from .live import STOP_STATES, HeldElsewhereError, LiveTasks, Snapshot
+from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, Snapshot
 
 _T = TypeVar("_T")
 REPLAY_PAGE = 500
@@ -48,7 +48,7 @@ class Reader:
 
     async def load(self, owner: str, task_id: str, history_length: int | None = None) -> Snapshot:
         """The task as its owner may see it; someone else's task does not exist for them."""
-        live = self._tasks.get(task_id)
+        live = self._tasks.shown(task_id)
         if live is not None:
             if live.owner != owner:
                 raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
@@ -61,7 +61,7 @@ class Reader:
 
     async def head(self, owner: str, task_id: str) -> TaskHead:
         """The task's context, state and last event number: its row only, never its history or artifacts."""
-        live = self._tasks.get(task_id)
+        live = self._tasks.shown(task_id)
         if live is not None and live.owner == owner:
             return TaskHead(live.task.context_id, live.task.status.state, live.seq)
         head = await self._repo.task_head(task_id, owner=owner)
@@ -69,10 +69,13 @@ class Reader:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return head
 
-    async def wait_stopped(self, owner: str, task_id: str, timeout_s: float) -> Task:
+    async def wait_stopped(
+        self, owner: str, task_id: str, timeout_s: float, live: LiveTask | None = None
+    ) -> Task:
         """The task once it is terminal or waiting for input (or as it stands at the timeout): a future
-        the live task answers (`live._wake_waiters`), or following it when it runs elsewhere."""
-        live = self._tasks.get(task_id)
+        the live task answers (`live._wake_waiters`), or following it when it runs elsewhere. `live`: the
+        task as the caller staged it, which may have ended (and left the live tasks) since."""
+        live = live or self._tasks.shown(task_id)
         if live is not None and live.owner == owner:
             if live.task.status.state in STOP_STATES:
                 return live.snapshot().task

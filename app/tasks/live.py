@@ -11,6 +11,7 @@ between commits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
@@ -92,9 +93,23 @@ class LiveTask:
     retries: int = 0
     """How often a write that collides is made again on the task re-read: a request's write to a remote
     worker's task, which the worker writes meanwhile through any replica (its own batches never retry)."""
+    unborn: Unborn | None = None
+    """Its creation, while not yet committed (`LiveTasks.stage`): nobody but its run and the request
+    that made it sees the task until then."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.task.with_history(None), self.seq)
+
+
+@dataclass(slots=True, eq=False)
+class Unborn:
+    """A staged task's creation, waiting to commit with its run's first step."""
+
+    write: Write
+    first: list[EventRecord]
+    """The `submitted` event, published once the creation commits."""
+    born: asyncio.Future[None]
+    """Set once the creation is committed; the commit's error if it failed (the task is then dropped)."""
 
 
 @dataclass(slots=True)
@@ -179,6 +194,11 @@ class TaskLostError(Exception):
     """The task was ended or taken over by another replica while its run was here: the run must stop."""
 
 
+class StillbornError(TaskLostError):
+    """A staged task's creation failed with its run's first step (a concurrent copy stored first, or the
+    database is away): the request that made it answers, the run stops quietly."""
+
+
 class UnrecordedError(Exception):
     """A run's events could not be committed within the outage grace: the database stayed away."""
 
@@ -228,7 +248,13 @@ class LiveTasks:
         return len(self._live)
 
     def get(self, task_id: str) -> LiveTask | None:
+        """The live task, staged ones included (its run's view)."""
         return self._live.get(task_id)
+
+    def shown(self, task_id: str) -> LiveTask | None:
+        """The live task as requests may see and write it: not a staged one, which does not exist yet."""
+        live = self._live.get(task_id)
+        return None if live is None or live.unborn is not None else live
 
     async def writable(self, owner: str, task_id: str, take_over: bool = False) -> LiveTask:
         """The task for writing: held here already, or its lease taken now.
@@ -238,7 +264,7 @@ class LiveTasks:
         or heartbeat; a remote worker's task is written for the worker as always). A finished task comes
         back unregistered (no lease needed) so callers can answer with the right error.
         """
-        live = self._live.get(task_id)
+        live = self.shown(task_id)
         if live is None:
             if take_over:
                 holder = await self._leases.holder(task_id, owner=owner)
@@ -256,7 +282,7 @@ class LiveTasks:
                 elif holder is not None and holder != self.replica_id:
                     raise HeldElsewhereError(holder)
             stored = await self._repo.get_task(task_id, owner=owner, to_write=True)
-            live = self._live.get(task_id)
+            live = self.shown(task_id)
             if live is None:
                 if stored is None:
                     raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
@@ -290,6 +316,60 @@ class LiveTasks:
         the message and its outbox rows, the retry key and the Idempotency-Key, in one commit; then publish,
         ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
         retry key or the Idempotency-Key first."""
+        write, first, traceparent = self._creation(task, owner, now, hold, retry_key, push, key_row)
+        await self._writer.commit(write)
+        await self._born(task, write, first)
+        if hold:
+            self._live[task.id] = LiveTask(
+                task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent
+            )
+
+    def stage(
+        self,
+        task: Task,
+        owner: str,
+        retry_key: str | None,
+        push: PushConfig | None = None,
+        key_row: dict[str, Any] | None = None,
+    ) -> LiveTask:
+        """`create` for a task whose run starts here at once, without its commit: the creation commits
+        with the run's first step, one transaction for an agent that answers at once (`born` waits for
+        it). Until then the task exists only for its run and the caller."""
+        write, first, traceparent = self._creation(task, owner, utcnow(), True, retry_key, push, key_row)
+        unborn = Unborn(write, first, asyncio.get_running_loop().create_future())
+        live = LiveTask(
+            task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent, unborn=unborn
+        )
+        self._live[task.id] = live
+        return live
+
+    async def born(self, live: LiveTask, within_s: float) -> None:
+        """Return once the staged task is committed: with its run's first step, or alone when the run
+        has taken none within `within_s`. Raises what the commit raised (DuplicateError when a concurrent
+        copy stored first); the task is then dropped."""
+        unborn = live.unborn
+        if unborn is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(unborn.born), within_s)
+        if not unborn.born.done():
+            async with live.lock:
+                if not unborn.born.done():
+                    await self._commit_unborn(live, unborn.write)
+                    await self._born(live.task, unborn.write, unborn.first)
+        await unborn.born
+
+    def _creation(
+        self,
+        task: Task,
+        owner: str,
+        now: datetime,
+        hold: bool,
+        retry_key: str | None,
+        push: PushConfig | None,
+        key_row: dict[str, Any] | None,
+    ) -> tuple[Write, list[EventRecord], str | None]:
+        """A new task's rows, its `submitted` event and the creating request's trace context."""
         first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
         holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
         # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
@@ -303,15 +383,32 @@ class LiveTasks:
         if push is not None:
             write.push_configs.append(new_row(owner, task.id, push, now))
             write.notifications = payloads.notifications(task, first, [], now)
-        await self._writer.commit(write)
-        await self._bus.publish(task.id, task.context_id, first)
+        return write, first, traceparent
+
+    async def _born(self, task: Task, write: Write, first: list[EventRecord]) -> None:
+        """What follows a new task's commit: its `submitted` event published, the push worker rung."""
         self.created_total += 1
+        await self._bus.publish(task.id, task.context_id, first)
         if write.notifications and self._push_ring is not None:
             self._push_ring()
-        if hold:
-            self._live[task.id] = LiveTask(
-                task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent
-            )
+
+    async def _commit_unborn(self, live: LiveTask, write: Write) -> None:
+        """Commit a staged task's creation (`write` carries it, alone or with a step), under its lock; a
+        failure drops the task and answers `born` with the error (`unborn` stays, answered: nothing more
+        is written to the task)."""
+        unborn = live.unborn
+        assert unborn is not None
+        try:
+            await self._writer.commit(write)
+        except BaseException as exc:
+            self._live.pop(live.task.id, None)
+            if isinstance(exc, asyncio.CancelledError):
+                unborn.born.cancel()
+            else:
+                unborn.born.set_exception(exc)
+            raise
+        live.unborn = None
+        unborn.born.set_result(None)
 
     async def apply(
         self,
@@ -363,6 +460,8 @@ class LiveTasks:
             raise DatabaseUnavailableError()
         async with live.lock:
             task = live.task
+            if live.unborn is not None and live.unborn.born.done():
+                raise StillbornError(task.id)
             if admit is not None:
                 admit(task)
             state = task.status.state
@@ -399,13 +498,22 @@ class LiveTasks:
                 None if ended else live.holder or self.replica_id,
                 None if ended else self._leases.expiry(now),
             )
+            unborn = live.unborn
             try:
-                await self._commit(live, write, wait)
+                if unborn is None:
+                    await self._commit(live, write, wait)
+                else:
+                    write = unborn.write.then(write)
+                    await self._commit_unborn(live, write)
             except SeqTakenError:
                 if live.holder is None:
                     # Our next event number is taken: another replica took this task over.
                     self.lose(task.id)
                     log.warning("task %s was taken over by another replica; dropping it here", task.id)
+                raise
+            except Exception as exc:
+                if unborn is not None:
+                    raise StillbornError(task.id) from exc
                 raise
             if write.notifications and self._push_ring is not None:
                 self._push_ring()
@@ -417,7 +525,11 @@ class LiveTasks:
                 self._live.pop(task.id, None)
                 self.ended_total[s.status.state.value] += 1
             _wake_waiters(live)
-        await self._bus.publish(task.id, task.context_id, s.records)
+        if unborn is not None:
+            self.created_total += 1
+            await self._bus.publish(task.id, task.context_id, unborn.first + s.records)
+        else:
+            await self._bus.publish(task.id, task.context_id, s.records)
         return s.records
 
     def _count_usage(self, reports: list[tuple[int, Usage]]) -> None:

@@ -44,7 +44,7 @@ from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
-from .live import HeldElsewhereError, LiveTasks, Snapshot
+from .live import HeldElsewhereError, LiveTask, LiveTasks, Snapshot
 from .push_configs import PushConfigCalls
 
 __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
@@ -52,6 +52,8 @@ __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
 RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 """While its task is in one of these, a copy of a message the task has taken is a retry: it attaches."""
 MAX_ROUNDS = 16
+STAGED_S = 0.05
+"""How long a staged task (`_accept`) waits for its run's first step before its creation commits alone."""
 CANCELED_BY_CLIENT = "Task canceled by the client"
 """The status message of a task canceled through the API."""
 
@@ -141,9 +143,12 @@ class TaskService:
         """`message/send`: the agent's direct Message, or the task at a terminal or interrupted state
         (at once if non-blocking). A retry (see `_submit`) gets what its first copy made, as it stands;
         `key` is the request's Idempotency-Key."""
-        made = await self._submit(owner, message, config, push, key)
+        made = await self._submit(owner, message, config, push, key, stage=config.blocking)
         if isinstance(made, Message):
             return made
+        if isinstance(made, LiveTask):
+            stopped = await self._reader.wait_stopped(owner, made.task.id, self.blocking_timeout_s, made)
+            return self._reader.clip(stopped)
         if not config.blocking:
             return (await self._reader.load(owner, made)).task
         return self._reader.clip(await self._reader.wait_stopped(owner, made, self.blocking_timeout_s))
@@ -172,10 +177,17 @@ class TaskService:
         return self._reader.follow(owner, task_id, after=after)
 
     async def _submit(
-        self, owner: str, message: Message, config: SendConfig, push: PushConfig | None, key: str | None
-    ) -> str | Message:
+        self,
+        owner: str,
+        message: Message,
+        config: SendConfig,
+        push: PushConfig | None,
+        key: str | None,
+        stage: bool = False,
+    ) -> str | Message | LiveTask:
         """Store a send (a new task, a follow-up), or find what an earlier copy of it made: the task's id,
-        or the agent's direct reply.
+        or the agent's direct reply. With `stage` (a blocking send) a new task for a `pure` agent comes
+        back as its live task, committed with its run's first step (`_accept`).
 
         An earlier copy is the same Idempotency-Key with the same request, or the same first message (id,
         parts, taskId/contextId as sent) while the task it started still runs; any other reuse of a
@@ -198,7 +210,7 @@ class TaskService:
                 earlier = await self._copies.earlier(owner, idem, running_copy)
                 if earlier is not None:
                     return earlier
-                return await self._store(owner, message, push, idem, retry)
+                return await self._store(owner, message, push, idem, retry, stage)
             except UnsupportedOperationError:
                 # A keyed copy applied (and its key stored) between our look-up and our turn at the task.
                 if idem is None or (earlier := await self._copies.earlier(owner, idem, None)) is None:
@@ -212,8 +224,14 @@ class TaskService:
         raise InternalError("Concurrent copies of this request kept conflicting; send it again")
 
     async def _store(
-        self, owner: str, message: Message, push: PushConfig | None, idem: IdemKey | None, retry: str | None
-    ) -> str | Message:
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry: str | None,
+        stage: bool,
+    ) -> str | Message | LiveTask:
         """The checks every send makes before anything is stored (the webhook even when the agent then
         answers directly and it has nothing to be told), then the follow-up, the agent's direct reply to
         a new message, or the new task. A contextId needs no check: contexts are per principal, so an id
@@ -229,15 +247,25 @@ class TaskService:
         if direct is not None:
             await self._copies.remember(owner, idem, reply=direct)
             return direct
-        return await self._accept(owner, message, push, idem, retry)
+        return await self._accept(owner, message, push, idem, retry, stage)
 
     async def _accept(
-        self, owner: str, message: Message, push: PushConfig | None, idem: IdemKey | None, retry: str | None
-    ) -> str:
+        self,
+        owner: str,
+        message: Message,
+        push: PushConfig | None,
+        idem: IdemKey | None,
+        retry: str | None,
+        stage: bool,
+    ) -> str | LiveTask:
         """Store the message as a new task and start the agent; returns the task's id.
 
         A webhook given with the message (already checked) is stored with the task, and so are the
         message's retry key and the Idempotency-Key: DuplicateError when a concurrent copy stored them first.
+
+        With `stage`, a task whose run starts here for a `pure` agent (no effects beyond its events) is
+        staged instead: its run starts at once and the creation commits with the run's first step (for an
+        agent that answers at once, the whole task in one transaction); returns the live task.
         """
         task_id = new_id()
         context_id = message.context_id or new_id()
@@ -254,10 +282,18 @@ class TaskService:
             history=[message],
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
+        key_row = self._copies.row(owner, idem, task_id)
+        if here and stage and self._executor.pure:
+            live = self._tasks.stage(task, owner, retry, push, key_row)
+            self._executor.start(task_id, reserved=True)
+            try:
+                await self._tasks.born(live, STAGED_S)
+            except Exception:
+                await self._executor.stop(task_id)
+                raise
+            return live
         try:
-            await self._tasks.create(
-                task, owner, now, here, retry, push, self._copies.row(owner, idem, task_id)
-            )
+            await self._tasks.create(task, owner, now, here, retry, push, key_row)
         except BaseException:
             if here:
                 self._executor.release_slot()
