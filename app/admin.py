@@ -488,14 +488,9 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
         stack.push_async_callback(tasks.notices_sent)
         service = TaskService(
             tasks,
-            repo,
-            writer,
-            bus,
-            leases,
             _Bystander(),
-            settings.blocking_timeout_s,
+            blocking_timeout_s=settings.blocking_timeout_s,
             push_configs=PushConfigs(engine),
-            role=record.role,
         )
         expires = record.lease_expires_at
         holder = record.lease_owner if expires is not None and expires >= utcnow() else None

@@ -235,17 +235,12 @@ async def wire(
             )
             service = TaskService(
                 tasks,
-                repo,
-                writer,
-                bus,
-                leases,
                 runner,
-                settings.blocking_timeout_s,
+                blocking_timeout_s=settings.blocking_timeout_s,
                 push_configs=PushConfigs(engine),
                 push_policy=push.policy,
                 max_history=settings.max_history_length,
                 keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
-                role=name,
             )
             agent = agents[name]
             every[name] = Components(

@@ -16,6 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 
 from app import background
@@ -45,34 +46,28 @@ def expiry_reason(ttl_s: float) -> str:
     )
 
 
+@dataclass(eq=False)
 class Retention:
     """Runs the retention pass now and then; counts what it did for the metrics."""
 
-    def __init__(
-        self,
-        pruning: Pruning,
-        cancel: Cancel,
-        *,
-        retention_days: float,
-        waiting_ttl_s: float,
-        interval_s: float,
-    ) -> None:
-        self._pruning = pruning
-        self._cancel = cancel
-        self.retention_days = retention_days
-        """0: ended tasks are kept for good."""
-        self.waiting_ttl_s = waiting_ttl_s
-        """0: waiting tasks wait for good."""
-        self._interval_s = interval_s
-        self._loop: asyncio.Task[None] | None = None
-        self.pruned_total = 0
-        """Ended tasks deleted by this process's passes (read by the metrics, as the rest)."""
-        self.rows_total: Counter[str] = Counter()
-        """Rows deleted by this process's passes, by table."""
-        self.expired_total = 0
-        """Waiting tasks this process's passes canceled."""
-        self.last_pass_at: float | None = None
-        """Unix time this process last finished a pass (None: none yet)."""
+    pruning: Pruning
+    cancel: Cancel
+    """How a waiting task is canceled: the wiring's, through its role's task service."""
+    _: KW_ONLY
+    retention_days: float
+    """0: ended tasks are kept for good."""
+    waiting_ttl_s: float
+    """0: waiting tasks wait for good."""
+    interval_s: float
+    pruned_total: int = field(default=0, init=False)
+    """Ended tasks deleted by this process's passes (read by the metrics, as the rest)."""
+    rows_total: Counter[str] = field(default_factory=Counter, init=False)
+    """Rows deleted by this process's passes, by table."""
+    expired_total: int = field(default=0, init=False)
+    """Waiting tasks this process's passes canceled."""
+    last_pass_at: float | None = field(default=None, init=False)
+    """Unix time this process last finished a pass (None: none yet)."""
+    _loop: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     @property
     def enabled(self) -> bool:
@@ -87,7 +82,7 @@ class Retention:
         self._loop = None
 
     async def _every(self) -> None:
-        await asyncio.sleep(min(START_DELAY_S, self._interval_s))
+        await asyncio.sleep(min(START_DELAY_S, self.interval_s))
         outage = OutageLog("retention")
         while True:
             try:
@@ -97,18 +92,18 @@ class Retention:
                 raise
             except Exception as exc:
                 outage.failed_or_bug(exc, log, "retention pass failed; the next one tries again")
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(self.interval_s)
 
     async def run_once(self) -> bool:
         """One pass, if this process has the turn; whether it ran."""
-        async with self._pruning.turn() as mine:
+        async with self.pruning.turn() as mine:
             if not mine:
                 return False
             if self.waiting_ttl_s:
                 await self._expire()
             if self.retention_days:
                 cutoff = utcnow() - timedelta(days=self.retention_days)
-                done = await self._pruning.prune(cutoff, PAUSE_S, self._count)
+                done = await self.pruning.prune(cutoff, PAUSE_S, self._count)
                 if done["tasks"]:
                     log.info(
                         "retention: deleted %d tasks that ended before %s (%s)",
@@ -126,7 +121,7 @@ class Retention:
     async def _expire(self) -> None:
         cutoff = utcnow() - timedelta(seconds=self.waiting_ttl_s)
         reason = expiry_reason(self.waiting_ttl_s)
-        for waiting in await self._pruning.waiting_before(cutoff, EXPIRE_PER_PASS):
-            if await self._cancel(waiting.role, waiting.owner, waiting.task_id, reason):
+        for waiting in await self.pruning.waiting_before(cutoff, EXPIRE_PER_PASS):
+            if await self.cancel(waiting.role, waiting.owner, waiting.task_id, reason):
                 self.expired_total += 1
                 log.info("retention: task %s waited past INPUT_REQUIRED_TTL_S; canceled", waiting.task_id)

@@ -13,10 +13,10 @@ sparse filter answers a short page with a cursor to go on from.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, Row, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import TaskState, iso, parse_iso
@@ -56,6 +56,15 @@ class Filters:
     """Matched, case-blind, against the title, the task id and the context id."""
     changed_after: str | None = None
     """Only tasks whose status changed after this ISO time (the console's live refresh)."""
+
+
+_LINE = tuple(_tasks.c[f.name] for f in fields(TaskLine))
+"""The columns a listed task is read from: `TaskLine`'s fields."""
+
+
+def _line(row: Row[Any]) -> TaskLine:
+    """A listed task from its `_LINE` columns (`created_at` is stored as a time, listed as ISO text)."""
+    return TaskLine(**{**row._mapping, "created_at": iso(row.created_at)})
 
 
 @dataclass(slots=True)
@@ -105,27 +114,16 @@ class Browse:
         if cursor:
             keyed.append(tuple_(_tasks.c.status_at, _tasks.c.id) < tuple_(*_uncursor(cursor)))
         order = (_tasks.c.status_at.desc(), _tasks.c.id.desc())
-        columns = (
-            _tasks.c.id,
-            _tasks.c.context_id,
-            _tasks.c.owner,
-            _tasks.c.role,
-            _tasks.c.state,
-            _tasks.c.status_at,
-            _tasks.c.created_at,
-            _tasks.c.title,
-            _tasks.c.metadata,
-        )
         async with self._engine.connect() as conn:
             if not _loose(filters, _tasks.c):
                 rows = (
-                    await conn.execute(select(*columns).where(*keyed).order_by(*order).limit(limit + 1))
+                    await conn.execute(select(*_LINE).where(*keyed).order_by(*order).limit(limit + 1))
                 ).all()
                 more = len(rows) > limit
                 rows = rows[:limit]
                 last = rows[-1] if more else None
             else:
-                window = select(*columns).where(*keyed).order_by(*order).limit(self._window).subquery()
+                window = select(*_LINE).where(*keyed).order_by(*order).limit(self._window).subquery()
                 w = window.c
                 matched = (
                     select(window)
@@ -148,21 +146,8 @@ class Browse:
                             select(w.status_at, w.id).order_by(w.status_at.asc(), w.id.asc()).limit(1)
                         )
                     ).first()
-        lines = [
-            TaskLine(
-                id=r.id,
-                context_id=r.context_id,
-                owner=r.owner,
-                role=r.role,
-                state=r.state,
-                status_at=r.status_at,
-                created_at=iso(r.created_at),
-                title=r.title,
-                metadata=r._mapping["metadata"],
-            )
-            for r in rows
-        ]
-        return LinePage(lines, _cursor(last.status_at, last.id) if last is not None else "")
+        next_cursor = _cursor(last.status_at, last.id) if last is not None else ""
+        return LinePage([_line(r) for r in rows], next_cursor)
 
     async def task(self, task_id: str, owner: str | None) -> tuple[StoredTask, str] | None:
         """The task with all its history and artifacts, and its role, if `owner` owns it (None: any)."""

@@ -21,12 +21,11 @@ from typing import Literal
 from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.protocol.model import TERMINAL_STATES, TaskState, utcnow
+from app.protocol.model import TaskState, utcnow
 
-from .models import TaskRow
+from .models import ENDED_STATES, TaskRow
 
 _tasks = TaskRow.__table__
-_ENDED = [s.value for s in TERMINAL_STATES]
 
 
 @dataclass(slots=True, frozen=True)
@@ -125,7 +124,7 @@ class Leases:
             update(_tasks)
             .where(
                 *row,
-                _tasks.c.state.not_in(_ENDED),
+                _tasks.c.state.not_in(ENDED_STATES),
                 true() if force else free,
             )
             .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
@@ -179,7 +178,7 @@ class Leases:
             .where(
                 _tasks.c.id.in_(list(task_ids)),
                 _tasks.c.lease_owner == self.replica_id,
-                _tasks.c.state.not_in(_ENDED),
+                _tasks.c.state.not_in(ENDED_STATES),
             )
             .values(lease_expires_at=self.expiry(), lease_suspect_at=None)
             .returning(_tasks.c.id)
@@ -218,7 +217,7 @@ class Leases:
                 _tasks.c.lease_owner.is_not(None),
                 _tasks.c.lease_expires_at < now,
                 _tasks.c.lease_suspect_at.is_(None),
-                _tasks.c.state.not_in(_ENDED),
+                _tasks.c.state.not_in(ENDED_STATES),
             )
             .values(lease_suspect_at=now)
         )
@@ -234,7 +233,7 @@ class Leases:
                 self._role,
                 _tasks.c.lease_owner.is_not(None),
                 self._void(utcnow()),
-                _tasks.c.state.not_in(_ENDED),
+                _tasks.c.state.not_in(ENDED_STATES),
             )
             .limit(limit)
         )
@@ -261,7 +260,7 @@ class Leases:
     async def mine(self) -> list[Held]:
         """Unfinished tasks leased to this replica's name: after a restart, left by the previous life."""
         stmt = select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner).where(
-            self._role, _tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(_ENDED)
+            self._role, _tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(ENDED_STATES)
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()

@@ -23,6 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.protocol.model import TERMINAL_STATES
+
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 Timestamp = DateTime(timezone=True)
@@ -36,6 +38,10 @@ EVENT_SEQ_PKEY = "events_pkey"
 ARTIFACT_SEQ_PKEY = "artifacts_pkey"
 """An event number (and its artifact chunk) already written: another replica has taken the task over.
 The primary keys carry PostgreSQL's default names, which the migrations left them."""
+
+
+ENDED_STATES = tuple(s.value for s in TERMINAL_STATES)
+"""A task's stored `state` once it has ended (what leases pass over and retention deletes)."""
 
 
 class Base(DeclarativeBase):

@@ -31,9 +31,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.protocol.model import INTERRUPTED_STATES, TERMINAL_STATES, iso
+from app.protocol.model import INTERRUPTED_STATES, iso
 
 from .models import (
+    ENDED_STATES,
     ArtifactRow,
     EventRow,
     IdempotencyKeyRow,
@@ -70,7 +71,6 @@ TABLES = (
 )
 """What a prune reports, per table (`task_counts`: counter rows removed once they reached zero)."""
 
-_ENDED = [s.value for s in TERMINAL_STATES]
 _WAITING = [s.value for s in INTERRUPTED_STATES]
 
 
@@ -84,7 +84,7 @@ class Waiting:
 
 
 def _ended_before(cutoff: datetime) -> ColumnElement[bool]:
-    return and_(_tasks.c.status_at < iso(cutoff), _tasks.c.state.in_(_ENDED))
+    return and_(_tasks.c.status_at < iso(cutoff), _tasks.c.state.in_(ENDED_STATES))
 
 
 class Pruning:

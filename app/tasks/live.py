@@ -217,10 +217,11 @@ class LiveTasks:
         role: str | None = None,
         role_name: str = "default",
     ) -> None:
-        self._repo = repo
-        self._writer = writer
-        self._bus = bus
-        self._leases = leases
+        self.repo = repo
+        """With the writer, bus and leases: the task service reads, writes and forwards through these too."""
+        self.writer = writer
+        self.bus = bus
+        self.leases = leases
         self.replica_id = leases.replica_id
         self.role = role
         """The role whose tasks these are, in a deployment of several (None: the only one)."""
@@ -267,21 +268,21 @@ class LiveTasks:
         live = self.shown(task_id)
         if live is None:
             if take_over:
-                holder = await self._leases.holder(task_id, owner=owner)
+                holder = await self.leases.holder(task_id, owner=owner)
                 take_over = holder is None or not holder.startswith(WORKER_PREFIX)
             # Every query names the owner: another principal's task is neither leased nor revealed.
-            taken = await self._leases.take_from(task_id, owner=owner, force=take_over)
+            taken = await self.leases.take_from(task_id, owner=owner, force=take_over)
             took = taken is not False
             if taken:
                 self.tell_lost(taken, task_id)
             worker = None
             if not took:
-                holder = await self._leases.holder(task_id, owner=owner)
+                holder = await self.leases.holder(task_id, owner=owner)
                 if holder is not None and holder.startswith(WORKER_PREFIX):
                     worker = holder  # a remote worker runs it: this replica writes for it
                 elif holder is not None and holder != self.replica_id:
                     raise HeldElsewhereError(holder)
-            stored = await self._repo.get_task(task_id, owner=owner, to_write=True)
+            stored = await self.repo.get_task(task_id, owner=owner, to_write=True)
             live = self.shown(task_id)
             if live is None:
                 if stored is None:
@@ -317,7 +318,7 @@ class LiveTasks:
         ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
         retry key or the Idempotency-Key first."""
         write, first, traceparent = self._creation(task, owner, now, hold, retry_key, push, key_row)
-        await self._writer.commit(write)
+        await self.writer.commit(write)
         await self._born(task, write, first)
         if hold:
             self._live[task.id] = LiveTask(
@@ -371,7 +372,7 @@ class LiveTasks:
     ) -> tuple[Write, list[EventRecord], str | None]:
         """A new task's rows, its `submitted` event and the creating request's trace context."""
         first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
-        holder, expires = (self.replica_id, self._leases.expiry(now)) if hold else (None, None)
+        holder, expires = (self.replica_id, self.leases.expiry(now)) if hold else (None, None)
         # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
         traceparent = traces.traceparent()
         write = Write(
@@ -388,7 +389,7 @@ class LiveTasks:
     async def _born(self, task: Task, write: Write, first: list[EventRecord]) -> None:
         """What follows a new task's commit: its `submitted` event published, the push worker rung."""
         self.created_total += 1
-        await self._bus.publish(task.id, task.context_id, first)
+        await self.bus.publish(task.id, task.context_id, first)
         if write.notifications and self._push_ring is not None:
             self._push_ring()
 
@@ -399,7 +400,7 @@ class LiveTasks:
         unborn = live.unborn
         assert unborn is not None
         try:
-            await self._writer.commit(write)
+            await self.writer.commit(write)
         except BaseException as exc:
             self._live.pop(live.task.id, None)
             if isinstance(exc, asyncio.CancelledError):
@@ -429,7 +430,7 @@ class LiveTasks:
             except SeqTakenError:
                 if attempt == live.retries:
                     raise
-                stored = await self._repo.get_task(live.task.id, owner=None, to_write=True)
+                stored = await self.repo.get_task(live.task.id, owner=None, to_write=True)
                 if stored is None:
                     raise
                 live.task, live.seq, live.push, live.artifact_rows = (
@@ -496,7 +497,7 @@ class LiveTasks:
                 s.seq,
                 now,
                 None if ended else live.holder or self.replica_id,
-                None if ended else self._leases.expiry(now),
+                None if ended else self.leases.expiry(now),
             )
             unborn = live.unborn
             try:
@@ -527,9 +528,9 @@ class LiveTasks:
             _wake_waiters(live)
         if unborn is not None:
             self.created_total += 1
-            await self._bus.publish(task.id, task.context_id, unborn.first + s.records)
+            await self.bus.publish(task.id, task.context_id, unborn.first + s.records)
         else:
-            await self._bus.publish(task.id, task.context_id, s.records)
+            await self.bus.publish(task.id, task.context_id, s.records)
         return s.records
 
     def _count_usage(self, reports: list[tuple[int, Usage]]) -> None:
@@ -546,14 +547,14 @@ class LiveTasks:
         commit in order. A retry that hits its own event numbers checks whether the first try did land
         (its answer lost with the connection) before calling it a conflict."""
         if not wait:
-            await self._writer.commit(write)
+            await self.writer.commit(write)
             return
         deadline: float | None = None
         delay = 0.05
         try:
             while True:
                 try:
-                    await self._writer.commit(write)
+                    await self.writer.commit(write)
                     break
                 except SeqTakenError:
                     if deadline is not None and await self._landed(write):
@@ -579,7 +580,7 @@ class LiveTasks:
         assert write.task_update is not None
         task_id, mark = rows.update_mark(write.task_update)
         try:
-            stored = await self._leases.recorded(task_id)
+            stored = await self.leases.recorded(task_id)
         except Exception as exc:
             if is_unavailable(exc):
                 return False
@@ -624,7 +625,7 @@ class LiveTasks:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
         if task_id in self._live:
             return True
-        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        stored = await self.repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
         self._live[task_id] = LiveTask(
@@ -640,14 +641,14 @@ class LiveTasks:
         after the seizure wins: its newer event number stops this write."""
         expected: int | None = None
         if restarted:
-            if not await self._leases.take(held.task_id):
+            if not await self.leases.take(held.task_id):
                 return False
         else:
-            seized = await self._leases.seize(held)
+            seized = await self.leases.seize(held)
             if seized is None:
                 return False
             expected = seized.last_seq
-        stored = await self._repo.get_task(held.task_id, owner=None, to_write=True)
+        stored = await self.repo.get_task(held.task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
         if expected is not None and stored.last_seq != expected:
@@ -676,7 +677,7 @@ class LiveTasks:
         async def tell() -> None:
             try:
                 body = {"op": "lost", "task": task_id, "role": self.role}
-                await self._bus.request(replica_id, body, LOST_NOTICE_S)
+                await self.bus.request(replica_id, body, LOST_NOTICE_S)
             except Exception:
                 log.info("replica %s did not hear that task %s was taken from it", replica_id, task_id)
 
@@ -691,11 +692,11 @@ class LiveTasks:
     async def refuse(self, task_id: str, reason: str) -> bool:
         """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
         this replica can take it; True when it did."""
-        if not await self._leases.take(task_id):
+        if not await self.leases.take(task_id):
             return False
-        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        stored = await self.repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state is not TaskState.SUBMITTED:
-            await self._leases.release([task_id])
+            await self.leases.release([task_id])
             return False
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
         event = status_update(task_id, stored.task.context_id, TaskState.FAILED, reason)
@@ -712,7 +713,7 @@ class LiveTasks:
             return False
         # Whoever wrote it may not reach this process's followers over the bus (an admin's cancel without
         # Redis): they read the log instead.
-        self._bus.resync(task_id)
+        self.bus.resync(task_id)
         for fut in live.waiters:
             if not fut.done():
                 fut.set_exception(HeldElsewhereError(""))
@@ -723,7 +724,7 @@ class LiveTasks:
         """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""
         for task_id in task_ids:
             self._live.pop(task_id, None)
-        await self._leases.release(task_ids)
+        await self.leases.release(task_ids)
 
 
 def _wake_waiters(live: LiveTask) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from app.bus.base import Bus
 from app.protocol.errors import (
     InternalError,
     InvalidParamsError,
@@ -35,9 +34,8 @@ from app.protocol.model import (
 from app.push import ssrf
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
-from app.store.leases import Leases
-from app.store.repo import InvalidPageToken, Repository, TaskPage
-from app.store.writer import DuplicateError, Writer
+from app.store.repo import InvalidPageToken, TaskPage
+from app.store.writer import DuplicateError
 from app.telemetry import logs
 
 from .control import Control
@@ -66,29 +64,22 @@ class TaskService:
     def __init__(
         self,
         tasks: LiveTasks,
-        repo: Repository,
-        writer: Writer,
-        bus: Bus,
-        leases: Leases,
         executor: Executor,
+        *,
         blocking_timeout_s: float,
         push_configs: PushConfigs | None = None,
         push_policy: ssrf.Policy | None = None,
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
-        role: str = "default",
     ):
-        self.role = role
-        """The role whose tasks this service creates and serves (the task row's `role`)."""
+        """It reads, writes and forwards through the repository, writer, bus and leases of its `tasks` (whose
+        role is its role)."""
         self._tasks = tasks
-        self._repo = repo
-        self._bus = bus
-        self._leases = leases
         self._executor = executor
         self.blocking_timeout_s = blocking_timeout_s
-        self._copies = Copies(keys, repo, writer)
-        self._reader = Reader(tasks, repo, bus, max_history)
-        self._control = Control(bus, tasks, leases, self.cancel, self._continue, executor.lost)
+        self._copies = Copies(keys, tasks.repo, tasks.writer)
+        self._reader = Reader(tasks, tasks.repo, tasks.bus, max_history)
+        self._control = Control(tasks.bus, tasks, tasks.leases, self.cancel, self._continue, executor.lost)
         self._push = PushConfigCalls(push_configs, push_policy or ssrf.Policy(), self._reader, self._control)
         self.head = self._reader.head
         self.set_push_config = self._push.set
@@ -117,7 +108,7 @@ class TaskService:
     ) -> TaskPage:
         """The caller's own tasks, newest status first, a page at a time."""
         try:
-            return await self._repo.list_tasks(
+            return await self._tasks.repo.list_tasks(
                 owner,
                 context_id=context_id,
                 state=state,
@@ -301,7 +292,7 @@ class TaskService:
         if here:
             self._executor.start(task_id, reserved=True)
         else:
-            await self._bus.ring_queue()
+            await self._tasks.bus.ring_queue()
         return task_id
 
     async def _continue(

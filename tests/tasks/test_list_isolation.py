@@ -28,7 +28,7 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     tasks = LiveTasks(repo, writer, bus, leases)
     # No slots: the tasks stay queued, as with no runner at all.
     runner = Runner(tasks, leases, bus, EchoAgent(), max_concurrent=0, timeout_s=5, cancel_grace_s=1)
-    service = TaskService(tasks, repo, writer, bus, leases, runner, 5)
+    service = TaskService(tasks, runner, blocking_timeout_s=5)
     try:
         for owner, n in (("alice", 3), ("bob", 2)):
             for i in range(n):

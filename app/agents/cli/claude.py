@@ -40,7 +40,7 @@ from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 
 from ..events import AgentEvent, count
 from ..sdk import Request
-from .run import CODING_SKILL, CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
 
 
 def _result_text(content: Any) -> str:
@@ -271,5 +271,4 @@ class ClaudeAgent(CliAgent):
     adapter = "claude-code"
     bin_field = "claude_bin"
     description = "Claude Code (the `claude` CLI) working in a workspace per conversation."
-    skills = (CODING_SKILL,)
     run_class = ClaudeRun

@@ -27,7 +27,7 @@ from app.protocol.usage import ModelUsage, Usage
 
 from ..events import AgentEvent, count
 from ..sdk import Request
-from .run import CODING_SKILL, CliAgent, CliRun
+from .run import CliAgent, CliRun
 
 
 def _tool(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -122,5 +122,4 @@ class CursorAgent(CliAgent):
     adapter = "cursor"
     bin_field = "cursor_bin"
     description = "Cursor's agent CLI (`cursor-agent`) working in a workspace per conversation."
-    skills = (CODING_SKILL,)
     run_class = CursorRun

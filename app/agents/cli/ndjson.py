@@ -127,18 +127,20 @@ class NdjsonRun(CliRun):
         )
 
 
+COMMAND_SKILL = Skill(
+    id="command",
+    name="Custom command",
+    description="Runs the configured command with the user's text and streams what it reports.",
+    tags=("custom",),
+)
+"""The one skill of a command of the operator's own: the server cannot know what it does."""
+
+
 class NdjsonAgent(CliAgent):
     adapter = "ndjson"
     description = "A command of your own that prints AgentEvents as NDJSON (AGENT_COMMAND)."
     run_class = NdjsonRun
-    skills = (
-        Skill(
-            id="command",
-            name="Custom command",
-            description="Runs the configured command with the user's text and streams what it reports.",
-            tags=("custom",),
-        ),
-    )
+    skills = (COMMAND_SKILL,)
 
     program_field = "command"
 

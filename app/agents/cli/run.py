@@ -27,7 +27,7 @@ import os
 import re
 import signal
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +359,8 @@ class CliAgent(EventAgent):
     """
 
     adapter = "cli"
+    skills: Sequence[Skill] = (CODING_SKILL,)
+    """What a coding CLI offers; an adapter whose card names its CLI, or no coding CLI, sets its own."""
     run_class: type[CliRun]
     """What `start` runs for a task: the adapter's `CliRun` subclass."""
     bin_field: str | None = None
