@@ -3,7 +3,7 @@
 On a PostgreSQL of this test alone (the shared one is never stopped). The replica's pool is filled with
 connections first; the restart closes every one of them server-side. When the database answers again,
 a burst of reads and sends must all succeed: a call that draws a dead pooled connection is retried on a
-fresh one instead of answering 503.
+fresh one instead of answering 503. While it is away, sends are refused at once and leave nothing behind.
 """
 
 from __future__ import annotations
@@ -43,7 +43,17 @@ async def test_calls_after_a_postgres_restart_never_meet_a_dead_pooled_connectio
     own_services: OwnServices, tmp_path: Path
 ):
     db = await _fresh_pg_database(own_services.pg_url)
-    cl = Cluster(db, own_services.redis_url, tmp_path / "cluster", 1, redis_bus=False)
+    # The echo agent is pure: its blocking sends commit each task with its run's first step (staged
+    # creation), the path a send during the outage takes. Two slots: a run leaked by a failed send shows.
+    cl = Cluster(
+        db,
+        own_services.redis_url,
+        tmp_path / "cluster",
+        1,
+        redis_bus=False,
+        AGENT_ADAPTER="echo",
+        MAX_CONCURRENT_TASKS="2",
+    )
     await asyncio.to_thread(cl.start)
     url = cl.urls[0]
     try:
@@ -57,6 +67,14 @@ async def test_calls_after_a_postgres_restart_never_meet_a_dead_pooled_connectio
             assert all("result" in r.json() for r in warm)
 
             await asyncio.to_thread(own_services.stop_pg)
+            # While it is away, a send is refused at once with the outage's 503, and stores nothing.
+            down = await asyncio.gather(
+                *(
+                    _call(client, url, "message/send", {"message": text_message(f"down {i}")})
+                    for i in range(4)
+                )
+            )
+            assert [(r.status_code, r.json()["error"]["code"]) for r in down] == [(503, -32603)] * 4
             await asyncio.to_thread(own_services.start_pg)
             await _until_postgres_answers(db.replace("postgresql+asyncpg://", "postgresql://"))
 
@@ -71,5 +89,9 @@ async def test_calls_after_a_postgres_restart_never_meet_a_dead_pooled_connectio
             assert all(r.status_code == 200 for r in answers)
             states = {r.json()["result"]["status"]["state"] for r in answers[BURST:]}
             assert states == {"completed"}, states
+            body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+            listed = await client.post(f"{url}/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+            stored = listed.json()["result"]["tasks"]
+            assert len(stored) == 1 + len(sends), "the sends refused in the outage stored nothing"
     finally:
         await asyncio.to_thread(cl.stop)

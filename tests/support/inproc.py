@@ -98,9 +98,11 @@ async def running(
     tmp_path: Path,
     script: Callable[[TaskContext], Awaitable[None]],
     seed: Callable[[Writer], Awaitable[None]] | None = None,
+    pure: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[Components]:
-    """The components over a fresh database (with `seed`'s rows written first, before the runner opens)."""
+    """The components over a fresh database (with `seed`'s rows written first, before the runner opens);
+    `pure`: the agent says it has no effects beyond its events (`Agent.pure`)."""
     db = tmp_path / "a2a.db"
     await create_tables(db)
     if seed is not None:
@@ -111,7 +113,9 @@ async def running(
         await writer.stop()
         await engine.dispose()
     settings = settings_for(db, **overrides)
-    async with wire(settings, ScriptAgent(script), Authenticator(settings)) as components:
+    agent = ScriptAgent(script)
+    agent.pure = pure
+    async with wire(settings, agent, Authenticator(settings)) as components:
         yield components
 
 
