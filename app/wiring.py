@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 
 from app import limits
 from app import roles as roles_
@@ -41,6 +42,7 @@ from app.runner.prices import PriceTable, PriceTableError
 from app.runner.retention import Retention
 from app.runner.runner import Runner
 from app.settings import SettingError, Settings
+from app.store.checkpoints import Checkpoints
 from app.store.db import create_engine
 from app.store.idempotency import IdempotencyKeys
 from app.store.instances import InstanceRecord, Instances
@@ -141,8 +143,18 @@ async def wire(
     if isinstance(agents, Agent):
         agents = {next(iter(roles)): agents}
     async with AsyncExitStack() as stack:
-        engine = create_engine(settings.database_url, settings.db_timeout_s, settings.db_statement_timeout_s)
+        sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
+        engine = create_engine(
+            settings.database_url,
+            settings.db_timeout_s,
+            settings.db_statement_timeout_s,
+            own_checkpoints=sqlite,
+        )
         stack.push_async_callback(engine.dispose)
+        if sqlite:
+            checkpoints = Checkpoints(engine)
+            checkpoints.start()
+            stack.push_async_callback(checkpoints.aclose)
         stack.push_async_callback(authenticator.aclose)
         for name, role in roles.items():
             if role.runs_here:

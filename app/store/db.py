@@ -16,8 +16,11 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
-def create_engine(url: str, timeout_s: float = 10.0, statement_timeout_s: float = 30.0) -> AsyncEngine:
-    """An async engine with orjson for JSON columns; SQLite gets WAL and foreign keys.
+def create_engine(
+    url: str, timeout_s: float = 10.0, statement_timeout_s: float = 30.0, own_checkpoints: bool = False
+) -> AsyncEngine:
+    """An async engine with orjson for JSON columns; SQLite gets WAL and foreign keys, and with
+    `own_checkpoints` no automatic WAL checkpoints (the caller runs `checkpoints.Checkpoints`).
 
     Every wait on the database is bounded, so a call made while it is away fails within a known time
     instead of hanging: waiting for a pooled connection and connecting take at most `timeout_s`, a
@@ -43,6 +46,8 @@ def create_engine(url: str, timeout_s: float = 10.0, statement_timeout_s: float 
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=5000")
+            if own_checkpoints:
+                cur.execute("PRAGMA wal_autocheckpoint=0")
             cur.close()
 
         return engine
