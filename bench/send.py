@@ -88,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env("BENCH_BASELINE", ""),
         help="also run ours at this commit (checked out in a temporary worktree), right after ours",
     )
+    p.add_argument(
+        "--baseline-on",
+        choices=["postgres", "sqlite"],
+        default="postgres",
+        help="the baseline's database: PostgreSQL (compared with ours) or SQLite (compared with sqlite)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="run the servers' sequence N times; medians")
     p.add_argument(
         "--workers",
@@ -117,7 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
     args.servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
     if args.baseline and "baseline" not in args.servers:
-        _after_ours(args.servers, "baseline")
+        _after_ours(args.servers, "baseline", _beside(args))
     elif "baseline" in args.servers and not args.baseline:
         p.error("the baseline server needs --baseline REV")
     if args.workers > 1 and "workers" not in args.servers:
@@ -132,9 +138,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _after_ours(servers: list[str], key: str) -> None:
-    """Run `key` right after ours (first without ours), so the two are measured as close as can be."""
-    servers.insert(servers.index("ours") + 1 if "ours" in servers else 0, key)
+def _after_ours(servers: list[str], key: str, ours: str = "ours") -> None:
+    """Run `key` right after ours (`ours`: that variant of it; first without it), so the two are measured
+    as close as can be."""
+    servers.insert(servers.index(ours) + 1 if ours in servers else 0, key)
+
+
+def _beside(args: argparse.Namespace) -> str:
+    """The server the baseline is compared with: ours on the baseline's database."""
+    return "sqlite" if args.baseline_on == "sqlite" else "ours"
 
 
 @dataclass
@@ -283,12 +295,13 @@ def make_server(key: str, args: argparse.Namespace, stamp: str, scratch: Path) -
     label, cls = SERVERS[key]
     log = RESULTS / f"send-{stamp}-{key}.log"
     if cls is BaselineServer:
-        return BaselineServer(
-            f"ours@{args.baseline_commit[:9]}",
-            asyncio.run(create_database(args.postgres_url, "bench_baseline")),
-            log,
-            args.baseline_checkout,
-        )
+        if args.baseline_on == "sqlite":
+            db = f"sqlite+aiosqlite:///{scratch / f'baseline-{uuid.uuid4().hex[:8]}.db'}"
+        else:
+            db = asyncio.run(create_database(args.postgres_url, "bench_baseline"))
+        server = BaselineServer(f"ours@{args.baseline_commit[:9]}", db, log, args.baseline_checkout)
+        server.postgres = args.baseline_on == "postgres"
+        return server
     if cls is WorkersServer:
         db = asyncio.run(create_database(args.postgres_url, "bench_workers"))
         return WorkersServer(f"ours, {args.workers} workers", db, log, args.workers, args.redis_url)
@@ -483,8 +496,9 @@ def report(runs: dict[str, ServerRun], args: argparse.Namespace, loadgen: str) -
             )
     if any(m.disturbed for r in runs.values() for m in r.points.values()):
         lines.append("* other processes used the CPU during this point, even after retries")
-    if "baseline" in runs and "ours" in runs:
-        lines += _against(runs, args, "ours", "baseline", f"ours against {runs['baseline'].label}")
+    if "baseline" in runs and (beside := _beside(args)) in runs:
+        label = f"{runs[beside].label} against {runs['baseline'].label}"
+        lines += _against(runs, args, beside, "baseline", label)
     if "workers" in runs and "ours" in runs:
         lines += _against(runs, args, "workers", "ours", f"{runs['workers'].label} against one")
     verdicts = targets(runs)
@@ -545,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     args.baseline_commit, args.baseline_checkout = checkout(args.baseline) if args.baseline else ("", None)
     runs = {key: ServerRun(key, SERVERS[key][0]) for key in args.servers}
     if args.baseline:
-        runs["baseline"].label = f"ours@{args.baseline_commit[:9]}"
+        on = ", SQLite" if args.baseline_on == "sqlite" else ""
+        runs["baseline"].label = f"ours@{args.baseline_commit[:9]}{on}"
     if "workers" in runs:
         runs["workers"].label = f"ours, {args.workers} workers"
     scratch = Path(tempfile.mkdtemp(prefix="bench-send-"))

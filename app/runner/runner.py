@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
@@ -87,6 +88,8 @@ class QueueBell(Protocol):
 class _Entry:
     task: asyncio.Task[None]
     ctx: TaskContext | None = None
+    slot: bool = True
+    """The run holds an agent slot: until its task ends (`_ended`), or else until the run is over."""
 
 
 class Runner:
@@ -393,7 +396,14 @@ class Runner:
         finally:
             if not self._closing:
                 self._tasks.forget(task_id)
-            self._runs.pop(task_id, None)
+            entry = self._runs.pop(task_id, None)
+            if entry is None or entry.slot:
+                self.release_slot()
+
+    def _ended(self, entry: _Entry) -> None:
+        """The run's task has ended: its slot is free for the next task, while the run cleans up."""
+        if entry.slot:
+            entry.slot = False
             self.release_slot()
 
     async def _fail_when_back(self, task_id: str, reason: str) -> None:
@@ -456,7 +466,9 @@ class Runner:
         queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=RUN_BUFFER)
         price = self._prices.price if self._prices is not None else None
         ctx = TaskContext(request, task_id, queue.put, response_started=started, price=price)
-        self._runs[task_id].ctx = ctx
+        entry = self._runs[task_id]
+        entry.ctx = ctx
+        live.on_end = partial(self._ended, entry)
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self._consume(task_id, ctx, queue)

@@ -93,6 +93,9 @@ class LiveTask:
     retries: int = 0
     """How often a write that collides is made again on the task re-read: a request's write to a remote
     worker's task, which the worker writes meanwhile through any replica (its own batches never retry)."""
+    on_end: Callable[[], None] | None = None
+    """Called as the task ends, before the requests waiting for it wake: its run gives back its agent slot
+    then, not after its clean-up, so the caller's next send finds the slot free."""
     unborn: Unborn | None = None
     """Its creation, while not yet committed (`LiveTasks.stage`): nobody but its run and the request
     that made it sees the task until then."""
@@ -525,6 +528,8 @@ class LiveTasks:
             if ended:
                 self._live.pop(task.id, None)
                 self.ended_total[s.status.state.value] += 1
+                if live.on_end is not None:
+                    live.on_end()
             _wake_waiters(live)
         if unborn is not None:
             self.created_total += 1

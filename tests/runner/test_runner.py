@@ -132,3 +132,24 @@ async def test_start_up_adopts_queued_tasks_and_ends_lost_runs(tmp_path):
         assert status_text(reaped).startswith("Replica dead running this task stopped renewing its lease")
         alive = await c.service.get(OWNER, "alive-working")
         assert alive.status.state is TaskState.WORKING, "a live lease of another replica is left alone"
+
+
+async def test_a_run_gives_back_its_slot_as_its_task_ends_so_the_next_send_runs_at_once(tmp_path):
+    async def script(task: TaskContext) -> None:
+        await task.complete(f"done {task.text}")
+        await asyncio.sleep(0.2)  # like a CLI whose process exits a moment after its result
+
+    async with running(tmp_path, script, max_concurrent_tasks=1) as c:
+        rang = 0
+        ring = c.bus.ring_queue
+
+        async def counted() -> None:
+            nonlocal rang
+            rang += 1
+            await ring()
+
+        c.bus.ring_queue = counted  # type: ignore[method-assign]
+        for i in range(3):
+            task = await send(c, f"t{i}")
+            assert task.status.state is TaskState.COMPLETED
+        assert rang == 0, "each send found the slot its previous one used free: none was queued"
