@@ -256,6 +256,12 @@ def send_once(server: Target, text: str) -> dict[str, Any]:
 # ---- one server ----------------------------------------------------------------------------------------
 
 
+SETTLE_S = 0.5
+"""Pause between the warm-up and the measured run: the warm-up's last requests, which wrk abandons as it
+stops, finish first. Otherwise their tasks still hold agent slots (ours: MAX_CONCURRENT_TASKS=64) as the
+measured run's first requests arrive, and at c=64 those wait in the queue: a tail of the bench's making."""
+
+
 def load(server: Target, args: argparse.Namespace, wrk: str | None, c: int, seconds: float) -> Point:
     nonce = uuid.uuid4().hex[:12]
     if wrk:
@@ -272,6 +278,7 @@ def measure(server: Target, args: argparse.Namespace, wrk: str | None, c: int) -
             warm = load(server, args, wrk, c, args.warmup)
             if warm.failures:
                 raise RuntimeError(f"{server.label} c={c}: {warm.failures} failed in warm-up: {warm.sample}")
+            time.sleep(SETTLE_S)
         counted = getattr(server, "postgres", True)
         commits0 = asyncio.run(commit_count(server.database_url)) if counted else 0
         window = CpuWindow(server.pids, server.cpu_groups)
