@@ -191,11 +191,22 @@ class Write:
 
     def then(self, later: Write) -> Write:
         """This write and `later` (the next step of the same task) as one: a new task's creation with its
-        run's first step, committed together. The writer inserts before it updates, so `later`'s task
-        update meets the row this write inserts."""
+        run's first step, committed together. The task row is inserted as the step leaves it (one
+        statement, not an insert and an update); its retry key only while it still runs, as an update
+        would have left it."""
+        new_task = self.new_task or later.new_task
+        task_update = later.task_update or self.task_update
+        task_metadata = later.task_metadata or self.task_metadata
+        if new_task is not None and task_update is not None and task_update["_id"] == new_task["id"]:
+            new_task = {**new_task, **{k: v for k, v in task_update.items() if k != "_id"}}
+            if new_task["state"] not in _RUNNING:
+                new_task["retry_key"] = None
+            if task_metadata is not None:
+                new_task["metadata"] = task_metadata["_metadata"]
+            task_update = task_metadata = None
         return Write(
-            new_task=self.new_task or later.new_task,
-            task_update=later.task_update or self.task_update,
+            new_task=new_task,
+            task_update=task_update,
             messages=self.messages + later.messages,
             events=self.events + later.events,
             artifacts=self.artifacts + later.artifacts,
@@ -204,7 +215,7 @@ class Write:
             folded_artifacts=later.folded_artifacts,
             idempotency_key=self.idempotency_key or later.idempotency_key,
             usage=self.usage + later.usage,
-            task_metadata=later.task_metadata or self.task_metadata,
+            task_metadata=task_metadata,
         )
 
 
@@ -354,8 +365,8 @@ class Writer:
             if keys:
                 await conn.execute(insert(IdempotencyKeyRow), keys)
             for w in writes:
-                if w.folded_artifacts is not None and w.task_update is not None:
-                    await _fold(conn, w.task_update["_id"], w.folded_artifacts)
+                if w.folded_artifacts is not None and (row := w.task_update or w.new_task) is not None:
+                    await _fold(conn, row.get("_id") or row["id"], w.folded_artifacts)
             if new_tasks:
                 # Last, and in key order: a row lock taken here is held only until the commit that follows,
                 # and two flushers take them in the same order, so they cannot deadlock.

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import select
 
 from app.agents.sdk import TaskContext
 from app.protocol.errors import TaskNotFoundError
 from app.protocol.model import SendConfig, Task, TaskState
+from app.protocol.usage import Usage
+from app.store.models import ArtifactRow, TaskRow
 from app.tasks import service as service_module
 from tests.support.inproc import OWNER, WAIT_S, running, send, texts, user
 
@@ -127,3 +130,24 @@ async def test_copies_with_one_idempotency_key_make_one_task_and_the_loser_runs_
         assert c.tasks.held == 0, "no dropped copy stays held"
         again = await send(c, "after")
         assert again.status.state is TaskState.COMPLETED
+
+
+async def test_a_task_that_ends_in_its_first_step_is_stored_folded_with_its_usage_and_no_retry_key(tmp_path):
+    async def script(task: TaskContext) -> None:
+        for word in ("one ", "two ", "three"):
+            await task.say(word)
+        await task.complete(usage=Usage.of("m", input_tokens=5, output_tokens=7))
+
+    async with running(tmp_path, script, pure=True) as c:
+        commits = c.writer.commits
+        task = await send(c, "count")
+        assert c.writer.commits - commits == 1
+        stored = await _stored(c, task.id)
+        assert stored is not None
+        assert texts(stored.task) == ["one two three"]
+        assert stored.task.metadata is not None and stored.task.metadata["usage"]["inputTokens"] == 5
+        async with c.engine.connect() as conn:
+            rows = (await conn.execute(select(ArtifactRow.seq).where(ArtifactRow.task_id == task.id))).all()
+            retry = (await conn.execute(select(TaskRow.retry_key).where(TaskRow.id == task.id))).scalar_one()
+        assert len(rows) == 1, "one folded row per artifact, as a finished task's are"
+        assert retry is None, "a finished task's copy is a new message"
