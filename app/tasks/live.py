@@ -104,6 +104,18 @@ class LiveTask:
         return Snapshot(self.task.with_history(None), self.seq)
 
 
+@dataclass(slots=True)
+class NewTask:
+    """What a new task's rows are made of (`LiveTasks.create`, `stage`): the task with its first message,
+    its owner, that message's retry key, a webhook given with it, the caller's Idempotency-Key row."""
+
+    task: Task
+    owner: str
+    retry_key: str | None = None
+    push: PushConfig | None = None
+    key_row: dict[str, Any] | None = None
+
+
 @dataclass(slots=True, eq=False)
 class Unborn:
     """A staged task's creation, waiting to commit with its run's first step."""
@@ -305,46 +317,36 @@ class LiveTasks:
             raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})
         return live
 
-    async def create(
-        self,
-        task: Task,
-        owner: str,
-        now: datetime,
-        hold: bool,
-        retry_key: str | None,
-        push: PushConfig | None = None,
-        key_row: dict[str, Any] | None = None,
-    ) -> None:
+    async def create(self, new: NewTask, now: datetime, hold: bool) -> None:
         """The door of a new task's rows (every later change goes through `apply`): the task with its lease
         when `hold` (its run starts here), its first message, the `submitted` event, a webhook given with
         the message and its outbox rows, the retry key and the Idempotency-Key, in one commit; then publish,
         ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
         retry key or the Idempotency-Key first."""
-        write, first, traceparent = self._creation(task, owner, now, hold, retry_key, push, key_row)
+        write, first, traceparent = self._creation(new, now, hold)
         await self.writer.commit(write)
-        await self._born(task, write, first)
+        await self._born(new.task, write, first)
         if hold:
-            self._live[task.id] = LiveTask(
-                task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent
+            self._live[new.task.id] = LiveTask(
+                new.task, new.owner, 1, new.push is not None, artifact_rows=0, traceparent=traceparent
             )
 
-    def stage(
-        self,
-        task: Task,
-        owner: str,
-        retry_key: str | None,
-        push: PushConfig | None = None,
-        key_row: dict[str, Any] | None = None,
-    ) -> LiveTask:
+    def stage(self, new: NewTask) -> LiveTask:
         """`create` for a task whose run starts here at once, without its commit: the creation commits
         with the run's first step, one transaction for an agent that answers at once (`born` waits for
         it). Until then the task exists only for its run and the caller."""
-        write, first, traceparent = self._creation(task, owner, utcnow(), True, retry_key, push, key_row)
+        write, first, traceparent = self._creation(new, utcnow(), True)
         unborn = Unborn(write, first, asyncio.get_running_loop().create_future())
         live = LiveTask(
-            task, owner, 1, push is not None, artifact_rows=0, traceparent=traceparent, unborn=unborn
+            new.task,
+            new.owner,
+            1,
+            new.push is not None,
+            artifact_rows=0,
+            traceparent=traceparent,
+            unborn=unborn,
         )
-        self._live[task.id] = live
+        self._live[new.task.id] = live
         return live
 
     async def born(self, live: LiveTask, within_s: float) -> None:
@@ -364,28 +366,24 @@ class LiveTasks:
         await unborn.born
 
     def _creation(
-        self,
-        task: Task,
-        owner: str,
-        now: datetime,
-        hold: bool,
-        retry_key: str | None,
-        push: PushConfig | None,
-        key_row: dict[str, Any] | None,
+        self, new: NewTask, now: datetime, hold: bool
     ) -> tuple[Write, list[EventRecord], str | None]:
         """A new task's rows, its `submitted` event and the creating request's trace context."""
+        task, owner = new.task, new.owner
         first = [EventRecord(1, StatusUpdate(task.id, task.context_id, task.status))]
         holder, expires = (self.replica_id, self.leases.expiry(now)) if hold else (None, None)
         # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
         traceparent = traces.traceparent()
         write = Write(
-            new_task=rows.new_task(task, owner, now, holder, expires, retry_key, self.role_name, traceparent),
+            new_task=rows.new_task(
+                task, owner, now, holder, expires, new.retry_key, self.role_name, traceparent
+            ),
             messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
             events=rows.event_rows(task.id, first, now),
-            idempotency_key=key_row,
+            idempotency_key=new.key_row,
         )
-        if push is not None:
-            write.push_configs.append(new_row(owner, task.id, push, now))
+        if new.push is not None:
+            write.push_configs.append(new_row(owner, task.id, new.push, now))
             write.notifications = payloads.notifications(task, first, [], now)
         return write, first, traceparent
 

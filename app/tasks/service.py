@@ -9,6 +9,7 @@ agents. A send finds an earlier copy of itself first (`copies`), then stores a n
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from app.protocol.errors import (
     InternalError,
@@ -42,7 +43,7 @@ from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
-from .live import HeldElsewhereError, LiveTask, LiveTasks, Snapshot
+from .live import HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
 from .push_configs import PushConfigCalls
 
 __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
@@ -54,6 +55,19 @@ STAGED_S = 0.05
 """How long a staged task (`_accept`) waits for its run's first step before its creation commits alone."""
 CANCELED_BY_CLIENT = "Task canceled by the client"
 """The status message of a task canceled through the API."""
+
+
+@dataclass(slots=True)
+class _Send:
+    """One try at storing a send: `_submit` makes one per round (its retry key may change between them);
+    `stage`: the send is blocking, so a new task for a `pure` agent may be staged (`_accept`)."""
+
+    owner: str
+    message: Message
+    push: PushConfig | None
+    idem: IdemKey | None
+    retry: str | None
+    stage: bool
 
 
 class _AlreadyApplied(Exception):
@@ -201,7 +215,7 @@ class TaskService:
                 earlier = await self._copies.earlier(owner, idem, running_copy)
                 if earlier is not None:
                     return earlier
-                return await self._store(owner, message, push, idem, retry, stage)
+                return await self._store(_Send(owner, message, push, idem, retry, stage))
             except UnsupportedOperationError:
                 # A keyed copy applied (and its key stored) between our look-up and our turn at the task.
                 if idem is None or (earlier := await self._copies.earlier(owner, idem, None)) is None:
@@ -214,41 +228,25 @@ class TaskService:
                     retry = running_copy = None
         raise InternalError("Concurrent copies of this request kept conflicting; send it again")
 
-    async def _store(
-        self,
-        owner: str,
-        message: Message,
-        push: PushConfig | None,
-        idem: IdemKey | None,
-        retry: str | None,
-        stage: bool,
-    ) -> str | Message | LiveTask:
+    async def _store(self, s: _Send) -> str | Message | LiveTask:
         """The checks every send makes before anything is stored (the webhook even when the agent then
         answers directly and it has nothing to be told), then the follow-up, the agent's direct reply to
         a new message, or the new task. A contextId needs no check: contexts are per principal, so an id
         another principal also uses names this caller's own context (their tasks are never in it)."""
-        if push is not None:
-            await self._push.check_url(push.url)
-        if message.task_id:
-            if push is not None:
-                await self._push.set(owner, message.task_id, push)
-            return await self._continue(owner, message, idem=idem)
-        message.context_id = message.context_id or new_id()
-        direct = await self._executor.reply(owner, message)
+        if s.push is not None:
+            await self._push.check_url(s.push.url)
+        if s.message.task_id:
+            if s.push is not None:
+                await self._push.set(s.owner, s.message.task_id, s.push)
+            return await self._continue(s.owner, s.message, idem=s.idem)
+        s.message.context_id = s.message.context_id or new_id()
+        direct = await self._executor.reply(s.owner, s.message)
         if direct is not None:
-            await self._copies.remember(owner, idem, reply=direct)
+            await self._copies.remember(s.owner, s.idem, reply=direct)
             return direct
-        return await self._accept(owner, message, push, idem, retry, stage)
+        return await self._accept(s)
 
-    async def _accept(
-        self,
-        owner: str,
-        message: Message,
-        push: PushConfig | None,
-        idem: IdemKey | None,
-        retry: str | None,
-        stage: bool,
-    ) -> str | LiveTask:
+    async def _accept(self, s: _Send) -> str | LiveTask:
         """Store the message as a new task and start the agent; returns the task's id.
 
         A webhook given with the message (already checked) is stored with the task, and so are the
@@ -258,6 +256,7 @@ class TaskService:
         staged instead: its run starts at once and the creation commits with the run's first step (for an
         agent that answers at once, the whole task in one transaction); returns the live task.
         """
+        message = s.message
         task_id = new_id()
         context_id = message.context_id or new_id()
         message.task_id = task_id
@@ -273,9 +272,9 @@ class TaskService:
             history=[message],
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
-        key_row = self._copies.row(owner, idem, task_id)
-        if here and stage and self._executor.pure:
-            live = self._tasks.stage(task, owner, retry, push, key_row)
+        new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))
+        if here and s.stage and self._executor.pure:
+            live = self._tasks.stage(new)
             self._executor.start(task_id, reserved=True)
             try:
                 await self._tasks.born(live, STAGED_S)
@@ -284,7 +283,7 @@ class TaskService:
                 raise
             return live
         try:
-            await self._tasks.create(task, owner, now, here, retry, push, key_row)
+            await self._tasks.create(new, now, here)
         except BaseException:
             if here:
                 self._executor.release_slot()

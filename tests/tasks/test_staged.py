@@ -50,19 +50,26 @@ async def test_a_pure_agent_that_answers_at_once_costs_one_commit(tmp_path, pure
         assert c.runner.running == 0
 
 
+class _Held:
+    """An agent whose run says its task's id, then takes its one step (`say`) only once `go` is set."""
+
+    def __init__(self, text: str) -> None:
+        self.started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.go = asyncio.Event()
+        self.text = text
+
+    async def script(self, task: TaskContext) -> None:
+        self.started.set_result(task.id)
+        await self.go.wait()
+        await task.say(self.text)
+
+
 async def test_a_staged_task_is_seen_by_nobody_until_its_first_step_commits(tmp_path, monkeypatch):
     monkeypatch.setattr(service_module, "STAGED_S", WAIT_S)
-    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    go = asyncio.Event()
-
-    async def script(task: TaskContext) -> None:
-        started.set_result(task.id)
-        await go.wait()
-        await task.say("done")
-
-    async with running(tmp_path, script, pure=True) as c:
+    held = _Held("done")
+    async with running(tmp_path, held.script, pure=True) as c:
         sending = asyncio.create_task(send(c, "wait"))
-        task_id = await asyncio.wait_for(started, WAIT_S)
+        task_id = await asyncio.wait_for(held.started, WAIT_S)
         assert await _stored(c, task_id) is None
         with pytest.raises(TaskNotFoundError):
             await c.service.get(OWNER, task_id)
@@ -71,30 +78,23 @@ async def test_a_staged_task_is_seen_by_nobody_until_its_first_step_commits(tmp_
         with pytest.raises(TaskNotFoundError):
             await c.service.resubscribe(OWNER, task_id)
         assert (await c.service.list(OWNER)).tasks == []
-        go.set()
+        held.go.set()
         task = await asyncio.wait_for(sending, WAIT_S)
         assert task.id == task_id and texts(task) == ["done"]
         assert (await c.service.get(OWNER, task_id)).status.state is TaskState.COMPLETED
 
 
 async def test_a_pure_agent_slow_to_take_a_step_has_its_task_committed_alone_first(tmp_path):
-    started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    go = asyncio.Event()
-
-    async def script(task: TaskContext) -> None:
-        started.set_result(task.id)
-        await go.wait()
-        await task.say("late")
-
-    async with running(tmp_path, script, pure=True) as c:
+    held = _Held("late")
+    async with running(tmp_path, held.script, pure=True) as c:
         sending = asyncio.create_task(send(c, "slow"))
-        task_id = await asyncio.wait_for(started, WAIT_S)
+        task_id = await asyncio.wait_for(held.started, WAIT_S)
         async with asyncio.timeout(WAIT_S):
             while (stored := await _stored(c, task_id)) is None:
                 await asyncio.sleep(0.01)
         assert stored.task.status.state is TaskState.SUBMITTED
         assert (await c.service.get(OWNER, task_id)).status.state is TaskState.SUBMITTED
-        go.set()
+        held.go.set()
         task = await asyncio.wait_for(sending, WAIT_S)
         assert task.status.state is TaskState.COMPLETED and texts(task) == ["late"]
         events = await c.tasks.repo.events_after(task_id, task.context_id, 0, owner=OWNER)
