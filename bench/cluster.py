@@ -15,6 +15,10 @@
 4. Many open SSE streams on one of our replicas (10,000 by default, spread over 100 `sleep:600` tasks, from
    one asyncio process): the replica's VmRSS and VmHWM once every stream has its first event, then (after
    an optional hold) the tasks are cancelled and every stream must end with `canceled`.
+5. A reader slower than its task (bench/reader.py): on a freshly started replica each time, a `chunks:300000`
+   task read by one `tasks/resubscribe` stream as fast as it can, then by one reading 64 KiB every 20 ms;
+   the replica's VmRSS every 100 ms, how far behind each reader was when the task completed, every event
+   checked. The slow reader's growth must stay near the fast one's: its lag belongs in the event log.
 
 Each topology runs alone on its own fresh database, one after the other. Prints a table (metric | ours |
 reference | target | met?) and saves the raw figures to bench/results/cluster-<time>.json, the processes'
@@ -49,6 +53,7 @@ from scripts.nginx_conf import nginx_command, write_local
 
 from .cpu import CpuUse, CpuWindow, wait_quiet
 from .load import ensure_wrk
+from .reader import ReadResult, read_task
 from .send import QUIET_CORES, Measured, measure, send_once
 from .servers import (
     ROOT,
@@ -81,7 +86,16 @@ TARGET_STREAMS = 10_000
 TARGET_RSS_MIB = 300.0
 """Issue 24: the replica's VmRSS with TARGET_STREAMS open streams."""
 REF_POLL_S = 0.5
-SECTIONS = ("propagation", "throughput", "events", "streams")
+READER_SLACK_MIB = 32.0
+"""Issue 24: the slow reader's peak growth at most the fast reader's plus this. What a lagging stream may
+hold is bounded and small: 64 framed events ahead of the client (app/api/sse.py BUFFER) and a 64 KiB batch,
+a bus subscription of at most 1,024 records, one 500-event replay page (app/tasks/follow.py), the transport's
+64 KiB write buffer: a few MiB at most. The rest of the slack is the allocator's noise between two fresh
+processes. Lag kept in memory costs far more: the issue saw 237 MiB for the same task."""
+READER_MIN_LAG = 0.1
+"""The slow reader counts as behind when the task completes with at least this share of its events unread;
+else the slow row is not judged (it did not lag, so it says nothing about lag)."""
+SECTIONS = ("propagation", "throughput", "events", "streams", "reader")
 OUR_ENV = {
     "AGENT_ADAPTER": "bench.agents:StampAgent",
     "LOG_LEVEL": "warning",
@@ -124,6 +138,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=None, help="open SSE streams (10000; quick 2000)")
     p.add_argument("--stream-tasks", type=int, default=100, help="tasks the streams are spread over")
     p.add_argument("--hold", type=float, default=None, help="s to keep the streams open (35; quick 0)")
+    p.add_argument(
+        "--reader-chunks",
+        type=int,
+        default=None,
+        help="chunks of the reader section's task (300000; quick 30000)",
+    )
     p.add_argument("--postgres-url", default=env("BENCH_POSTGRES_URL"))
     p.add_argument("--redis-url", default=env("BENCH_REDIS_URL"))
     p.add_argument("--keep-db", action="store_true", help="keep the bench databases afterwards")
@@ -138,6 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("event_chunks", 10000, 2000),
         ("streams", TARGET_STREAMS, 2000),
         ("hold", 35.0, 0.0),
+        ("reader_chunks", 300_000, 30_000),
         ("retries", 2, 0),
         ("quiet_wait", 60.0, 10.0),
     ]:
@@ -594,6 +615,48 @@ def streams_section(topo: Topology, args: argparse.Namespace, out: dict[str, Any
     }
 
 
+def reader_section(topo: Topology, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """A fast reader, then a slow one, of a `chunks:<n>` task, each on a replica just (re)started so that
+    its baseline and peak are its own (freed memory is not given back to the system at once)."""
+    assert topo.cluster is not None
+    mib = 1 / 1024
+    results: list[dict[str, Any]] = []
+    for slow in (False, True):
+        topo.cluster.restart(0)
+        pid = topo.pids[0]
+        log_path = topo.cluster.replicas[0].log_path
+        log_start = log_path.stat().st_size
+        wait_quiet(QUIET_CORES, args.quiet_wait)
+        window = CpuWindow(topo.pids, topo.cpu_groups)
+        timeout = 120 + args.reader_chunks / 2000
+        rd: ReadResult = asyncio.run(
+            read_task(topo.urls[0], pid, topo.database_url, args.reader_chunks, slow, timeout)
+        )
+        cpu = window.stop()
+        tracebacks = log_path.read_bytes()[log_start:].count(b"Traceback")
+        if tracebacks:
+            rd.problems.append(f"the replica logged {tracebacks} tracebacks; see {log_path}")
+        behind = rd.lag_events / max(rd.seq_at_done, 1)
+        say(
+            f"  {rd.reader} reader of chunks:{args.reader_chunks}: replica VmRSS "
+            f"{rd.rss_baseline_kib * mib:.0f} → peak {rd.peak_kib * mib:.0f} MiB "
+            f"(+{rd.growth_kib * mib:.0f}), "
+            f"{rd.rss_end_kib * mib:.0f} at the stream's end, {rd.rss_after_kib * mib:.0f} a second later; "
+            f"{rd.events:,} events ({rd.bytes_read / 2**20:.0f} MiB) in {rd.seconds:.1f} s = "
+            f"{rd.events_per_s:,.0f}/s; the task completed after {rd.task_s:.1f} s with the reader "
+            f"{rd.lag_events:,} events ({behind:.0%}) and {rd.lag_s:.1f} s behind | {cpu_text(cpu)}"
+        )
+        for p in rd.problems:
+            say(f"  PROBLEM {p}")
+        results.append({**rd.to_json(), "behind": round(behind, 3), "cpu_cores": cpu.to_json()})
+    out["reader"] = {
+        "label": topo.label,
+        "chunks": args.reader_chunks,
+        "readers": results,
+        "problems": [f"{r['reader']} reader: {p}" for r in results for p in r["problems"]],
+    }
+
+
 # ---- report --------------------------------------------------------------------------------------------
 
 
@@ -679,6 +742,7 @@ def table(out: dict[str, Any], args: argparse.Namespace) -> str:
                 "MET" if s["ended_canceled"] == s["streams"] else "NOT MET",
             )
         )
+    rows += reader_rows(out.get("reader"))
     head = ("metric", "ours", f"{REF} reference", "target", "met?")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     line = " | ".join
@@ -686,6 +750,45 @@ def table(out: dict[str, Any], args: argparse.Namespace) -> str:
     lines.append("-+-".join("-" * w for w in widths))
     lines += [line(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
+
+
+def reader_rows(r: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
+    """The reader section's rows: each reader's memory, and the slow one judged against the fast one."""
+    if not r or len(r["readers"]) < 2:
+        return []
+    fast, slow = r["readers"]
+    rows = []
+    for rd in (fast, slow):
+        rows.append(
+            (
+                f"replica memory, {rd['reader']} reader of chunks:{r['chunks']:,}",
+                f"{rd['rss_baseline_kib'] / 1024:.0f} → {rd['peak_kib'] / 1024:.0f} MiB "
+                f"(+{rd['growth_kib'] / 1024:.0f}), {rd['lag_events']:,} events behind at the end"
+                + (" (PROBLEMS)" if rd["problems"] else ""),
+                "not measured",
+                "",
+                "",
+            )
+        )
+    bound = fast["growth_kib"] / 1024 + READER_SLACK_MIB
+    growth = slow["growth_kib"] / 1024
+    lagged = slow["behind"] >= READER_MIN_LAG
+    ok = growth <= bound and not slow["problems"] and not fast["problems"]
+    met = (
+        ("MET" if ok else "NOT MET")
+        if lagged
+        else f"not judged (the slow reader was {slow['behind']:.0%} behind)"
+    )
+    rows.append(
+        (
+            "  slow reader's growth (the lag stays in the event log)",
+            f"+{growth:.0f} MiB",
+            "",
+            f"<= fast's + {READER_SLACK_MIB:g} = {bound:.0f} MiB",
+            met,
+        )
+    )
+    return rows
 
 
 def notes(out: dict[str, Any], args: argparse.Namespace) -> str:
@@ -719,6 +822,14 @@ def notes(out: dict[str, Any], args: argparse.Namespace) -> str:
             f"one asyncio process, held {args.hold:g} s after the last first event; then the tasks were "
             "cancelled."
         )
+    r = out.get("reader")
+    if r:
+        lines.append(
+            f"reader: one tasks/resubscribe stream of a chunks:{r['chunks']} task on a freshly started "
+            "replica, read as fast as it can, then 64 KiB every 20 ms (socket receive buffer 64 KiB); "
+            "peak = the replica's VmHWM (VmRSS sampled every 100 ms besides); behind = events the task "
+            "had stored, not yet read, when its row turned completed."
+        )
     return "\n".join(lines)
 
 
@@ -734,6 +845,8 @@ def run_sections(args: argparse.Namespace, stamp: str, wrk: str | None, out: dic
             one.append(lambda t: events_section(t, args, out))
         if "streams" in sections:
             one.append(lambda t: streams_section(t, args, out))
+        if "reader" in sections:
+            one.append(lambda t: reader_section(t, args, out))
         if one:
             steps.append(("ours, 1 replica", lambda: ours(args, stamp, 1, True), one))
         if "throughput" in sections:
@@ -781,7 +894,9 @@ def main(argv: list[str] | None = None) -> int:
     wrk = ensure_wrk() if "throughput" in args.sections else None
     loadgen = f"wrk -t{args.threads}" if wrk else "Python load generator (wrk could not be installed)"
     out: dict[str, Any] = {
-        "benchmark": "scale-out: propagation, throughput by replicas, streamed events/s, open streams",
+        "benchmark": (
+            "scale-out: propagation, throughput by replicas, streamed events/s, open streams, slow reader"
+        ),
         "time": stamp,
         "config": {
             **{k: v for k, v in vars(args).items() if k not in ("postgres_url", "redis_url")},
@@ -809,6 +924,7 @@ def main(argv: list[str] | None = None) -> int:
             problems += [f"{section} {key}: {p}" for p in res.get("problems", [])]
     problems += [f"events: {p}" for pt in out.get("events", {}).get("points", []) for p in pt["problems"]]
     problems += [f"streams: {p}" for p in out.get("streams", {}).get("problems", [])]
+    problems += [f"reader: {p}" for p in out.get("reader", {}).get("problems", [])]
     out["table"] = table(out, args)
     say("")
     say(out["table"])
