@@ -299,6 +299,9 @@ class Writer:
                 else:
                     await self._flush_batch(batch, shard)
             finally:
+                # Not kept while this flusher waits for more: a finished task's folded artifacts (its
+                # whole output) would stay in memory until the next write.
+                batch = []
                 async with self._wake:
                     self._busy -= 1
                     self._wake.notify_all()
