@@ -62,6 +62,11 @@ async def follow(url: str, task_id: str) -> list[dict]:
     return [d["result"] for d in sse_data(resp.text)]
 
 
+def _grpc_lines(log: Path) -> set[str]:
+    """The replicas whose start-up line says they listen for gRPC."""
+    return {json.loads(line)["replica"] for line in log.read_text().splitlines() if "gRPC on" in line}
+
+
 def served_by(log: Path, task_id: str) -> set[str]:
     """The replicas whose access lines name the task."""
     replicas = set()
@@ -78,9 +83,13 @@ async def test_two_workers_are_two_replicas_and_stream_each_others_tasks(workers
         while len(names := await instances(workers.base_url)) < 2:
             await asyncio.sleep(0.1)
     assert all(n.startswith("default:w-test/") for n in names), names
-    # Both listen for gRPC on the one port too (SO_REUSEPORT among siblings).
-    listening = [json.loads(line) for line in workers.log_path.read_text().splitlines() if "gRPC on" in line]
-    assert {r["replica"] for r in listening} == {n.split(":", 1)[1] for n in names}
+    # Both listen for gRPC on the one port too (SO_REUSEPORT among siblings). A worker may be listed before
+    # its start-up line reaches the log: wait for both lines.
+    replicas = {n.split(":", 1)[1] for n in names}
+    async with asyncio.timeout(WAIT_S):
+        while (listening := _grpc_lines(workers.log_path)) != replicas:
+            assert listening <= replicas, listening
+            await asyncio.sleep(0.1)
 
     # Accepting is the kernel's choice: a few tasks until both workers have served streams of one.
     for _ in range(5):
