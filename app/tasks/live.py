@@ -404,10 +404,10 @@ class LiveTasks:
             await self.writer.commit(write)
         except BaseException as exc:
             self._live.pop(live.task.id, None)
-            if isinstance(exc, asyncio.CancelledError):
-                unborn.born.cancel()
-            else:
-                unborn.born.set_exception(exc)
+            # A run stopped mid-commit (the server shutting down): the request gets a retryable 503, not a
+            # cancellation that is not its own. Its write may still land; a retry then finds the copy.
+            cause = DatabaseUnavailableError() if isinstance(exc, asyncio.CancelledError) else exc
+            unborn.born.set_exception(cause)
             raise
         live.unborn = None
         unborn.born.set_result(None)
