@@ -27,19 +27,46 @@ install_pg() {
   fi
 }
 
+# A fresh cluster in $DATA, started; `pg_ctl start` prints its own reason when it fails.
+launch() {
+  local bin="$1"
+  if [ ! -s "$DATA/PG_VERSION" ]; then
+    rm -rf "$DATA"; mkdir -p "$DATA"
+    [ "$(id -u)" = 0 ] && chown postgres: "$DATA"
+    as_pg "$bin/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+  fi
+  as_pg "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 120 -o \
+    "-p $PORT -k $DATA -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB" start >/dev/null
+}
+
+# A postmaster still serving $DATA although pg_ctl sees none (its lock file is gone or names another pid).
+kill_orphans() {
+  pkill -KILL -f -- "-D $DATA( |\$)" 2>/dev/null || true
+}
+
 start() {
   install_pg
   local bin; bin="$(find_bin)"
-  if as_pg "$bin/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  # pg_ctl's status alone is not enough: a killed postmaster that nobody reaped still has a pid.
+  if as_pg "$bin/pg_ctl" -D "$DATA" status >/dev/null 2>&1 && "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then
     echo "pg.sh: already running on port $PORT" >&2
   else
-    if [ ! -s "$DATA/PG_VERSION" ]; then
-      rm -rf "$DATA"; mkdir -p "$DATA"
-      [ "$(id -u)" = 0 ] && chown postgres: "$DATA"
-      as_pg "$bin/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+    if [ -e "$DATA/postmaster.pid" ]; then
+      # A cluster that died without stopping: it is throwaway, so start afresh instead of waiting on its
+      # crash recovery or on a lock file whose pid now names another process.
+      echo "pg.sh: $DATA was not shut down cleanly; starting a new cluster there" >&2
+      kill_orphans
+      rm -rf "$DATA"
     fi
-    as_pg "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -o \
-      "-p $PORT -k $DATA -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB" start >/dev/null
+    if ! launch "$bin"; then
+      echo "pg.sh: PostgreSQL did not start; the end of its log:" >&2
+      tail -n 30 "$DATA/server.log" >&2 || true
+      echo "pg.sh: trying once more in a new cluster" >&2
+      as_pg "$bin/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true
+      kill_orphans
+      rm -rf "$DATA"
+      launch "$bin"
+    fi
   fi
   if ! as_pg "$bin/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$DB'" | grep -q 1; then
     as_pg "$bin/psql" -h 127.0.0.1 -p "$PORT" -U postgres -qc "CREATE DATABASE $DB" >/dev/null
