@@ -28,7 +28,7 @@ from ..events import AgentEvent, AgentEventKind
 from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
-from .run import approval_decision, coding_skill, describe_tool
+from .run import approval_decision, describe_tool
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,8 @@ class CodexAppServerRun(RpcRun):
 class CodexAgent(TwoModeAgent):
     adapter = "codex"
     bin_field = "codex_bin"
-    description = "OpenAI Codex CLI working in a workspace: edits files and runs commands."
-    skills = (coding_skill("Coding with Codex", "the Codex CLI", "codex"),)
+    maker = "OpenAI"
+    cli = "Codex CLI"
+    skill_name = "Coding with Codex"
     headless_run = CodexExecRun
     rpc_run = CodexAppServerRun

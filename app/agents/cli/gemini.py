@@ -24,7 +24,7 @@ from ..events import AgentEvent
 from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
-from .run import approval_decision, coding_skill, describe_tool
+from .run import approval_decision, describe_tool
 
 ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
@@ -153,7 +153,8 @@ class GeminiAcpRun(RpcRun):
 class GeminiAgent(TwoModeAgent):
     adapter = "gemini"
     bin_field = "gemini_bin"
-    description = "Google Gemini CLI working in a workspace: edits files and runs commands."
-    skills = (coding_skill("Coding with Gemini CLI", "the Gemini CLI", "gemini"),)
+    maker = "Google"
+    cli = "Gemini CLI"
+    skill_name = "Coding with Gemini CLI"
     headless_run = GeminiHeadlessRun
     rpc_run = GeminiAcpRun

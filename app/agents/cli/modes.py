@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ..events import AgentEvent, AgentEventKind, AgentRun
 from ..sdk import Request
-from .run import CliAgent, CliRun, exit_reason
+from .run import CliAgent, CliRun, coding_skill, exit_reason
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +118,25 @@ class RpcRun(CliRun):
 
 
 class TwoModeAgent(CliAgent):
-    """A CLI adapter with both modes: `headless_run` under AGENT_FORCE=true, else `rpc_run`."""
+    """A CLI adapter with both modes: `headless_run` under AGENT_FORCE=true, else `rpc_run`.
+
+    Its card's description and coding skill are one template for both adapters, filled in from `maker`,
+    `cli` and `skill_name` (`__init_subclass__`), so each adapter names only its CLI.
+    """
 
     headless_run: type[HeadlessRun]
     rpc_run: type[RpcRun]
+    maker: str
+    """Who makes the CLI, e.g. "OpenAI"."""
+    cli: str
+    """The CLI's name on the card, e.g. "Codex CLI"."""
+    skill_name: str
+    """The coding skill's name on the card, e.g. "Coding with Codex"."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.description = f"{cls.maker} {cls.cli} working in a workspace: edits files and runs commands."
+        cls.skills = (coding_skill(cls.skill_name, f"the {cls.cli}", cls.adapter),)
 
     def start(self, request: Request) -> AgentRun:
         run = self.headless_run if self.options.force else self.rpc_run
