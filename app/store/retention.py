@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import ColumnElement, FromClause, and_, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import INTERRUPTED_STATES, iso
@@ -182,16 +182,9 @@ class Pruning:
     async def count(self, cutoff: datetime) -> Counter[str]:
         """What pruning at `cutoff` would delete now, per table (but `task_counts`): a dry run."""
         ids = select(_tasks.c.id).where(_ended_before(cutoff))
-        configs = select(_configs.c.pk).where(_configs.c.task_id.in_(ids))
-        queries = {
-            "tasks": select(func.count()).select_from(_tasks).where(_ended_before(cutoff)),
-            "messages": select(func.count()).where(MessageRow.task_id.in_(ids)),
-            "artifacts": select(func.count()).where(ArtifactRow.task_id.in_(ids)),
-            "events": select(func.count()).where(EventRow.task_id.in_(ids)),
-            "push_configs": select(func.count()).where(PushConfigRow.task_id.in_(ids)),
-            "push_outbox": select(func.count()).where(PushOutboxRow.config_pk.in_(configs)),
-            "idempotency_keys": select(func.count()).where(IdempotencyKeyRow.task_id.in_(ids)),
-        }
+        queries = {"tasks": select(func.count()).select_from(_tasks).where(_ended_before(cutoff))}
+        for table, (rows, where) in _rows_of(ids).items():
+            queries[table] = select(func.count()).select_from(rows).where(where)
         out: Counter[str] = Counter()
         async with self._engine.connect() as conn:
             for table, query in queries.items():
@@ -210,21 +203,23 @@ class Pruning:
             return [Waiting(*r) for r in (await conn.execute(query)).all()]
 
 
+def _rows_of(ids: Any) -> dict[str, tuple[FromClause, ColumnElement[bool]]]:
+    """The rows that hang off the tasks `ids` (their ids, or a query of them), per table: what a batch
+    deletes before the tasks, in this order (push outbox rows before their webhook, as the deliverer takes
+    them), each by its index; the dry run counts the same rows."""
+    configs = select(_configs.c.pk).where(_configs.c.task_id.in_(ids))
+    rows = {"push_outbox": (_outbox, _outbox.c.config_pk.in_(configs))}
+    for row in (PushConfigRow, IdempotencyKeyRow, EventRow, ArtifactRow, MessageRow):
+        rows[row.__tablename__] = (row.__table__, row.__table__.c.task_id.in_(ids))
+    return rows
+
+
 async def _delete(conn: AsyncConnection, ids: list[str]) -> Counter[str]:
     """Delete the tasks `ids` and their rows, children first (no reliance on the foreign keys' cascades),
     and take them off the counters; the rows deleted per table."""
     out: Counter[str] = Counter()
-
-    async def gone(table: str, stmt: Any) -> None:
-        out[table] = (await conn.execute(stmt)).rowcount or 0
-
-    configs = select(_configs.c.pk).where(_configs.c.task_id.in_(ids))
-    await gone("push_outbox", delete(_outbox).where(_outbox.c.config_pk.in_(configs)))
-    await gone("push_configs", delete(_configs).where(_configs.c.task_id.in_(ids)))
-    await gone("idempotency_keys", delete(IdempotencyKeyRow).where(IdempotencyKeyRow.task_id.in_(ids)))
-    await gone("events", delete(_events).where(_events.c.task_id.in_(ids)))
-    await gone("artifacts", delete(ArtifactRow).where(ArtifactRow.task_id.in_(ids)))
-    await gone("messages", delete(MessageRow).where(MessageRow.task_id.in_(ids)))
+    for table, (rows, where) in _rows_of(ids).items():
+        out[table] = (await conn.execute(delete(rows).where(where))).rowcount or 0
     deleted = (
         await conn.execute(
             delete(_tasks).where(_tasks.c.id.in_(ids)).returning(_tasks.c.owner, _tasks.c.context_id)
