@@ -167,7 +167,7 @@ async def propagation(
 
 @dataclass
 class Reader:
-    """One SSE reader of a fast task: ids seen after the snapshot, and when the first and last arrived."""
+    """One SSE reader of a fast task: ids seen from its first chunk on, and when the first and last arrived."""
 
     task_id: str
     snapshot_seq: int = 0
@@ -179,8 +179,13 @@ class Reader:
     problem: str = ""
 
 
+FIRST_CHUNK = '"chunk-0 "'
+"""The scripted agent's first chunk (`chunks:<n>`), as it stands in an event's JSON."""
+
+
 async def read_fast(base_url: str, task_id: str, timeout_s: float) -> Reader:
-    """Resubscribe; count every complete event after the snapshot, checking ids run on by one."""
+    """Resubscribe; count every complete event from the task's first chunk on (not its start-up events, which
+    come before the gate's sleep), checking ids run on by one."""
     rd = Reader(task_id)
     stream = resubscribe(base_url, task_id)
     try:
@@ -195,7 +200,7 @@ async def read_fast(base_url: str, task_id: str, timeout_s: float) -> Reader:
                     rd.snapshot_seq = seq
                 elif seq != expected:
                     raise RuntimeError(f"event id {seq} where {expected} was due")
-                else:
+                elif rd.t_first or FIRST_CHUNK in ev.data:
                     rd.events += 1
                     rd.t_first = rd.t_first or ev.t_ns
                     rd.t_last = ev.t_ns

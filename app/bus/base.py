@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,31 +33,45 @@ def publish_attributes(task_id: str, records: list[EventRecord]) -> dict[str, ob
 
 
 class Subscription:
-    """Events of one task in publication order, bounded; overflow turns into a resync, never a block."""
+    """Events of one task in publication order, bounded; overflow turns into a resync, never a block.
+
+    A deque and the one reader's future rather than an `asyncio.Queue`: a subscription lives as long as
+    its stream, and an open stream's memory is mostly such small parts."""
+
+    __slots__ = ("_items", "_maxsize", "_waiter", "task_id")
 
     def __init__(self, task_id: str, maxsize: int = 1024) -> None:
         self.task_id = task_id
-        self._queue: asyncio.Queue[EventRecord | None] = asyncio.Queue(maxsize)
-        self._lagged = False
+        self._items: deque[EventRecord | None] = deque()
+        self._maxsize = maxsize
+        self._waiter: asyncio.Future[None] | None = None
 
     def push(self, record: EventRecord) -> None:
-        if self._lagged:
-            return
-        try:
-            self._queue.put_nowait(record)
-        except asyncio.QueueFull:
+        if len(self._items) >= self._maxsize:
             self.resync()
+            return
+        self._items.append(record)
+        self._wake()
 
     def resync(self) -> None:
         """Drop what is queued and tell the reader to read the log instead."""
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self._lagged = False
-        self._queue.put_nowait(RESYNC)
+        self._items.clear()
+        self._items.append(RESYNC)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def get(self) -> EventRecord | None:
         """The next record, or RESYNC (None)."""
-        return await self._queue.get()
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
 
 
 class Bus(ABC):

@@ -6,9 +6,12 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from app.api.sse import FAREWELL
+from tests.conftest import make_server
 from tests.support.rpc import result, send, sse_data, text_message
 
 
@@ -94,6 +97,35 @@ async def test_failed_run_ends_stream_with_error_text(client):
     last = events[-1][1]
     assert last["status"]["state"] == "failed" and last["final"] is True
     assert last["status"]["message"]["parts"][0]["text"] == "no disk"
+
+
+async def test_a_stopping_server_ends_each_sse_stream_with_a_farewell(tmp_path) -> None:
+    """SIGTERM with streams open on both bindings: each stream ends at once with the comment asking for a
+    resubscribe with Last-Event-ID and `retry: 500` (not cut by the server's shutdown timeout), and the
+    server exits."""
+    # Keep-alives far apart: nothing but the shutdown itself may wake the idle streams.
+    srv = await make_server("sqlite", tmp_path, SSE_KEEPALIVE_S="60")
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
+            asked = await send(c, "ask:Wait?")
+            rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe", "params": {"id": asked["id"]}}
+            async with (
+                c.stream("POST", "/a2a/jsonrpc", json=rpc) as one,
+                c.stream(
+                    "GET", f"/a2a/rest/tasks/{asked['id']}:subscribe", headers={"A2A-Version": "1.0"}
+                ) as two,
+            ):
+                bodies = [one.aiter_text(), two.aiter_text()]
+                firsts = [await anext(b) for b in bodies]
+                assert all("data: " in f for f in firsts), firsts
+                srv.proc.terminate()  # type: ignore[union-attr]
+                rests = [[t async for t in b] for b in bodies]
+            srv.proc.wait(timeout=30)  # type: ignore[union-attr]
+    finally:
+        srv.stop()
+    for first, rest in zip(firsts, rests, strict=True):
+        text = first + "".join(rest)
+        assert text.endswith(f": {FAREWELL}\r\nretry: 500\r\n\r\n"), text[-300:]
 
 
 async def test_keepalive_comments_while_idle(client):
