@@ -167,7 +167,7 @@ async def propagation(
 
 @dataclass
 class Reader:
-    """One SSE reader of a fast task: ids seen from its first chunk on, and when the first and last arrived."""
+    """One SSE reader of a fast task: ids seen from its first chunk on; when the first and last arrived."""
 
     task_id: str
     snapshot_seq: int = 0
