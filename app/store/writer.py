@@ -7,7 +7,8 @@ being written, and an idle server still commits each write at once. Writes of on
 task service awaits each before the next), so concurrent flushers cannot reorder a task's rows. A batch
 that breaks a constraint is retried write by write, so only the offending write fails. A batch that fails
 because the database is away fails every write in it; retrying is the caller's choice (a run waits for
-the database, a request answers at once).
+the database, a request answers at once). On PostgreSQL a batch of running tasks' plain steps is one
+autocommitted statement instead (`steps`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.telemetry import traces
 
+from . import steps
 from .models import (
     ARTIFACT_SEQ_PKEY,
     EVENT_SEQ_PKEY,
@@ -248,6 +250,12 @@ class Writer:
         self._busy = 0
         self._shard_base = random.randrange(COUNT_SHARDS)
         self._count_upsert = _count_upsert(engine.dialect.name)
+        self._autocommit = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "postgresql"
+            else None
+        )
+        """PostgreSQL: the running tasks' steps go in one autocommitted statement each (`steps`)."""
         self.commits = 0
         """Transactions committed, and the writes they carried (`writes`): read by the metrics."""
         self.writes = 0
@@ -332,6 +340,10 @@ class Writer:
             _settle(fut, None)
 
     async def _flush(self, writes: list[Write], shard: int) -> None:
+        if self._autocommit is not None and steps.fits(writes):
+            async with self._autocommit.connect() as conn:
+                await steps.write(conn, writes)
+            return
         new_tasks = [w.new_task for w in writes if w.new_task is not None]
         messages = [m for w in writes for m in w.messages]
         events = [e for w in writes for e in w.events]

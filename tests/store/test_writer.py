@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.protocol.model import utcnow
+from app.store import steps
 from app.store.db import create_engine
-from app.store.models import EventRow, MessageRow, TaskRow
+from app.store.models import ArtifactRow, EventRow, MessageRow, TaskRow
 from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
 from tests.conftest import BACKENDS, migrated_database_url
 
@@ -91,6 +92,102 @@ async def test_concurrent_writes_commit_and_duplicate_fails_alone(backend, tmp_p
             assert await conn.scalar(select(TaskRow.retry_key).where(TaskRow.id == "t3")) == "retry-m3"
             assert await conn.scalar(select(TaskRow.retry_key).where(TaskRow.id == "t4")) is None
         await writer.commit(new_task_write("t-again", "m4"))  # the stopped task's message may start another
+    finally:
+        await writer.stop()
+        await engine.dispose()
+
+
+def step_write(task_id: str, seq: int, state: str = "working", text: str = "chunk") -> Write:
+    """A running task's plain step: two messages, an event and its artifact chunk, the task row."""
+    now = utcnow()
+    return Write(
+        task_update={
+            "_id": task_id,
+            "state": state,
+            "status": {"state": state},
+            "transitions": [{"state": state, "timestamp": "2026-01-01T00:00:02.000Z"}],
+            "last_seq": seq,
+            "updated_at": now,
+            "status_at": "2026-01-01T00:00:02.000Z",
+            "lease_owner": "replica-a",
+            "lease_expires_at": now,
+        },
+        messages=[
+            {
+                "task_id": task_id,
+                "owner": "o",
+                "message_id": f"{text}-{n}",
+                "role": "agent",
+                "body": {"n": n},
+                "created_at": now,
+            }
+            for n in range(2)
+        ],
+        events=[
+            {"task_id": task_id, "seq": seq, "kind": "artifact", "body": {"text": text}, "created_at": now}
+        ],
+        artifacts=[
+            {"task_id": task_id, "seq": seq, "artifact_id": "a", "append": True, "body": {"parts": [text]}}
+        ],
+    )
+
+
+def test_only_plain_steps_of_running_tasks_take_the_one_statement_path():
+    assert steps.fits([step_write("t", 2), step_write("u", 5)])
+    assert not steps.fits([new_task_write("t", "m")])
+    for change in (
+        {"folded_artifacts": []},
+        {"task_metadata": {"_id": "t", "_metadata": {}}},
+        {"idempotency_key": {"key": "k"}},
+        {"usage": [{"task_id": "t"}]},
+        {"push_configs": [{"task_id": "t"}]},
+        {"notifications": [{"task_id": "t"}]},
+        {"task_update": None},
+    ):
+        w = step_write("t", 2)
+        for name, value in change.items():
+            setattr(w, name, value)
+        assert not steps.fits([step_write("u", 3), w]), change
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_steps_of_many_running_tasks_commit_whole_and_in_order(backend, tmp_path):
+    """Running tasks' steps (on PostgreSQL one statement for a batch): every row lands, a step's messages
+    keep their order, a task leaving `working` loses its retry key and a reaper's mark goes; a step whose
+    event number is taken fails alone and leaves nothing of itself."""
+    url = await migrated_database_url(backend, tmp_path)
+    engine = create_engine(url)
+    writer = Writer(engine)
+    writer.start()
+    try:
+        await asyncio.gather(*(writer.commit(new_task_write(f"t{i}", f"m{i}")) for i in range(20)))
+        async with engine.begin() as conn:
+            await conn.execute(update(TaskRow).values(lease_suspect_at=utcnow()))
+        outcomes = await asyncio.gather(
+            *(writer.commit(step_write(f"t{i}", 2, "completed" if i % 2 else "working")) for i in range(20)),
+            writer.commit(step_write("t0", 1, text="late")),  # event 1 of t0 is already written
+            return_exceptions=True,
+        )
+        assert outcomes[:20] == [None] * 20
+        assert isinstance(outcomes[20], SeqTakenError)
+        async with engine.connect() as conn:
+            tasks = {r.id: r for r in (await conn.execute(select(TaskRow))).all()}
+            assert {t.last_seq for t in tasks.values()} == {2}
+            assert all(t.lease_suspect_at is None and t.lease_owner == "replica-a" for t in tasks.values())
+            assert tasks["t0"].retry_key == "retry-m0" and tasks["t1"].retry_key is None
+            assert tasks["t1"].state == "completed" and tasks["t1"].transitions[0]["state"] == "completed"
+            assert await conn.scalar(select(func.count()).select_from(EventRow)) == 40
+            assert await conn.scalar(select(func.count()).select_from(ArtifactRow)) == 20
+            chunk = await conn.scalar(select(ArtifactRow.body).where(ArtifactRow.task_id == "t5"))
+            assert chunk == {"parts": ["chunk"]}
+            ordered = (
+                await conn.scalars(
+                    select(MessageRow.message_id).where(MessageRow.task_id == "t7").order_by(MessageRow.id)
+                )
+            ).all()
+            assert ordered == ["m7", "chunk-0", "chunk-1"]
+            late = select(func.count()).select_from(MessageRow).where(MessageRow.message_id.like("late-%"))
+            assert await conn.scalar(late) == 0
     finally:
         await writer.stop()
         await engine.dispose()
