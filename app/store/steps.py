@@ -1,16 +1,18 @@
 """A running task's step in one PostgreSQL statement: the writer's fast path.
 
-Most writes are steps of running tasks (a chunk, a status note): rows added to the messages, events and
-artifacts and the task's row brought up to date. In one transaction that is five round trips (BEGIN, three
-statements, COMMIT), most of a streamed event's delay from its agent to its reader. PostgreSQL runs
-data-modifying WITH clauses as one statement, atomic on its own, so the same rows go in one autocommitted
-round trip: each table's rows travel as one JSON array (`jsonb_populate_recordset` types them by the
-table's own columns), so the statement's text depends only on which tables a batch touches and stays
-prepared.
+Most writes are a new task (with, for an agent that answers at once, its whole run) or a step of a running
+task (a chunk, a status note): rows added to a few tables and the task's row inserted or brought up to date.
+In one transaction that is a round trip per table plus BEGIN and COMMIT: most of a streamed event's delay
+from its agent to its reader, and most of a blocking send's time. PostgreSQL runs data-modifying WITH
+clauses as one statement, atomic on its own, so the same rows go in one autocommitted round trip: each
+table's rows travel as one JSON array (`jsonb_populate_recordset` types them by the table's own columns),
+so the statement's text depends only on which tables and columns a batch has, and stays prepared.
+Constraints are checked as before (a taken key fails the whole statement, named as the writer expects), and
+foreign keys at its end, when the new task's row is there.
 
-Only what one snapshot can do qualifies (`fits`): no new task, no folding (it deletes rows it would also
-insert), no webhooks (their outbox rows read the configs), no metadata, usage or idempotency keys. The rest
-goes through the writer's transaction as before.
+Only what one snapshot can do qualifies (`fits`): no folding (it deletes rows it would also insert), no
+webhooks (their outbox rows read the configs), no second change of a task's row (metadata). The rest goes
+through the writer's transaction as before.
 """
 
 from __future__ import annotations
@@ -26,16 +28,22 @@ if TYPE_CHECKING:
 
     from .writer import Write
 
-_INSERTS = (
-    ("messages", "task_id, owner, message_id, role, body, created_at"),
-    ("events", "task_id, seq, kind, body, created_at"),
-    ("artifacts", "task_id, seq, artifact_id, append, body"),
-)
+_TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys")
+"""The tables a fitting write inserts into; each insert names the columns its rows carry (the others get
+their defaults)."""
 # In order (WITH ORDINALITY): a message's id is its place in the task's history.
 _INSERT = (
-    "{table} AS (INSERT INTO {table} ({cols}) SELECT {cols} "
+    "new_{table} AS (INSERT INTO {table} ({cols}) SELECT {cols} "
     "FROM jsonb_populate_recordset(NULL::{table}, CAST(:{table} AS jsonb)) WITH ORDINALITY AS r "
     "ORDER BY r.ordinality)"
+)
+# As the writer's `_count_upsert`, the rows in key order (see `Writer._flush`).
+_COUNT = (
+    "new_counts AS (INSERT INTO task_counts (owner, context_id, shard, n) "
+    "SELECT owner, context_id, shard, n "
+    "FROM jsonb_populate_recordset(NULL::task_counts, CAST(:task_counts AS jsonb)) AS r "
+    "ORDER BY owner, context_id "
+    "ON CONFLICT (owner, context_id, shard) DO UPDATE SET n = task_counts.n + excluded.n)"
 )
 # As the writer's `_update_task`: a step is its holder alive (the suspicion mark goes), and a retry key
 # stays only while the task runs.
@@ -44,48 +52,65 @@ _UPDATE = (
     "last_seq = u.last_seq, updated_at = u.updated_at, status_at = u.status_at, lease_owner = u.lease_owner, "
     "lease_expires_at = u.lease_expires_at, lease_suspect_at = NULL, "
     "retry_key = CASE WHEN u.state IN ('submitted', 'working') THEN tasks.retry_key END "
-    "FROM jsonb_populate_recordset(NULL::tasks, CAST(:tasks AS jsonb)) AS u WHERE tasks.id = u.id"
+    "FROM jsonb_populate_recordset(NULL::tasks, CAST(:updates AS jsonb)) AS u WHERE tasks.id = u.id"
 )
-_statements: dict[tuple[bool, ...], TextClause] = {}
+_statements: dict[tuple[Any, ...], TextClause] = {}
 
 
 def fits(writes: Sequence[Write]) -> bool:
-    """Whether every write is a plain step of a running task (see the module doc)."""
+    """Whether every write is a new task or a plain step of a running one (see the module doc)."""
     return all(
-        w.task_update is not None
-        and w.new_task is None
+        (w.task_update is None) != (w.new_task is None)
         and w.folded_artifacts is None
         and w.task_metadata is None
-        and w.idempotency_key is None
-        and not w.usage
         and not w.push_configs
         and not w.notifications
         for w in writes
     )
 
 
-def _statement(present: tuple[bool, ...]) -> TextClause:
-    stmt = _statements.get(present)
+def _statement(shape: tuple[tuple[str, tuple[str, ...]], ...], counts: bool, updates: bool) -> TextClause:
+    key = (shape, counts, updates)
+    stmt = _statements.get(key)
     if stmt is None:
-        inserts = [_INSERT.format(table=t, cols=c) for (t, c), p in zip(_INSERTS, present, strict=True) if p]
-        sql = ("WITH " + ", ".join(inserts) + " " if inserts else "") + _UPDATE
-        stmt = _statements[present] = text(sql)
+        parts = [_INSERT.format(table=t, cols=", ".join(cols)) for t, cols in shape]
+        if counts:
+            parts.append(_COUNT)
+        main = _UPDATE if updates else "SELECT 1"
+        stmt = _statements[key] = text("WITH " + ", ".join(parts) + " " + main if parts else main)
     return stmt
 
 
-async def write(conn: AsyncConnection, writes: Sequence[Write]) -> None:
-    """The writes' rows in one statement, on an autocommitting connection."""
-    rows = (
-        [m for w in writes for m in w.messages],
-        [e for w in writes for e in w.events],
-        [a for w in writes for a in w.artifacts],
-    )
-    # One row per task (a later step of a task in the batch wins): a statement changes a row once.
-    updates: dict[str, dict[str, Any]] = {}
+async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dict[str, Any]]) -> bool:
+    """The writes' rows, and the counter rows of their new tasks, in one statement on an autocommitting
+    connection; False (nothing written) when rows of one table differ in their columns."""
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in _TABLES}
+    updates: list[dict[str, Any]] = []
     for w in writes:
-        assert w.task_update is not None
-        u = w.task_update
-        updates[u["_id"]] = {"id": u["_id"], **{k: v for k, v in u.items() if k != "_id"}}
-    params = {t: orjson.dumps(r).decode() for (t, _), r in zip(_INSERTS, rows, strict=True) if r}
-    params["tasks"] = orjson.dumps(list(updates.values())).decode()
-    await conn.execute(_statement(tuple(bool(r) for r in rows)), params)
+        if w.new_task is not None:
+            rows["tasks"].append(w.new_task)
+        if w.task_update is not None:
+            u = w.task_update
+            updates.append({"id": u["_id"], **{k: v for k, v in u.items() if k != "_id"}})
+        rows["messages"] += w.messages
+        rows["events"] += w.events
+        rows["artifacts"] += w.artifacts
+        rows["task_usage"] += w.usage
+        if w.idempotency_key is not None:
+            rows["idempotency_keys"].append(w.idempotency_key)
+    shape = []
+    params: dict[str, str] = {}
+    for table, table_rows in rows.items():
+        if not table_rows:
+            continue
+        cols = tuple(table_rows[0])
+        if any(len(r) != len(cols) or r.keys() != table_rows[0].keys() for r in table_rows):
+            return False
+        shape.append((table, cols))
+        params[table] = orjson.dumps(table_rows).decode()
+    if counts:
+        params["task_counts"] = orjson.dumps(counts).decode()
+    if updates:
+        params["updates"] = orjson.dumps(updates).decode()
+    await conn.execute(_statement(tuple(shape), bool(counts), bool(updates)), params)
+    return True

@@ -340,11 +340,11 @@ class Writer:
             _settle(fut, None)
 
     async def _flush(self, writes: list[Write], shard: int) -> None:
+        new_tasks = [w.new_task for w in writes if w.new_task is not None]
         if self._autocommit is not None and steps.fits(writes):
             async with self._autocommit.connect() as conn:
-                await steps.write(conn, writes)
-            return
-        new_tasks = [w.new_task for w in writes if w.new_task is not None]
+                if await steps.write(conn, writes, _count_rows(new_tasks, shard)):
+                    return
         messages = [m for w in writes for m in w.messages]
         events = [e for w in writes for e in w.events]
         artifacts = [a for w in writes for a in w.artifacts]
@@ -385,12 +385,13 @@ class Writer:
             if new_tasks:
                 # Last, and in key order: a row lock taken here is held only until the commit that follows,
                 # and two flushers take them in the same order, so they cannot deadlock.
-                counts = Counter((t["owner"], c) for t in new_tasks for c in ("", t["context_id"]))
-                rows = [
-                    {"owner": o, "context_id": c, "shard": shard, "n": n}
-                    for (o, c), n in sorted(counts.items())
-                ]
-                await conn.execute(self._count_upsert, rows)
+                await conn.execute(self._count_upsert, _count_rows(new_tasks, shard))
+
+
+def _count_rows(new_tasks: list[dict[str, Any]], shard: int) -> list[dict[str, Any]]:
+    """What the new tasks add to their owner's counters (all, and the context's), in key order."""
+    counts = Counter((t["owner"], c) for t in new_tasks for c in ("", t["context_id"]))
+    return [{"owner": o, "context_id": c, "shard": shard, "n": n} for (o, c), n in sorted(counts.items())]
 
 
 async def _fold(conn: AsyncConnection, task_id: str, rows: list[dict[str, Any]]) -> None:

@@ -132,17 +132,19 @@ def step_write(task_id: str, seq: int, state: str = "working", text: str = "chun
     )
 
 
-def test_only_plain_steps_of_running_tasks_take_the_one_statement_path():
-    assert steps.fits([step_write("t", 2), step_write("u", 5)])
-    assert not steps.fits([new_task_write("t", "m")])
+def test_new_tasks_and_plain_steps_take_the_one_statement_path():
+    step_with_key = step_write("v", 4)
+    step_with_key.idempotency_key = {"owner": "o", "key": "k"}
+    step_with_key.usage = [{"task_id": "v", "seq": 4}]
+    assert steps.fits([step_write("t", 2), new_task_write("u", "m"), step_with_key])
+    only_key = Write(idempotency_key={"owner": "o", "key": "k"})
+    assert not steps.fits([only_key]), "a write that is neither a task nor a step of one"
     for change in (
         {"folded_artifacts": []},
         {"task_metadata": {"_id": "t", "_metadata": {}}},
-        {"idempotency_key": {"key": "k"}},
-        {"usage": [{"task_id": "t"}]},
         {"push_configs": [{"task_id": "t"}]},
         {"notifications": [{"task_id": "t"}]},
-        {"task_update": None},
+        {"new_task": new_task_write("t", "m").new_task},
     ):
         w = step_write("t", 2)
         for name, value in change.items():
