@@ -11,8 +11,9 @@ Constraints are checked as before (a taken key fails the whole statement, named 
 foreign keys at its end, when the new task's row is there.
 
 Only what one snapshot can do qualifies (`fits`): no folding (it deletes rows it would also insert), no
-webhooks (their outbox rows read the configs), no second change of a task's row (metadata). The rest goes
-through the writer's transaction as before.
+second change of a task's row (metadata). The rest goes through the writer's transaction as before. New
+webhooks and their notifications do fit: the outbox rows join the configs stored before with those the
+statement adds (`RETURNING`), which its snapshot cannot see in the table.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from .writer import Write
 
-_TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys")
+_TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys", "push_configs")
 """The tables a fitting write inserts into; each insert names the columns its rows carry (the others get
 their defaults)."""
 # In order (WITH ORDINALITY): a message's id is its place in the task's history.
@@ -45,6 +46,17 @@ _COUNT = (
     "ORDER BY owner, context_id "
     "ON CONFLICT (owner, context_id, shard) DO UPDATE SET n = task_counts.n + excluded.n)"
 )
+# As the writer's `_notify`: an outbox row per webhook of the task, those stored before and those this
+# statement adds (which its own snapshot cannot see in the table).
+_NOTIFY = (
+    "new_outbox AS (INSERT INTO push_outbox (config_pk, seq, history_len, attempts, created_at) "
+    "SELECT c.pk, n.seq, n.history_len, 0, n.created_at "
+    "FROM jsonb_to_recordset(CAST(:notifications AS jsonb)) "
+    "AS n(task_id VARCHAR, seq INTEGER, history_len INTEGER, created_at TIMESTAMPTZ) "
+    "JOIN ({configs}) AS c ON c.task_id = n.task_id)"
+)
+_STORED_CONFIGS = "SELECT pk, task_id FROM push_configs"
+_ADDED_CONFIGS = " UNION ALL SELECT pk, task_id FROM new_push_configs"
 # As the writer's `_update_task`: a step is its holder alive (the suspicion mark goes), and a retry key
 # stays only while the task runs.
 _UPDATE = (
@@ -63,19 +75,24 @@ def fits(writes: Sequence[Write]) -> bool:
         (w.task_update is None) != (w.new_task is None)
         and w.folded_artifacts is None
         and w.task_metadata is None
-        and not w.push_configs
-        and not w.notifications
         for w in writes
     )
 
 
-def _statement(shape: tuple[tuple[str, tuple[str, ...]], ...], counts: bool, updates: bool) -> TextClause:
-    key = (shape, counts, updates)
+def _statement(
+    shape: tuple[tuple[str, tuple[str, ...]], ...], counts: bool, notify: bool, updates: bool
+) -> TextClause:
+    key = (shape, counts, notify, updates)
     stmt = _statements.get(key)
     if stmt is None:
         parts = [_INSERT.format(table=t, cols=", ".join(cols)) for t, cols in shape]
+        added = any(t == "push_configs" for t, _ in shape)
+        if added:
+            parts[-1] = parts[-1][:-1] + " RETURNING pk, task_id)"
         if counts:
             parts.append(_COUNT)
+        if notify:
+            parts.append(_NOTIFY.format(configs=_STORED_CONFIGS + (_ADDED_CONFIGS if added else "")))
         main = _UPDATE if updates else "SELECT 1"
         stmt = _statements[key] = text("WITH " + ", ".join(parts) + " " + main if parts else main)
     return stmt
@@ -98,6 +115,7 @@ async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dic
         rows["task_usage"] += w.usage
         if w.idempotency_key is not None:
             rows["idempotency_keys"].append(w.idempotency_key)
+        rows["push_configs"] += w.push_configs
     shape = []
     params: dict[str, str] = {}
     for table, table_rows in rows.items():
@@ -110,7 +128,10 @@ async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dic
         params[table] = orjson.dumps(table_rows).decode()
     if counts:
         params["task_counts"] = orjson.dumps(counts).decode()
+    notifications = [n for w in writes for n in w.notifications]
+    if notifications:
+        params["notifications"] = orjson.dumps(notifications).decode()
     if updates:
         params["updates"] = orjson.dumps(updates).decode()
-    await conn.execute(_statement(tuple(shape), bool(counts), bool(updates)), params)
+    await conn.execute(_statement(tuple(shape), bool(counts), bool(notifications), bool(updates)), params)
     return True

@@ -4,6 +4,7 @@ task's retry key lasts while it runs."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
@@ -11,7 +12,7 @@ from sqlalchemy import func, select, update
 from app.protocol.model import utcnow
 from app.store import steps
 from app.store.db import create_engine
-from app.store.models import ArtifactRow, EventRow, MessageRow, TaskRow
+from app.store.models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
 from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
 from tests.conftest import BACKENDS, migrated_database_url
 
@@ -136,14 +137,15 @@ def test_new_tasks_and_plain_steps_take_the_one_statement_path():
     step_with_key = step_write("v", 4)
     step_with_key.idempotency_key = {"owner": "o", "key": "k"}
     step_with_key.usage = [{"task_id": "v", "seq": 4}]
-    assert steps.fits([step_write("t", 2), new_task_write("u", "m"), step_with_key])
+    with_webhook = new_task_write("w", "m2")
+    with_webhook.push_configs = [{"task_id": "w"}]
+    with_webhook.notifications = [{"task_id": "w", "seq": 1}]
+    assert steps.fits([step_write("t", 2), new_task_write("u", "m"), step_with_key, with_webhook])
     only_key = Write(idempotency_key={"owner": "o", "key": "k"})
     assert not steps.fits([only_key]), "a write that is neither a task nor a step of one"
     for change in (
         {"folded_artifacts": []},
         {"task_metadata": {"_id": "t", "_metadata": {}}},
-        {"push_configs": [{"task_id": "t"}]},
-        {"notifications": [{"task_id": "t"}]},
         {"new_task": new_task_write("t", "m").new_task},
     ):
         w = step_write("t", 2)
@@ -190,6 +192,58 @@ async def test_steps_of_many_running_tasks_commit_whole_and_in_order(backend, tm
             assert ordered == ["m7", "chunk-0", "chunk-1"]
             late = select(func.count()).select_from(MessageRow).where(MessageRow.message_id.like("late-%"))
             assert await conn.scalar(late) == 0
+    finally:
+        await writer.stop()
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_webhooks_get_notifications_from_the_statement_that_adds_them(backend, tmp_path):
+    """A new task with its webhook and its first notifications, beside a step of a task whose webhook was
+    stored before: each webhook gets its own task's notifications (on PostgreSQL in one statement, whose
+    snapshot does not see the webhook it adds)."""
+    url = await migrated_database_url(backend, tmp_path)
+    engine = create_engine(url)
+    writer = Writer(engine)
+    writer.start()
+    now = utcnow()
+
+    def hook(task_id: str) -> dict[str, Any]:
+        return {
+            "task_id": task_id,
+            "config_id": f"hook-{task_id}",
+            "owner": "o",
+            "version": "0.3",
+            "url": "https://example.com/hook",
+            "token": None,
+            "auth_scheme": None,
+            "auth_credentials": None,
+            "created_at": now,
+        }
+
+    def notify(task_id: str, *seqs: int) -> list[dict[str, Any]]:
+        return [{"task_id": task_id, "seq": s, "history_len": 1, "created_at": now} for s in seqs]
+
+    try:
+        old = new_task_write("old", "m-old")
+        old.push_configs, old.notifications = [hook("old")], notify("old", 1)
+        await writer.commit(old)
+        new = new_task_write("new", "m-new")
+        new.push_configs, new.notifications = [hook("new")], notify("new", 1)
+        step = step_write("old", 2)
+        step.notifications = notify("old", 2)
+        await asyncio.gather(writer.commit(new), writer.commit(step))
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(PushConfigRow.task_id, PushOutboxRow.seq)
+                    .join(PushConfigRow, PushConfigRow.pk == PushOutboxRow.config_pk)
+                    .order_by(PushConfigRow.task_id, PushOutboxRow.seq)
+                )
+            ).all()
+            assert [tuple(r) for r in rows] == [("new", 1), ("old", 1), ("old", 2)]
+            attempts = await conn.scalars(select(PushConfigRow.attempts))
+            assert set(attempts) == {0}
     finally:
         await writer.stop()
         await engine.dispose()
