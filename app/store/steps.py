@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from sqlalchemy import TextClause, text
 
+from .models import Base
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 _TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys", "push_configs")
 """The tables a fitting write inserts into; each insert names the columns its rows carry (the others get
-their defaults)."""
+their defaults), checked against the table once per statement built."""
 # In order (WITH ORDINALITY): a message's id is its place in the task's history.
 _INSERT = (
     "new_{table} AS (INSERT INTO {table} ({cols}) SELECT {cols} "
@@ -85,6 +87,10 @@ def _statement(
     key = (shape, counts, notify, updates)
     stmt = _statements.get(key)
     if stmt is None:
+        for table, cols in shape:
+            unknown = set(cols) - set(Base.metadata.tables[table].c.keys())
+            if unknown:
+                raise ValueError(f"not columns of {table}: {sorted(unknown)}")
         parts = [_INSERT.format(table=t, cols=", ".join(cols)) for t, cols in shape]
         added = any(t == "push_configs" for t, _ in shape)
         if added:
@@ -102,13 +108,14 @@ async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dic
     """The writes' rows, and the counter rows of their new tasks, in one statement on an autocommitting
     connection; False (nothing written) when rows of one table differ in their columns."""
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in _TABLES}
-    updates: list[dict[str, Any]] = []
+    # One row per task, the last step's (as the writer's transaction does): a statement changes a row once.
+    updates: dict[str, dict[str, Any]] = {}
     for w in writes:
         if w.new_task is not None:
             rows["tasks"].append(w.new_task)
         if w.task_update is not None:
             u = w.task_update
-            updates.append({"id": u["_id"], **{k: v for k, v in u.items() if k != "_id"}})
+            updates[u["_id"]] = {"id": u["_id"], **{k: v for k, v in u.items() if k != "_id"}}
         rows["messages"] += w.messages
         rows["events"] += w.events
         rows["artifacts"] += w.artifacts
@@ -132,6 +139,6 @@ async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dic
     if notifications:
         params["notifications"] = orjson.dumps(notifications).decode()
     if updates:
-        params["updates"] = orjson.dumps(updates).decode()
+        params["updates"] = orjson.dumps(list(updates.values())).decode()
     await conn.execute(_statement(tuple(shape), bool(counts), bool(notifications), bool(updates)), params)
     return True
