@@ -200,6 +200,8 @@ class SseResponse(Response):
         finally:
             timer.cancel()
             shutdown.rings.discard(s.ring)
+            if left.done() and not left.cancelled():
+                left.exception()  # retrieved: a receive that failed ends the stream like a disconnect
             left.cancel()
             # Shielded: a request cancelled mid-stream must still end the pump's read in flight and close
             # the items (they hold a stream slot and a bus subscription).
