@@ -14,7 +14,7 @@ from app.store import steps
 from app.store.db import create_engine
 from app.store.models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
 from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
-from tests.conftest import BACKENDS, migrated_database_url
+from tests.conftest import BACKENDS, migrated_database_url, migrated_pg_database
 
 
 def new_task_write(task_id: str, message_id: str) -> Write:
@@ -244,6 +244,27 @@ async def test_webhooks_get_notifications_from_the_statement_that_adds_them(back
             assert [tuple(r) for r in rows] == [("new", 1), ("old", 1), ("old", 2)]
             attempts = await conn.scalars(select(PushConfigRow.attempts))
             assert set(attempts) == {0}
+    finally:
+        await writer.stop()
+        await engine.dispose()
+
+
+async def test_a_restarted_postgresql_costs_the_one_statement_path_no_failed_write(own_services):
+    """Each flusher keeps its connection between batches; after PostgreSQL restarts, the next write goes on
+    a new one (the kept one is closed), so it succeeds at once, as a pooled checkout would."""
+    url = await migrated_pg_database(own_services.pg_url)
+    engine = create_engine(url)
+    writer = Writer(engine, flushers=1)
+    writer.start()
+    try:
+        await writer.commit(new_task_write("t", "m"))
+        await writer.commit(step_write("t", 2))
+        await asyncio.to_thread(own_services.stop_pg)
+        await asyncio.to_thread(own_services.start_pg)
+        await asyncio.sleep(0.2)  # the kept connection sees the server's goodbye
+        await writer.commit(step_write("t", 3))
+        async with engine.connect() as conn:
+            assert await conn.scalar(select(TaskRow.last_seq).where(TaskRow.id == "t")) == 3
     finally:
         await writer.stop()
         await engine.dispose()
