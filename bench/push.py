@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -190,7 +191,7 @@ async def profiled_drain(db: str, workdir: Path, receiver: str, args: argparse.N
         await arrived(receiver, "/profiled", expected)
     finally:
         if spy is not None:
-            spy.terminate()
+            spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded on Ctrl-C, not on SIGTERM
             await asyncio.to_thread(spy.wait)
         await asyncio.to_thread(server.stop)
     return profile.summarize(out) if out.exists() else "py-spy wrote nothing"
