@@ -30,7 +30,7 @@ from .calls import DISCOVERY, Call
 from .errors import http_headers, jsonrpc_error
 from .faults import unexpected
 from .sanity import check_json
-from .sse import sse_once, sse_response
+from .sse import SseResponse, sse_once
 from .versions import raw_version
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             if notification:
                 await items.aclose()  # type: ignore[attr-defined]
                 return None
-            return sse_response(
+            return SseResponse(
                 items,
                 lambda it: {"jsonrpc": "2.0", "id": rid, "result": encode(it)},
                 call.c.settings.sse_keepalive_s,

@@ -45,7 +45,7 @@ from .calls import Call, Handler, StreamHandler
 from .errors import media_type, rest_error
 from .faults import unexpected
 from .sanity import check_json
-from .sse import sse_response
+from .sse import SseResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -116,7 +116,7 @@ class RestBinding:
             call = self.call_of(request)
             args = await params(request)
             items, encode = await open_stream(call, lambda: handler(args, call))
-            return sse_response(items, encode, call.c.settings.sse_keepalive_s)
+            return SseResponse(items, encode, call.c.settings.sse_keepalive_s)
 
         return endpoint
 

@@ -209,12 +209,3 @@ class SseResponse(Response):
                 pump.cancel()
                 await asyncio.wait({pump})
                 await self.items.aclose()  # type: ignore[attr-defined]
-
-
-def sse_response(
-    items: AsyncIterator[Snapshot | EventRecord],
-    encode: Callable[[Snapshot | EventRecord], Any],
-    keepalive_s: float,
-) -> SseResponse:
-    """The SSE response of a streaming method (see `SseResponse`)."""
-    return SseResponse(items, encode, keepalive_s)

@@ -7,8 +7,8 @@ being written, and an idle server still commits each write at once. Writes of on
 task service awaits each before the next), so concurrent flushers cannot reorder a task's rows. A batch
 that breaks a constraint is retried write by write, so only the offending write fails. A batch that fails
 because the database is away fails every write in it; retrying is the caller's choice (a run waits for
-the database, a request answers at once). On PostgreSQL a batch of running tasks' plain steps is one
-autocommitted statement instead (`steps`).
+the database, a request answers at once). On PostgreSQL a batch of new tasks and running tasks' steps is
+one autocommitted statement instead (`steps`).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class Writer:
             if engine.dialect.name == "postgresql"
             else None
         )
-        """PostgreSQL: the running tasks' steps go in one autocommitted statement each (`steps`)."""
+        """PostgreSQL: a batch that `steps.fits` goes in one autocommitted statement."""
         self._held: dict[int, tuple[AsyncConnection, Any]] = {}
         """Each flusher's autocommitting connection (with its driver connection), kept between batches: a
         pool checkout and return cost a third of the statement's own time."""
@@ -431,6 +431,7 @@ def _count_rows(new_tasks: list[dict[str, Any]], shard: int) -> list[dict[str, A
 
 
 async def _close_quietly(conn: AsyncConnection) -> None:
+    """Invalidate a kept connection (its state after a failure is unknown): the pool closes it."""
     try:
         await conn.invalidate()
     except Exception:
