@@ -118,8 +118,7 @@ def worker_app() -> Any:
 
 def hash_key(key: str | None, generate: bool) -> None:
     """Print the API_KEYS entry for a key (read from stdin when not given), or for a new random key."""
-    from app.api.auth import hash_key as digest
-    from app.api.auth import new_key
+    from app.api.auth import hash_key as digest, new_key
 
     if generate:
         key = new_key()

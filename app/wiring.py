@@ -18,8 +18,7 @@ import orjson
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
-from app import limits
-from app import roles as roles_
+from app import limits, roles as roles_
 from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent

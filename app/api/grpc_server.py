@@ -260,8 +260,8 @@ class Binding:
         service: Service,
         m: Method,
         code: str,
+        span: traces.Span | None,
         started: float | None = None,
-        span: traces.Span | None = None,
     ) -> None:
         """One answered call in the metrics (a unary call with its duration), when they are on; its status on
         its span, when traced."""
@@ -289,9 +289,9 @@ class Binding:
                 answer = to_proto(result or {}, m.response)
             except Exception as exc:
                 err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
-                self._count(service, m, err.grpc_status, started, span)
+                self._count(service, m, err.grpc_status, span, started)
                 await abort(context, err, service.version)
-            self._count(service, m, "OK", started, span)
+            self._count(service, m, "OK", span, started)
             return answer
 
         async def behaviour(request: Message | _Undecodable, context: grpc.aio.ServicerContext) -> Message:
@@ -336,7 +336,7 @@ class Binding:
                     items, encode = await open_stream(call, lambda: m.handler(params, call))
             except Exception as exc:
                 err = exc if isinstance(exc, A2AError) else unexpected(exc, where)
-                self._count(service, m, err.grpc_status, span=span)
+                self._count(service, m, err.grpc_status, span)
                 await abort(context, err, service.version)
             failure: A2AError | None = None
             task = asyncio.current_task()
@@ -359,7 +359,7 @@ class Binding:
             finally:
                 self._streams.discard(task)
                 await items.aclose()  # type: ignore[attr-defined]
-            self._count(service, m, "OK" if failure is None else failure.grpc_status, span=span)
+            self._count(service, m, "OK" if failure is None else failure.grpc_status, span)
             if failure is not None:
                 await abort(context, failure, service.version)
 

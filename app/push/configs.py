@@ -15,10 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import PushConfig, iso, new_id, utcnow
-from app.store.models import PushConfigRow, PushOutboxRow
-
-_configs = PushConfigRow.__table__
-_outbox = PushOutboxRow.__table__
+from app.store.tables import push_configs as _configs, push_outbox as _outbox
 
 _pending = (
     select(func.count())

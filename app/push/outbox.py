@@ -20,16 +20,15 @@ from sqlalchemy import String, and_, bindparam, delete, func, or_, select, text,
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import Event, event_from_store, utcnow
-from app.store.models import EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
+from app.store.tables import (
+    events as _events,
+    messages as _messages,
+    push_configs as _configs,
+    push_outbox as _outbox,
+    tasks as _tasks,
+)
 
 from .payloads import V03, View, Views
-
-_configs = PushConfigRow.__table__
-_outbox = PushOutboxRow.__table__
-_tasks = TaskRow.__table__
-_events = EventRow.__table__
-_messages = MessageRow.__table__
-
 
 _events_read = (
     select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)

@@ -11,12 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .models import PushConfigRow, PushOutboxRow, TaskRow, TaskUsageRow
-
-_tasks = TaskRow.__table__
-_configs = PushConfigRow.__table__
-_outbox = PushOutboxRow.__table__
-_usage = TaskUsageRow.__table__
+from .tables import push_configs as _configs, push_outbox as _outbox, task_usage as _usage, tasks as _tasks
 
 
 @dataclass(slots=True)

@@ -21,10 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import TaskState, iso, parse_iso
 
-from .models import TaskRow
 from .repo import Repository, StoredTask
-
-_tasks = TaskRow.__table__
+from .tables import tasks as _tasks
 
 WINDOW = 2_000
 """Most rows one page looks at under a filter its index does not serve."""

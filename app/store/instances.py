@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
 
-from .models import AgentInstanceRow
+from .tables import agent_instances as _t
 
 Kind = Literal["replica", "worker"]
 
@@ -30,7 +30,6 @@ STALE_FACTOR = 10
 PURGE_BATCH = 100
 """Most stale rows one purge deletes: a purge is one short statement, whatever piled up."""
 
-_t = AgentInstanceRow.__table__
 _UPDATED = ("role", "instance_id", "kind", "description", "card_url", "capabilities", "slots", "running")
 """What a heartbeat refreshes besides `last_seen` (and `started_at`, the writer's own start)."""
 

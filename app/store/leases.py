@@ -23,9 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import TaskState, utcnow
 
-from .models import ENDED_STATES, TaskRow
-
-_tasks = TaskRow.__table__
+from .models import ENDED_STATES
+from .tables import tasks as _tasks
 
 
 @dataclass(slots=True, frozen=True)

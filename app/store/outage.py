@@ -13,9 +13,13 @@ import logging
 import sqlite3
 import time
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import InternalError as SAInternalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import (
+    DBAPIError,
+    InterfaceError,
+    InternalError as SAInternalError,
+    OperationalError,
+    TimeoutError as PoolTimeoutError,
+)
 
 log = logging.getLogger(__name__)
 

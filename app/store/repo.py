@@ -35,9 +35,8 @@ from app.protocol.model import (
     parse_iso,
 )
 
-from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow, TaskRow
-
-_tasks = TaskRow.__table__
+from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow
+from .tables import tasks as _tasks
 
 COUNT_CAP = 10_000
 """Most rows counted for the totalSize of a list filtered by state or time (no counter serves those)."""

@@ -33,23 +33,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import INTERRUPTED_STATES, iso
 
-from .models import (
-    ENDED_STATES,
-    ArtifactRow,
-    EventRow,
-    IdempotencyKeyRow,
-    MessageRow,
-    PushConfigRow,
-    PushOutboxRow,
-    TaskCountRow,
-    TaskRow,
+from .models import ENDED_STATES
+from .tables import (
+    artifacts as _artifacts,
+    events as _events,
+    idempotency_keys as _keys,
+    messages as _messages,
+    push_configs as _configs,
+    push_outbox as _outbox,
+    task_counts as _counts,
+    tasks as _tasks,
 )
-
-_tasks = TaskRow.__table__
-_counts = TaskCountRow.__table__
-_configs = PushConfigRow.__table__
-_outbox = PushOutboxRow.__table__
-_events = EventRow.__table__
 
 BATCH_TASKS = 500
 """Most tasks one transaction deletes."""
@@ -209,8 +203,8 @@ def _rows_of(ids: Any) -> dict[str, tuple[FromClause, ColumnElement[bool]]]:
     them), each by its index; the dry run counts the same rows."""
     configs = select(_configs.c.pk).where(_configs.c.task_id.in_(ids))
     rows = {"push_outbox": (_outbox, _outbox.c.config_pk.in_(configs))}
-    for row in (PushConfigRow, IdempotencyKeyRow, EventRow, ArtifactRow, MessageRow):
-        rows[row.__tablename__] = (row.__table__, row.__table__.c.task_id.in_(ids))
+    for table in (_configs, _keys, _events, _artifacts, _messages):
+        rows[table.name] = (table, table.c.task_id.in_(ids))
     return rows
 
 

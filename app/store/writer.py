@@ -54,15 +54,14 @@ from .models import (
     MessageRow,
     PushConfigRow,
     PushOutboxRow,
-    TaskCountRow,
     TaskRow,
     TaskUsageRow,
 )
 from .outage import is_unavailable
+from .tables import push_configs as _configs, task_counts as _counts, tasks as _tasks
 
 log = logging.getLogger(__name__)
 
-_tasks = TaskRow.__table__
 _update_task = (
     update(_tasks)
     .where(_tasks.c.id == bindparam("_id"))
@@ -87,7 +86,6 @@ _update_metadata = (
     update(_tasks).where(_tasks.c.id == bindparam("_id")).values(metadata=bindparam("_metadata"))
 )
 
-_configs = PushConfigRow.__table__
 # One notification per webhook the task has when the event commits: the webhooks are read inside the
 # event's own transaction, so one registered on another replica a moment ago is not missed, and a deleted
 # one gets nothing. A row points at the event; its body, in the webhook's version, is built at delivery.
@@ -105,8 +103,6 @@ _notify = insert(PushOutboxRow).from_select(
 
 COUNT_SHARDS = 8
 """Rows per counter: flushers (of all replicas) add to different ones, so they rarely wait on each other."""
-
-_counts = TaskCountRow.__table__
 
 
 def _count_upsert(dialect: str) -> Any:

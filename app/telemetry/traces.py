@@ -24,8 +24,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

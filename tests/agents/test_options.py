@@ -10,8 +10,7 @@ import pytest
 
 from app.agents.errors import SettingError
 from app.agents.options import AgentOptions
-from app.settings import SettingError as SettingsSettingError
-from app.settings import Settings
+from app.settings import SettingError as SettingsSettingError, Settings
 
 AGENTS = Path(__file__).resolve().parents[2] / "app" / "agents"
 

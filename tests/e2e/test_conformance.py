@@ -25,8 +25,7 @@ from a2a.types import AgentCard, Role, SendMessageConfiguration, SendMessageRequ
 from google.protobuf.json_format import ParseDict, ParseError
 
 from tests.conftest import BACKENDS, make_server
-from tests.interop.test_interop_js import Variant as JsVariant
-from tests.interop.test_interop_js import node, run_interop  # noqa: F401 - `node`: the fixture, by name
+from tests.interop.test_interop_js import Variant as JsVariant, node, run_interop  # noqa: F401 - `node`: the fixture, by name
 from tests.support.auth import key_of
 
 V10 = {"A2A-Version": "1.0"}

@@ -27,8 +27,7 @@ import httpx
 import orjson
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.api import ops_v03, ops_v10
 from app.api.openapi import document

@@ -20,8 +20,11 @@ from a2a.helpers import new_text_message
 from a2a.types import GetTaskRequest, Role, SendMessageRequest, Task, a2a_pb2, a2a_pb2_grpc
 
 from tests.conftest import BACKENDS, make_server
-from tests.interop.test_interop_js import Variant, run_interop
-from tests.interop.test_interop_js import node as node  # the fixture, for the JS test here
+from tests.interop.test_interop_js import (
+    Variant,
+    node as node,  # the fixture, for the JS test here
+    run_interop,
+)
 from tests.interop.test_interop_sdk import only_v03
 from tests.support.auth import api_keys_env, key_of
 from tests.support.server import BIN, ROOT, ServerProcess, free_port

@@ -7,9 +7,7 @@ import json
 
 import jsonschema
 import pytest
-from a2a.types import Message as PbMessage
-from a2a.types import StreamResponse as PbStreamResponse
-from a2a.types import Task as PbTask
+from a2a.types import Message as PbMessage, StreamResponse as PbStreamResponse, Task as PbTask
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from app.protocol import json_v03, protojson_v10

@@ -15,8 +15,7 @@ import signal
 from pathlib import Path
 
 import scripts.cluster
-from scripts.cluster import REDIS_BUS, Replica
-from scripts.cluster import Cluster as _Cluster
+from scripts.cluster import REDIS_BUS, Cluster as _Cluster, Replica
 from tests.support.server import free_port
 
 # The clusters tests start take their ports from this test process's own range, as its servers do.

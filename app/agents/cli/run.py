@@ -37,8 +37,7 @@ from app.protocol.model import Message
 
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from ..jail.egress import EgressProxy, Policy
-from ..jail.sandbox import Jail, agent_env, check_command, principal_home, principal_root
-from ..jail.sandbox import check as jail_check
+from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home, principal_root
 from ..options import AgentOptions
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
