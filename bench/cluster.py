@@ -51,6 +51,7 @@ import asyncpg
 from scripts.cluster import Cluster, http_status
 from scripts.nginx_conf import nginx_command, write_local
 
+from . import floor
 from .cpu import CpuUse, CpuWindow, wait_quiet
 from .load import ensure_wrk
 from .reader import ReadResult, read_task
@@ -497,6 +498,9 @@ def propagation_section(topo: Topology, args: argparse.Namespace, out: dict[str,
         ]
         rate = 1000 / interval if interval else 0
         split = asyncio.run(split_delays(topo.database_url, runs)) if topo.cluster is not None else {}
+        if split and topo.redis_url:
+            count = args.prop_runs * args.prop_chunks
+            split["floor"] = asyncio.run(floor.probe(topo.database_url, topo.redis_url, count, interval))
         result["points"][f"{interval:g}"] = {
             "interval_ms": interval,
             "chunks_per_s": rate,
@@ -522,6 +526,12 @@ def propagation_section(topo: Topology, args: argparse.Namespace, out: dict[str,
                 f"    split at the event row's created_at: emitted → write p50 {pre['p50_ms']:.1f} p99 "
                 f"{pre['p99_ms']:.1f} ms; write → received on B p50 {post['p50_ms']:.1f} p99 "
                 f"{post['p99_ms']:.1f} ms"
+            )
+        if "floor" in split:
+            hops = split["floor"]
+            say(
+                f"    the same hops without the server (bench/floor.py: commit, PUBLISH, a relay process):"
+                f" p50 {hops['p50_ms']:.1f} p99 {hops['p99_ms']:.1f} ms"
             )
     out["propagation"][topo.key] = result
 
