@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import time
 
+import asyncpg
 from sqlalchemy.exc import (
     DBAPIError,
     InterfaceError,
@@ -41,6 +42,13 @@ def is_unavailable(exc: BaseException) -> bool:
         return any(m in str(exc.orig).lower() for m in _SQLITE_AWAY)
     if isinstance(exc, OperationalError | InterfaceError):
         return True
+    # Raised by asyncpg itself, not through SQLAlchemy (the writer's one-statement path, `steps`).
+    if isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, ValueError):
+        return True  # the connection is closed, or a statement broke off under it; not bad arguments
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "")[:2] in _SQLSTATE_CLASSES
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:
             return True

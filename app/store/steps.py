@@ -10,6 +10,11 @@ so the statement's text depends only on which tables and columns a batch has, an
 Constraints are checked as before (a taken key fails the whole statement, named as the writer expects), and
 foreign keys at its end, when the new task's row is there.
 
+The statement goes straight to the flusher's asyncpg connection, as one prepared statement with text
+parameters: through SQLAlchemy's execute the same round trip took 0.1 ms more (about 0.09 ms of CPU), a
+tenth of a blocking send. A taken key is raised as SQLAlchemy's IntegrityError (the writer names the
+conflict from it); a lost connection as asyncpg raises it (`outage.is_unavailable` knows both).
+
 Only what one snapshot can do qualifies (`fits`): no folding (it deletes rows it would also insert), no
 second change of a task's row (metadata). The rest goes through the writer's transaction as before. New
 webhooks and their notifications do fit: the outbox rows join the configs stored before with those the
@@ -21,14 +26,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 import orjson
-from sqlalchemy import TextClause, text
+from sqlalchemy.exc import IntegrityError
 
 from .models import Base
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from .writer import Write
 
 _TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys", "push_configs")
@@ -37,14 +41,14 @@ their defaults), checked against the table once per statement built."""
 # In order (WITH ORDINALITY): a message's id is its place in the task's history.
 _INSERT = (
     "new_{table} AS (INSERT INTO {table} ({cols}) SELECT {cols} "
-    "FROM jsonb_populate_recordset(NULL::{table}, CAST(:{table} AS jsonb)) WITH ORDINALITY AS r "
+    "FROM jsonb_populate_recordset(NULL::{table}, CAST(:{table}::text AS jsonb)) WITH ORDINALITY AS r "
     "ORDER BY r.ordinality)"
 )
 # As the writer's `_count_upsert`, the rows in key order (see `Writer._flush`).
 _COUNT = (
     "new_counts AS (INSERT INTO task_counts (owner, context_id, shard, n) "
     "SELECT owner, context_id, shard, n "
-    "FROM jsonb_populate_recordset(NULL::task_counts, CAST(:task_counts AS jsonb)) AS r "
+    "FROM jsonb_populate_recordset(NULL::task_counts, CAST(:task_counts::text AS jsonb)) AS r "
     "ORDER BY owner, context_id "
     "ON CONFLICT (owner, context_id, shard) DO UPDATE SET n = task_counts.n + excluded.n)"
 )
@@ -53,7 +57,7 @@ _COUNT = (
 _NOTIFY = (
     "new_outbox AS (INSERT INTO push_outbox (config_pk, seq, history_len, attempts, created_at) "
     "SELECT c.pk, n.seq, n.history_len, 0, n.created_at "
-    "FROM jsonb_to_recordset(CAST(:notifications AS jsonb)) "
+    "FROM jsonb_to_recordset(CAST(:notifications::text AS jsonb)) "
     "AS n(task_id VARCHAR, seq INTEGER, history_len INTEGER, created_at TIMESTAMPTZ) "
     "JOIN ({configs}) AS c ON c.task_id = n.task_id)"
 )
@@ -66,9 +70,10 @@ _UPDATE = (
     "last_seq = u.last_seq, updated_at = u.updated_at, status_at = u.status_at, lease_owner = u.lease_owner, "
     "lease_expires_at = u.lease_expires_at, lease_suspect_at = NULL, "
     "retry_key = CASE WHEN u.state IN ('submitted', 'working') THEN tasks.retry_key END "
-    "FROM jsonb_populate_recordset(NULL::tasks, CAST(:updates AS jsonb)) AS u WHERE tasks.id = u.id"
+    "FROM jsonb_populate_recordset(NULL::tasks, CAST(:updates::text AS jsonb)) AS u WHERE tasks.id = u.id"
 )
-_statements: dict[tuple[Any, ...], TextClause] = {}
+_statements: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
+"""Per shape: the statement, with asyncpg's numbered parameters, and the names of its parameters in order."""
 
 
 def fits(writes: Sequence[Write]) -> bool:
@@ -83,7 +88,7 @@ def fits(writes: Sequence[Write]) -> bool:
 
 def _statement(
     shape: tuple[tuple[str, tuple[str, ...]], ...], counts: bool, notify: bool, updates: bool
-) -> TextClause:
+) -> tuple[str, tuple[str, ...]]:
     key = (shape, counts, notify, updates)
     stmt = _statements.get(key)
     if stmt is None:
@@ -100,11 +105,20 @@ def _statement(
         if notify:
             parts.append(_NOTIFY.format(configs=_STORED_CONFIGS + (_ADDED_CONFIGS if added else "")))
         main = _UPDATE if updates else "SELECT 1"
-        stmt = _statements[key] = text("WITH " + ", ".join(parts) + " " + main if parts else main)
+        sql = "WITH " + ", ".join(parts) + " " + main if parts else main
+        names = tuple(
+            [t for t, _ in shape]
+            + ["task_counts"] * counts
+            + ["notifications"] * notify
+            + ["updates"] * updates
+        )
+        for i, name in enumerate(names, 1):
+            sql = sql.replace(f":{name}::text", f"${i}::text", 1)
+        stmt = _statements[key] = (sql, names)
     return stmt
 
 
-async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dict[str, Any]]) -> bool:
+async def write(conn: asyncpg.Connection, writes: Sequence[Write], counts: list[dict[str, Any]]) -> bool:
     """The writes' rows, and the counter rows of their new tasks, in one statement on an autocommitting
     connection; False (nothing written) when rows of one table differ in their columns."""
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in _TABLES}
@@ -140,5 +154,9 @@ async def write(conn: AsyncConnection, writes: Sequence[Write], counts: list[dic
         params["notifications"] = orjson.dumps(notifications).decode()
     if updates:
         params["updates"] = orjson.dumps(list(updates.values())).decode()
-    await conn.execute(_statement(tuple(shape), bool(counts), bool(notifications), bool(updates)), params)
+    sql, names = _statement(tuple(shape), bool(counts), bool(notifications), bool(updates))
+    try:
+        await conn.execute(sql, *(params[n] for n in names))
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        raise IntegrityError(sql, None, exc) from exc
     return True

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from sqlalchemy import (
     Boolean,
     PrimaryKeyConstraint,
@@ -252,7 +253,7 @@ class Writer:
             else None
         )
         """PostgreSQL: a batch that `steps.fits` goes in one autocommitted statement."""
-        self._held: dict[int, tuple[AsyncConnection, Any]] = {}
+        self._held: dict[int, tuple[AsyncConnection, asyncpg.Connection]] = {}
         """Each flusher's autocommitting connection (with its driver connection), kept between batches: a
         pool checkout and return cost a third of the statement's own time."""
         self.commits = 0
@@ -283,9 +284,9 @@ class Writer:
             held = self._held.pop(shard)
             await held[0].close()
 
-    async def _held_connection(self, shard: int) -> AsyncConnection:
-        """The flusher's kept connection; a new one when it has none or the server closed it (a restart),
-        as the pool's checkout refuses a closed one (`db._refuse_closed`)."""
+    async def _held_connection(self, shard: int) -> asyncpg.Connection:
+        """The driver (asyncpg) connection the flusher keeps checked out; a new one when it has none or the
+        server closed it (a restart), as the pool's checkout refuses a closed one (`db._refuse_closed`)."""
         held = self._held.get(shard)
         if held is not None and (held[0].invalidated or held[1].is_closed()):
             await self._drop_held(shard)
@@ -299,7 +300,7 @@ class Writer:
                 await _close_quietly(conn)
                 raise
             held = self._held[shard] = (conn, driver)
-        return held[0]
+        return held[1]
 
     async def _drop_held(self, shard: int) -> None:
         """Forget the flusher's connection after a failure: it goes back to the pool as invalid (closed)."""
@@ -368,9 +369,9 @@ class Writer:
     async def _flush(self, writes: list[Write], shard: int) -> None:
         new_tasks = [w.new_task for w in writes if w.new_task is not None]
         if self._autocommit is not None and steps.fits(writes):
-            conn = await self._held_connection(shard)
+            driver = await self._held_connection(shard)
             try:
-                if await steps.write(conn, writes, _count_rows(new_tasks, shard)):
+                if await steps.write(driver, writes, _count_rows(new_tasks, shard)):
                     return
             except IntegrityError:
                 raise  # a taken key: the statement failed whole, the connection is fine

@@ -1,0 +1,68 @@
+"""`outage.is_unavailable` on asyncpg's own errors, raised by real faults: the writer's one-statement path
+(`store.steps`) runs on the driver connection, so a lost connection reaches the writer and the run's retry
+as asyncpg raises it, not wrapped by SQLAlchemy. An outage must read as one (retried, no traceback); a bad
+statement must not."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.store.outage import is_unavailable
+
+
+def _dsn() -> str:
+    url = os.environ.get("TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("TEST_POSTGRES_URL is not set: `make test` starts PostgreSQL and sets it")
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[asyncpg.Connection]:
+    """An administrator's connection: it ends the others' server sides."""
+    conn = await asyncpg.connect(_dsn())
+    yield conn
+    await conn.close()
+
+
+async def _raised(call: asyncio.Future[object]) -> BaseException:
+    with pytest.raises(Exception) as info:
+        await call
+    return info.value
+
+
+async def _terminate(admin: asyncpg.Connection, victim: asyncpg.Connection) -> None:
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim.get_server_pid())
+
+
+async def test_a_connection_whose_server_side_ended_is_an_outage(pg):
+    victim = await asyncpg.connect(_dsn())
+    await _terminate(pg, victim)
+    await asyncio.sleep(0.2)  # the server's goodbye reaches the driver: the connection is closed
+    exc = await _raised(asyncio.ensure_future(victim.execute("SELECT 1")))
+    assert is_unavailable(exc), repr(exc)
+
+
+async def test_a_statement_cut_off_by_the_server_is_an_outage(pg):
+    victim = await asyncpg.connect(_dsn())
+    try:
+        running = asyncio.ensure_future(victim.execute("SELECT pg_sleep(30)"))
+        await asyncio.sleep(0.2)
+        await _terminate(pg, victim)
+        exc = await _raised(running)
+        assert is_unavailable(exc), repr(exc)
+    finally:
+        victim.terminate()
+
+
+async def test_a_bad_statement_or_bad_arguments_are_not_an_outage(pg):
+    exc = await _raised(asyncio.ensure_future(pg.execute("SELECT * FROM no_such_table")))
+    assert isinstance(exc, asyncpg.UndefinedTableError)
+    assert not is_unavailable(exc)
+    exc = await _raised(asyncio.ensure_future(pg.execute("SELECT $1::int", "not a number")))
+    assert not is_unavailable(exc), repr(exc)
