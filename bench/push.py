@@ -85,7 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def message(text: str, hook: str | None) -> dict[str, Any]:
+def message(text: str, hook: str | None = None) -> dict[str, Any]:
+    """A whole `message/send` request of a text message (with a webhook at `hook`, if given)."""
     params: dict[str, Any] = {
         "message": {
             "kind": "message",

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from . import profile
+from . import profile, push
 from .cpu import CpuUse, CpuWindow, wait_quiet
 from .load import Point, ensure_wrk, run_python, run_wrk
 from .servers import (
@@ -228,20 +228,7 @@ class Target(Protocol):
 
 def send_once(server: Target, text: str) -> dict[str, Any]:
     """One blocking message/send through httpx; the completed task, or RuntimeError saying what came."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/send",
-        "params": {
-            "message": {
-                "kind": "message",
-                "messageId": str(uuid.uuid4()),
-                "role": "user",
-                "parts": [{"kind": "text", "text": text}],
-            }
-        },
-    }
-    r = httpx.post(server.rpc_url, json=body, timeout=30)
+    r = httpx.post(server.rpc_url, json=push.message(text), timeout=30)
     doc = r.json()
     if r.status_code != 200 or "error" in doc:
         raise RuntimeError(f"{server.label}: message/send answered {r.status_code} {r.text[:400]}")

@@ -20,6 +20,7 @@ import pytest
 from tests.support import parallel
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
+from tests.support.receiver import Receiver
 from tests.support.server import BIN, ROOT, ServerProcess
 
 BACKENDS = ["sqlite", "postgres"]
@@ -177,6 +178,14 @@ async def server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Async
     srv = await make_server(request.param, tmp_path_factory.mktemp(f"server-{request.param}"))
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback shared by a module's tests (each reads the calls to its own paths)."""
+    rec = Receiver()
+    yield rec
+    rec.close()
 
 
 @pytest.fixture

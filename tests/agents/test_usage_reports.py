@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from app.agents.cli.claude import claude_usage
 from app.agents.cli.codex_events import AppServerParser, ExecParser, kept_tokens
 from app.agents.cli.cursor import cursor_usage
@@ -229,9 +231,15 @@ async def test_the_tool_call_is_in_the_status_message_metadata_text_unchanged() 
     assert cut["input"].startswith('{"content": "xxx')
 
 
-async def test_wall_time_leaves_out_waiting_for_the_answer_and_the_table_prices(monkeypatch) -> None:
-    clock = [100.0]
-    monkeypatch.setattr("app.agents.sdk.time.monotonic", lambda: clock[0])
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The agent SDK's monotonic clock, which a test moves on by hand (`clock[0] += seconds`)."""
+    now = [100.0]
+    monkeypatch.setattr("app.agents.sdk.time.monotonic", lambda: now[0])
+    return now
+
+
+async def test_wall_time_leaves_out_waiting_for_the_answer_and_the_table_prices(clock: list[float]) -> None:
     out: list[Event] = []
     message = Message("m-1", Role.USER, [Part(text="hi")], context_id="c", task_id="t")
 
@@ -259,9 +267,7 @@ async def test_wall_time_leaves_out_waiting_for_the_answer_and_the_table_prices(
     assert done.wall_ms == 500
 
 
-async def test_waiting_for_the_answer_is_not_wall_time(monkeypatch) -> None:
-    clock = [0.0]
-    monkeypatch.setattr("app.agents.sdk.time.monotonic", lambda: clock[0])
+async def test_waiting_for_the_answer_is_not_wall_time(clock: list[float]) -> None:
     out: list[Event] = []
     message = Message("m-1", Role.USER, [Part(text="hi")], context_id="c", task_id="t")
 

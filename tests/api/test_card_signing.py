@@ -211,6 +211,11 @@ def test_the_signer_signs_a_payload_once(tmp_path):
     assert len(signer._done) == 1
 
 
+def _unusable(path: Path, says: str) -> tuple[dict[str, str], str, str]:
+    """One key file (with its kid) that CARD_SIGNING_KEY_FILE is refused for, the error saying `says`."""
+    return {"card_signing_key_file": str(path), "card_signing_kid": "k"}, "CARD_SIGNING_KEY_FILE", says
+
+
 def _bad_keys(tmp: Path) -> list[tuple[dict[str, str], str, str]]:
     p384 = write_key(tmp / "p384.pem", ec.generate_private_key(ec.SECP384R1()), "pem")
     small = write_key(
@@ -231,34 +236,15 @@ def _bad_keys(tmp: Path) -> list[tuple[dict[str, str], str, str]]:
     garbage.write_text("not a key")
     wrong_alg = tmp / "wrong.jwk"
     wrong_alg.write_text(json.dumps({**ECAlgorithm.to_jwk(new_key("ES256"), as_dict=True), "alg": "RS256"}))
+
     return [
-        (
-            {"card_signing_key_file": str(tmp / "missing.pem"), "card_signing_kid": "k"},
-            "CARD_SIGNING_KEY_FILE",
-            "cannot read",
-        ),
-        ({"card_signing_key_file": str(p384), "card_signing_kid": "k"}, "CARD_SIGNING_KEY_FILE", "P-256"),
-        ({"card_signing_key_file": str(small), "card_signing_kid": "k"}, "CARD_SIGNING_KEY_FILE", "2048"),
-        (
-            {"card_signing_key_file": str(public_jwk), "card_signing_kid": "k"},
-            "CARD_SIGNING_KEY_FILE",
-            "not a private key",
-        ),
-        (
-            {"card_signing_key_file": str(encrypted), "card_signing_kid": "k"},
-            "CARD_SIGNING_KEY_FILE",
-            "encrypted",
-        ),
-        (
-            {"card_signing_key_file": str(garbage), "card_signing_kid": "k"},
-            "CARD_SIGNING_KEY_FILE",
-            "not a PEM",
-        ),
-        (
-            {"card_signing_key_file": str(wrong_alg), "card_signing_kid": "k"},
-            "CARD_SIGNING_KEY_FILE",
-            "RSA",
-        ),
+        _unusable(tmp / "missing.pem", "cannot read"),
+        _unusable(p384, "P-256"),
+        _unusable(small, "2048"),
+        _unusable(public_jwk, "not a private key"),
+        _unusable(encrypted, "encrypted"),
+        _unusable(garbage, "not a PEM"),
+        _unusable(wrong_alg, "RSA"),
         ({"card_signing_key_file": str(es)}, "CARD_SIGNING_KID", "CARD_SIGNING_KID"),
         (
             {"card_signing_key_file": f"{es},{p384}", "card_signing_kid": "k"},

@@ -215,11 +215,16 @@ def completed(task: dict) -> dict:
     return task["metadata"]["usage"]
 
 
-# ---- Claude Code -----------------------------------------------------------------------------------
-
-
-def claude_result(lines: list[dict[str, Any]]) -> dict[str, Any]:
+def result_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last `result` line: how Claude Code and Gemini CLI end a headless run, with its usage."""
     return next(line for line in reversed(lines) if line.get("type") == "result")
+
+
+def has_result(lines: list[dict[str, Any]]) -> bool:
+    return any(line.get("type") == "result" for line in lines)
+
+
+# ---- Claude Code -----------------------------------------------------------------------------------
 
 
 def claude_models(result: dict[str, Any]) -> dict[str, tuple[int, int, int, int]]:
@@ -229,15 +234,11 @@ def claude_models(result: dict[str, Any]) -> dict[str, tuple[int, int, int, int]
     }
 
 
-def has_result(lines: list[dict[str, Any]]) -> bool:
-    return any(line.get("type") == "result" for line in lines)
-
-
 async def test_claude_records_what_its_result_line_reports(serve: Serve) -> None:
     claude = await serve("claude")
     task = await run(claude, "RUN: echo used > used.txt")
     usage = completed(task)
-    result = claude_result(await claude.printed_after(task, 0, has_result))
+    result = result_line(await claude.printed_after(task, 0, has_result))
     assert model_figures(usage) == claude_models(result)
     assert usage["costUsd"] == pytest.approx(result["total_cost_usd"])
     assert {m: u["costSource"] for m, u in usage["models"].items()} == dict.fromkeys(
@@ -258,7 +259,7 @@ async def test_claude_records_what_its_result_line_reports(serve: Serve) -> None
     # The next turn resumes the session: Claude reports that process's use only; the context sums both.
     before = len(claude.printed(task))
     again = await run(claude, "say hi", contextId=task["contextId"])
-    second = claude_result(await claude.printed_after(again, before, has_result))
+    second = result_line(await claude.printed_after(again, before, has_result))
     assert model_figures(completed(again)) == claude_models(second)
     context = await claude.usage(by="context", contextId=task["contextId"])
     assert context["total"]["inputTokens"] == sum(
@@ -277,7 +278,7 @@ async def test_claude_asking_for_approval_is_one_report_of_the_whole_run(serve: 
     assert "usage" not in (asked.get("metadata") or {}), "nothing is reported before the run ends"
     done = await answer(claude, asked)
     usage = completed(done)
-    result = claude_result(await claude.printed_after(done, 0, has_result))
+    result = result_line(await claude.printed_after(done, 0, has_result))
     assert model_figures(usage) == claude_models(result)
     assert usage["costUsd"] == pytest.approx(result["total_cost_usd"])
     assert (usage["reports"], usage["turns"], usage["toolCalls"]) == (1, result["num_turns"], 1)
@@ -351,22 +352,18 @@ async def test_codex_app_server_approval_is_one_report_of_the_turn(serve: Serve)
 
 
 def gemini_stats(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(line["stats"] for line in reversed(lines) if line.get("type") == "result")
+    return result_line(lines)["stats"]
 
 
 def gemini_models(stats: dict[str, Any]) -> dict[str, tuple[int, int, int, int]]:
     return {m: (u["input"], u["output_tokens"], u["cached"], 0) for m, u in stats["models"].items()}
 
 
-def has_gemini_result(lines: list[dict[str, Any]]) -> bool:
-    return any(line.get("type") == "result" for line in lines)
-
-
 async def test_gemini_records_what_its_result_stats_report(serve: Serve) -> None:
     gemini = await serve("gemini")
     task = await run(gemini, "FAKE:tool:used.txt")
     usage = completed(task)
-    stats = gemini_stats(await gemini.printed_after(task, 0, has_gemini_result))
+    stats = gemini_stats(await gemini.printed_after(task, 0, has_result))
     assert model_figures(usage) == gemini_models(stats)
     assert usage["inputTokens"] + usage["cacheReadTokens"] == stats["input_tokens"]
     assert usage["toolCalls"] == stats["tool_calls"] == 1
@@ -376,7 +373,7 @@ async def test_gemini_records_what_its_result_stats_report(serve: Serve) -> None
 
     before = len(gemini.printed(task))
     again = await run(gemini, "say hi", contextId=task["contextId"])
-    second = gemini_stats(await gemini.printed_after(again, before, has_gemini_result))
+    second = gemini_stats(await gemini.printed_after(again, before, has_result))
     assert model_figures(completed(again)) == gemini_models(second), "each invocation reports its own"
     context = await gemini.usage(by="model", contextId=task["contextId"])
     assert context["total"]["outputTokens"] == stats["output_tokens"] + second["output_tokens"]

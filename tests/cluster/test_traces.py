@@ -25,6 +25,7 @@ from tests.conftest import migrated_pg_database
 from tests.e2e.test_push import PUSH_ENV
 from tests.support.otlp import OtlpReceiver, Span
 from tests.support.receiver import Receiver
+from tests.support.rpc import send_request
 from tests.support.server import ServerProcess, free_port
 
 WAIT_S = 60
@@ -97,23 +98,14 @@ async def test_one_trace_from_the_request_on_a_to_the_run_on_b_and_the_webhook(r
     a, _b, otlp = replicas
     hooks = Receiver()
     try:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "message/send",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "messageId": "m-traced",
-                    "role": "user",
-                    "parts": [{"kind": "text", "text": "go"}],
-                },
-                "configuration": {
-                    "blocking": True,
-                    "pushNotificationConfig": {"url": hooks.url("/hook"), "token": "hook-token-traces"},
-                },
+        body = send_request(
+            "go",
+            {
+                "blocking": True,
+                "pushNotificationConfig": {"url": hooks.url("/hook"), "token": "hook-token-traces"},
             },
-        }
+            messageId="m-traced",
+        )
         headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
         async with httpx.AsyncClient(timeout=WAIT_S) as http:
             resp = await http.post(f"{a.base_url}/agents/coder/a2a/jsonrpc", json=body, headers=headers)

@@ -24,18 +24,10 @@ from app.protocol.model import utcnow
 from app.store.db import create_engine
 from tests.conftest import BACKENDS, make_server
 from tests.support.fill import Spec, fill
-from tests.support.receiver import Receiver
 from tests.support.rpc import result, text_message
 from tests.support.server import BIN, ROOT, ServerProcess
 
 RUNS = 'a2a_agent_runs{role="default"}'
-
-
-@pytest.fixture(scope="module")
-def receiver() -> AsyncIterator[Receiver]:
-    rec = Receiver()
-    yield rec
-    rec.close()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS, make_server
-from tests.support.rpc import call, send
+from tests.support.rpc import call, send, send_request
 
 
 async def _drop_events_table(database_url: str) -> None:
@@ -31,40 +31,15 @@ async def test_database_failure_is_internal_error_without_details(backend, tmp_p
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
             done = await send(client, "say:before")
             await _drop_events_table(srv.database_url)
-            body = await call(
-                client,
-                "message/send",
-                {
-                    "message": {
-                        "kind": "message",
-                        "messageId": "m-broken",
-                        "role": "user",
-                        "parts": [{"kind": "text", "text": "say:x"}],
-                    }
-                },
-            )
+            broken = send_request("say:x", messageId="m-broken")
+            body = await call(client, "message/send", broken["params"])
             assert body["error"] == {"code": -32603, "message": "Internal error"}
             text = str(body).lower()
             assert "traceback" not in text and "events" not in text and "sql" not in text
             # Reads still work and the failed send left no task behind.
             again = await call(client, "tasks/get", {"id": done["id"]})
             assert again["result"]["status"]["state"] == "completed"
-            resp = await client.post(
-                "/a2a/jsonrpc",
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "message/send",
-                    "params": {
-                        "message": {
-                            "kind": "message",
-                            "messageId": "m-broken",
-                            "role": "user",
-                            "parts": [{"kind": "text", "text": "say:x"}],
-                        }
-                    },
-                },
-            )
+            resp = await client.post("/a2a/jsonrpc", json=broken)
             assert resp.json()["error"]["code"] == -32603
     finally:
         srv.stop()

@@ -15,6 +15,7 @@ from tests.conftest import make_server
 from tests.e2e.test_push import PUSH_ENV
 from tests.support.auth import KEYS, api_keys_env, key_of
 from tests.support.receiver import Receiver
+from tests.support.rpc import send_request
 from tests.support.secrets import remember
 
 WEBHOOK_TOKEN = "hook-token-" + "7f3a9c2e5b1d"
@@ -33,23 +34,11 @@ async def test_json_logs_parse_line_by_line_and_carry_the_task_id(backend: str, 
     srv = await make_server(backend, tmp_path, **env)
     hooks = Receiver()
     try:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "message/send",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "messageId": "m-logs",
-                    "role": "user",
-                    "parts": [{"kind": "text", "text": "hello"}],
-                },
-                "configuration": {
-                    "blocking": True,
-                    "pushNotificationConfig": {"url": hooks.url("/logs"), "token": WEBHOOK_TOKEN},
-                },
-            },
-        }
+        body = send_request(
+            "hello",
+            {"blocking": True, "pushNotificationConfig": {"url": hooks.url("/logs"), "token": WEBHOOK_TOKEN}},
+            messageId="m-logs",
+        )
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
             task = (await c.post("/a2a/jsonrpc", json=body, headers=key_of("alice"))).json()["result"]
             refused = await c.post("/a2a/jsonrpc", json=body, headers={"Authorization": "Bearer not-a-key"})

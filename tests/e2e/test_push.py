@@ -36,13 +36,6 @@ REDACTED = "********"
 remember("dXNlcjpwdw==", "Y3JlZA==", "tok-03", "tok-both", "s3cret")
 
 
-@pytest.fixture(scope="module")
-def receiver() -> AsyncIterator[Receiver]:
-    rec = Receiver()
-    yield rec
-    rec.close()
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 async def push_server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
     srv = await make_server(request.param, tmp_path_factory.mktemp(f"push-{request.param}"), **PUSH_ENV)

@@ -53,12 +53,6 @@ async def server(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Async
     srv.stop()
 
 
-@pytest.fixture
-async def client(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
-        yield c
-
-
 async def rpc(
     c: httpx.AsyncClient, method: str, params: Any, who: str = "alice", path: str = "", **headers: str
 ):

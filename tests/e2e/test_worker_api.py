@@ -15,6 +15,7 @@ from app.api.auth import hash_key
 from app.protocol.model import TaskState, status_update
 from app.tasks.workers import events_to_wire
 from tests.conftest import BACKENDS, make_server
+from tests.support.rpc import send_request
 from tests.support.secrets import remember
 from tests.support.server import ServerProcess
 
@@ -76,20 +77,7 @@ async def test_malformed_calls_are_4xx(srv: ServerProcess):
 async def test_a_batch_is_stored_once_and_foreign_events_are_refused(srv: ServerProcess):
     h = {"X-API-Key": KEY}
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "message/send",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "messageId": os.urandom(4).hex(),
-                    "role": "user",
-                    "parts": [{"kind": "text", "text": "hi"}],
-                },
-                "configuration": {"blocking": False},
-            },
-        }
+        body = send_request("hi", {"blocking": False})
         task = (await c.post("/agents/coder/a2a/jsonrpc", json=body)).json()["result"]
         claimed = (await c.post("/workers/v1/claim", json={**ASK, "limit": 1}, headers=h)).json()["tasks"]
         assert [t["task"]["id"] for t in claimed] == [task["id"]]

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from app.api.auth import hash_key
+from tests.support.loopback import Loopback, QuietHandler
 from tests.support.secrets import remember
 
 KEYS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("alice", "bob", "carol")}
@@ -69,7 +68,7 @@ class SigningKey:
         return token
 
 
-class JwksServer:
+class JwksServer(Loopback):
     """A JWKS document on loopback; `keys` can change (rotation) and `hits` counts the fetches."""
 
     def __init__(self, keys: list[SigningKey]) -> None:
@@ -77,23 +76,13 @@ class JwksServer:
         self.hits = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 outer.hits += 1
-                body = json.dumps({"keys": [k.jwk for k in outer.keys]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(json.dumps({"keys": [k.jwk for k in outer.keys]}).encode(), "application/json")
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._http.server_address[1]}/jwks.json"
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(Handler)
+        self.url += "/jwks.json"
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
@@ -103,10 +92,6 @@ class JwksServer:
             "JWT_AUDIENCE": AUDIENCE,
             **extra,
         }
-
-    def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
 
 
 async def db_state(database_url: str) -> dict[str, Any]:

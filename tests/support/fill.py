@@ -29,18 +29,7 @@ from app.protocol.model import (
     new_id,
     utcnow,
 )
-from app.store import rows
-from app.store.models import (
-    ArtifactRow,
-    EventRow,
-    IdempotencyKeyRow,
-    MessageRow,
-    PushConfigRow,
-    PushOutboxRow,
-    TaskCountRow,
-    TaskRow,
-    TaskUsageRow,
-)
+from app.store import rows, tables
 
 CHUNK = 1000
 TABLES = (
@@ -195,12 +184,15 @@ def _task_rows(spec: Spec, i: int, at: datetime) -> tuple[str, dict[str, list[di
 
 
 _TABLES = {
-    "tasks": TaskRow,
-    "messages": MessageRow,
-    "events": EventRow,
-    "artifacts": ArtifactRow,
-    "idempotency_keys": IdempotencyKeyRow,
-    "task_usage": TaskUsageRow,
+    t.name: t
+    for t in (
+        tables.tasks,
+        tables.messages,
+        tables.events,
+        tables.artifacts,
+        tables.idempotency_keys,
+        tables.task_usage,
+    )
 }
 
 
@@ -220,9 +212,9 @@ async def fill(engine: AsyncEngine, n: int, spec: Spec) -> list[str]:
             counts[(row["owner"], "")] += 1
             counts[(row["owner"], row["context_id"])] += 1
         async with engine.begin() as conn:
-            for table, model in _TABLES.items():
-                if batch[table]:
-                    await conn.execute(insert(model), batch[table])
+            for name, table in _TABLES.items():
+                if batch[name]:
+                    await conn.execute(insert(table), batch[name])
             if spec.push:
                 hooks = [
                     {
@@ -238,23 +230,20 @@ async def fill(engine: AsyncEngine, n: int, spec: Spec) -> list[str]:
                     }
                     for r in batch["tasks"]
                 ]
-                pks = (
-                    (await conn.execute(insert(PushConfigRow).returning(PushConfigRow.pk), hooks))
-                    .scalars()
-                    .all()
-                )
+                configs = tables.push_configs
+                pks = (await conn.execute(insert(configs).returning(configs.c.pk), hooks)).scalars().all()
                 outbox = [
                     {"config_pk": pk, "seq": seq, "history_len": 1, "attempts": 0, "created_at": at}
                     for pk in pks
                     for seq in range(1, spec.outbox + 1)
                 ]
                 if outbox:
-                    await conn.execute(insert(PushOutboxRow), outbox)
+                    await conn.execute(insert(tables.push_outbox), outbox)
             dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-            upsert = dialect.insert(TaskCountRow)
+            upsert = dialect.insert(tables.task_counts)
             upsert = upsert.on_conflict_do_update(
                 index_elements=["owner", "context_id", "shard"],
-                set_={"n": TaskCountRow.n + upsert.excluded.n},
+                set_={"n": tables.task_counts.c.n + upsert.excluded.n},
             )
             await conn.execute(
                 upsert,
@@ -294,13 +283,14 @@ async def rows_of(engine, ids: list[str]) -> Counter[str]:
 
 async def counters_match_tasks(engine) -> None:
     """Every owner's and context's counter sums to its tasks, and no counter row is left at zero."""
+    counts, tasks = tables.task_counts.c, tables.tasks.c
     async with engine.connect() as conn:
         counted = {
             (o, c): n
             for o, c, n in (
                 await conn.execute(
-                    select(TaskCountRow.owner, TaskCountRow.context_id, func.sum(TaskCountRow.n)).group_by(
-                        TaskCountRow.owner, TaskCountRow.context_id
+                    select(counts.owner, counts.context_id, func.sum(counts.n)).group_by(
+                        counts.owner, counts.context_id
                     )
                 )
             ).all()
@@ -308,14 +298,12 @@ async def counters_match_tasks(engine) -> None:
         real: Counter[tuple[str, str]] = Counter()
         for o, c, n in (
             await conn.execute(
-                select(TaskRow.owner, TaskRow.context_id, func.count()).group_by(
-                    TaskRow.owner, TaskRow.context_id
-                )
+                select(tasks.owner, tasks.context_id, func.count()).group_by(tasks.owner, tasks.context_id)
             )
         ).all():
             real[(o, c)] += n
             real[(o, "")] += n
-        zeros = (await conn.execute(select(func.count()).where(TaskCountRow.n == 0))).scalar_one()
+        zeros = (await conn.execute(select(func.count()).where(counts.n == 0))).scalar_one()
     assert {k: v for k, v in counted.items() if v} == dict(real)
     assert set(counted) == set(real)
     assert zeros == 0

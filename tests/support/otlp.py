@@ -10,7 +10,6 @@ import gzip
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -18,6 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from tests.support.loopback import Loopback, QuietHandler
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -49,14 +50,14 @@ class Span:
         return str(self.resource.get("service.instance.id", ""))
 
 
-class OtlpReceiver:
+class OtlpReceiver(Loopback):
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.requests = 0
         self._lock = threading.Lock()
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
@@ -67,20 +68,9 @@ class OtlpReceiver:
                 with receiver._lock:
                     receiver.requests += 1
                     receiver.spans.extend(_spans(request))
-                body = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(Handler)
 
     def env(self) -> dict[str, str]:
         """What a server needs to export its spans here, within a fraction of a second of ending them."""
@@ -103,10 +93,6 @@ class OtlpReceiver:
         except TimeoutError:
             names = sorted({(s.replica, s.name) for s in self.spans})
             raise TimeoutError(f"the spans never matched; received: {names}") from None
-
-    def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
 
 
 def _spans(request: ExportTraceServiceRequest) -> list[Span]:

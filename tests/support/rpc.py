@@ -23,6 +23,15 @@ def text_message(text: str, **fields: Any) -> dict[str, Any]:
     return msg
 
 
+def send_request(text: str, configuration: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """A whole `message/send` request (id 1) of a text message (`fields` go into the message), for the tests
+    that post it themselves: to another path, with their own headers, or to read the raw response."""
+    params: dict[str, Any] = {"message": text_message(text, **fields)}
+    if configuration is not None:
+        params["configuration"] = configuration
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
+
+
 async def call(client: httpx.AsyncClient, method: str, params: Any = None, **extra: Any) -> dict:
     """Send one JSON-RPC request and return the whole response object (result or error).
 
