@@ -24,8 +24,10 @@ def version_header(headers: Mapping[str, str], query: Mapping[str, str] | None =
 
 
 def raw_version(request: Request) -> str:
-    """`version_header` of an HTTP request."""
-    return version_header(request.headers, request.query_params)
+    """`version_header` of an HTTP request (its query parsed only when it has one)."""
+    return version_header(
+        request.headers, request.query_params if request.scope.get("query_string") else None
+    )
 
 
 def requested_version(request: Request) -> str:

@@ -8,7 +8,7 @@ store writes and reads; it never leaves the server.
 from __future__ import annotations
 
 import base64
-import uuid
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,7 +44,13 @@ class Role(StrEnum):
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID as text, formatted here: `str(uuid.uuid4())` takes twice as long, and a
+    send makes several."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40
+    b[8] = b[8] & 0x3F | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def utcnow() -> datetime:
