@@ -11,7 +11,6 @@ between commits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
@@ -356,8 +355,7 @@ class LiveTasks:
         unborn = live.unborn
         if unborn is None:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(unborn.born), within_s)
+        await asyncio.wait((unborn.born,), timeout=within_s)  # leaves it pending at the timeout
         if not unborn.born.done():
             async with live.lock:
                 if not unborn.born.done():
