@@ -85,7 +85,9 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         metrics.watch(Live(lambda: getattr(app.state, "components", None)))
         app.include_router(metrics.router())
     app.state.authenticator = authenticator
-    # Innermost: the extensions a call activated, echoed in its response's headers.
+    # Innermost: a JSON-RPC POST to the root app skips the router (`jsonrpc.Lane`).
+    app.add_middleware(jsonrpc.Lane)
+    # Next: the extensions a call activated, echoed in its response's headers.
     app.add_middleware(EchoExtensions)
     # Added last is outermost: CORS answers preflights before the guard asks for a credential.
     app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
