@@ -47,6 +47,7 @@ from app.protocol.model import (
     Role,
     StatusUpdate,
     TaskState,
+    name_id,
     new_id,
     status_update,
 )
@@ -431,7 +432,7 @@ class TaskContext(Request):
 def response_artifact_id(task_id: str) -> str:
     """Stable per task, so a run resumed after a restart keeps appending to the same artifact (cached: a
     streaming agent asks for it at every chunk)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"a2a:{task_id}:{RESPONSE_ARTIFACT}"))
+    return name_id(uuid.NAMESPACE_URL, f"a2a:{task_id}:{RESPONSE_ARTIFACT}")
 
 
 class Agent(ABC):

@@ -8,7 +8,9 @@ store writes and reads; it never leaves the server.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,8 +48,17 @@ class Role(StrEnum):
 def new_id() -> str:
     """A random (version 4) UUID as text, formatted here: `str(uuid.uuid4())` takes twice as long, and a
     send makes several."""
-    b = bytearray(os.urandom(16))
-    b[6] = b[6] & 0x0F | 0x40
+    return _uuid_text(bytearray(os.urandom(16)), 4)
+
+
+def name_id(namespace: uuid.UUID, name: str) -> str:
+    """`str(uuid.uuid5(namespace, name))`, in half its time: a name-based (SHA-1, version 5) UUID."""
+    return _uuid_text(bytearray(hashlib.sha1(namespace.bytes + name.encode()).digest()[:16]), 5)
+
+
+def _uuid_text(b: bytearray, version: int) -> str:
+    """16 bytes as a UUID of `version` (RFC 4122 variant), in its canonical text."""
+    b[6] = b[6] & 0x0F | version << 4
     b[8] = b[8] & 0x3F | 0x80
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
@@ -61,7 +72,16 @@ def iso(ts: datetime) -> str:
     """ISO-8601 UTC with millisecond precision and a `Z`, as v1.0 requires and v0.3 clients accept."""
     if ts.tzinfo is not UTC:
         ts = ts.astimezone(UTC)
-    return ts.isoformat(timespec="milliseconds")[:-6] + "Z"
+    # A third faster than isoformat() and a slice; an f-string is slower than either.
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031
+        ts.year,
+        ts.month,
+        ts.day,
+        ts.hour,
+        ts.minute,
+        ts.second,
+        ts.microsecond // 1000,
+    )
 
 
 def now_iso() -> str:
