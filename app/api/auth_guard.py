@@ -9,6 +9,7 @@ v0.3 REST body under `/a2a/rest/v1` and the `/a2a/tasks` aliases, a `google.rpc.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from urllib.parse import unquote_to_bytes
 
 import orjson
@@ -71,10 +72,12 @@ class Guard:
         self.auth = authenticator
         self.max_body = max_body_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http" or route_path(scope["path"]) in PUBLIC_PATHS or is_public(scope["path"]):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)  # no frame of its own (`asgi.py`)
+        return self._guard(scope, receive, send)
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         if NUL in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
             await self._refuse(scope, receive, send, nul_error())
             return
@@ -163,8 +166,7 @@ class CorsExceptCard:
             max_age=600,
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "http" and route_path(scope["path"]) in CARD_PATHS:
-            await self.app(scope, receive, send)
-        else:
-            await self.cors(scope, receive, send)
+            return self.app(scope, receive, send)
+        return self.cors(scope, receive, send)

@@ -14,7 +14,7 @@ extended card operations activate without the check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,10 +82,12 @@ class EchoExtensions:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http" or not any(k in _NAMES for k, _ in scope["headers"]):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)  # no frame of its own (`asgi.py`)
+        return self._echoing(scope, receive, send)
+
+    async def _echoing(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy = any(k == _LEGACY for k, _ in scope["headers"])
 
         async def echo(message: Message) -> None:

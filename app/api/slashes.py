@@ -7,6 +7,8 @@ redirects (`redirect_slashes=False`). Runs outermost, so authentication and CORS
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
@@ -16,7 +18,8 @@ class StripTrailingSlash:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The next layer's coroutine, for a scope without the slash (no frame of its own: `asgi.py`)."""
         if scope["type"] == "http":
             path: str = scope["path"]
             if len(path) > 1 and path.endswith("/"):
@@ -25,4 +28,4 @@ class StripTrailingSlash:
                 raw: bytes | None = scope.get("raw_path")
                 if raw is not None and raw.endswith(b"/"):
                     scope["raw_path"] = raw[:-1]
-        await self.app(scope, receive, send)
+        return self.app(scope, receive, send)
