@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 WAKE_COALESCE_S = 0.05
 """After a doorbell, how long the deliverer waits for more before claiming (bounds the added latency)."""
+REFILL_DIVISOR = 4
+"""While a backlog lasts, the next claim is made once this fraction of the webhooks in flight finished (a
+claim per finished webhook would cost a transaction each), without the doorbell's coalescing wait."""
 BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
 SETTLERS = 2
@@ -114,6 +117,9 @@ class Deliverer:
         }
         self._session: aiohttp.ClientSession | None = None
         self._wake = asyncio.Event()
+        self._rung = False
+        self._more = False
+        self._refill = max(1, options.max_in_flight // REFILL_DIVISOR)
         self._active: dict[int, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._settles: list[tuple[Run, asyncio.Future[list[Pending]]]] = []
@@ -122,6 +128,7 @@ class Deliverer:
 
     def ring(self) -> None:
         """New notifications were committed here: look for work now."""
+        self._rung = True
         self._wake.set()
 
     def _client(self) -> aiohttp.ClientSession:
@@ -160,37 +167,47 @@ class Deliverer:
     # ---- the loops ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """Claim webhooks while there is room. While a backlog lasts (the last claim filled every free
+        slot, or there was none), room freed by finished deliveries is filled as soon as a quarter of the
+        slots are free; otherwise the loop waits for a doorbell (coalesced) or the poll."""
         delay = self.options.poll_s
         while True:
             self._wake.clear()
+            self._rung = False
             free = self.options.max_in_flight - len(self._active)
-            try:
-                hooks = await self.outbox.claim(free, BATCH)
-                delay = self.options.poll_s
-                self._outage.ok()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._outage.failed_or_bug(exc, log, "claiming webhook deliveries failed; retrying")
-                hooks = []
-                delay = min(delay * 2, OUTAGE_POLL_S)
+            hooks: list[tuple[Hook, list[Pending]]] = []
+            failed = False
+            if free > 0:
+                try:
+                    hooks = await self.outbox.claim(free, BATCH)
+                    delay = self.options.poll_s
+                    self._outage.ok()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._outage.failed_or_bug(exc, log, "claiming webhook deliveries failed; retrying")
+                    failed = True
+                    delay = min(delay * 2, OUTAGE_POLL_S)
             for hook, rows in hooks:
                 task = asyncio.create_task(self._deliver(hook, rows), name=f"push-{hook.pk}")
                 self._active[hook.pk] = task
                 task.add_done_callback(lambda _t, pk=hook.pk: self._finished(pk))
-            if hooks and len(hooks) == free:
+            self._more = not failed and len(hooks) >= free
+            if self._more and self.options.max_in_flight > len(self._active):
                 continue
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 continue
-            # Let the doorbells of a burst of commits pile up: one claim then serves them all, and the
-            # claim's work runs beside the tasks' own commits less often.
-            await asyncio.sleep(WAKE_COALESCE_S)
+            if self._rung and not self._more:
+                # Let the doorbells of a burst of commits pile up: one claim then serves them all, and the
+                # claim's work runs beside the tasks' own commits less often.
+                await asyncio.sleep(WAKE_COALESCE_S)
 
     def _finished(self, pk: int) -> None:
         self._active.pop(pk, None)
-        self._wake.set()
+        if self._more and self.options.max_in_flight - len(self._active) >= self._refill:
+            self._wake.set()
 
     async def _heartbeat(self) -> None:
         while True:
