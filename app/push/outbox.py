@@ -16,8 +16,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Executable,
+    String,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnClause
 
 from app.protocol.model import Event, event_from_store, utcnow
 from app.store.tables import (
@@ -29,23 +45,6 @@ from app.store.tables import (
 )
 
 from .payloads import V03, View, Views
-
-_events_read = (
-    select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
-    .where(
-        _events.c.task_id.in_(bindparam("tids", expanding=True)),
-        _events.c.seq > bindparam("lo"),
-        _events.c.seq <= bindparam("hi"),
-    )
-    .order_by(_events.c.task_id, _events.c.seq)
-)
-"""Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
-_messages_read = (
-    select(_messages.c.task_id, _messages.c.id, _messages.c.body)
-    .where(_messages.c.task_id.in_(bindparam("tids", expanding=True)), _messages.c.id > bindparam("after"))
-    .order_by(_messages.c.task_id, _messages.c.id)
-)
-"""Messages of some tasks after a row id: the history v0.3 views lack."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -146,12 +145,127 @@ _add_tally = (
 """One webhook's tally added (executemany: one statement for every run of a group settle)."""
 
 
+def _among(column: ColumnClause[Any], name: str, pg: bool) -> ColumnElement[bool]:
+    """`column` is one of the list bound as `name`. On PostgreSQL one array parameter (`= ANY`), so the
+    statement's text is the same whatever the list's length: prepared once per connection, where an
+    expanding IN is a new statement (parsed, planned and cached by the driver) per length. SQLite has no
+    arrays: the expanding IN there."""
+    if pg:
+        item = BigInteger() if isinstance(column.type, BigInteger) else column.type
+        return column == any_(bindparam(name, type_=ARRAY(item)))
+    return column.in_(bindparam(name, expanding=True))
+
+
+class _Statements:
+    """The outbox's statements for one dialect, built once: each has a fixed shape (a list is bound as one
+    parameter, `_among`), so SQLAlchemy compiles it once and PostgreSQL prepares it once."""
+
+    def __init__(self, pg: bool) -> None:
+        now = bindparam("now", type_=_Ts)
+        free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
+        due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
+        pick = (
+            select(_configs.c.pk)
+            .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
+            .limit(bindparam("limit"))
+        )
+        if pg:
+            # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
+            # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
+            pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
+        self.claim = (
+            update(_configs)
+            .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
+            .values(claimed_by=bindparam("replica"), claim_expires_at=bindparam("expires"), retry_at=None)
+            .returning(
+                _configs.c.pk,
+                _configs.c.task_id,
+                _configs.c.config_id,
+                _configs.c.version,
+                _configs.c.url,
+                _configs.c.token,
+                _configs.c.auth_scheme,
+                _configs.c.auth_credentials,
+            )
+        )
+        """Claim up to :limit webhooks that are free, due and have notifications waiting."""
+        rank = (
+            func.row_number()
+            .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
+            .label("rank")
+        )
+        ranked = (
+            select(
+                _outbox.c.config_pk,
+                _outbox.c.id,
+                _outbox.c.seq,
+                _outbox.c.body,
+                _outbox.c.history_len,
+                _outbox.c.attempts,
+                rank,
+            )
+            .where(_among(_outbox.c.config_pk, "pks", pg))
+            .subquery()
+        )
+        self.heads = (
+            select(
+                ranked,
+                _configs.c.version,
+                _configs.c.task_id,
+                _tasks.c.context_id,
+                _tasks.c.metadata.label("task_metadata"),
+                _tasks.c.traceparent,
+                _events.c.kind,
+                _events.c.body.label("event"),
+            )
+            .select_from(
+                ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
+                .join(_tasks, _tasks.c.id == _configs.c.task_id)
+                .outerjoin(
+                    _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
+                )
+            )
+            .where(ranked.c.rank <= bindparam("batch"))
+            .order_by(ranked.c.config_pk, ranked.c.rank)
+        )
+        """The first :batch notifications of each webhook in :pks, in order, each with its event."""
+        self.events = (
+            select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
+            .where(
+                _among(_events.c.task_id, "tids", pg),
+                _events.c.seq > bindparam("lo"),
+                _events.c.seq <= bindparam("hi"),
+            )
+            .order_by(_events.c.task_id, _events.c.seq)
+        )
+        """Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
+        self.messages = (
+            select(_messages.c.task_id, _messages.c.id, _messages.c.body)
+            .where(_among(_messages.c.task_id, "tids", pg), _messages.c.id > bindparam("after"))
+            .order_by(_messages.c.task_id, _messages.c.id)
+        )
+        """Messages of some tasks after a row id: the history v0.3 views lack."""
+        self.delete = delete(_outbox).where(_among(_outbox.c.id, "ids", pg))
+        self.retry = update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n"))
+        self.release = (
+            update(_configs)
+            .where(_among(_configs.c.pk, "pks", pg))
+            .values(claimed_by=None, claim_expires_at=None)
+        )
+        """A settle's idle webhooks (queue empty or held back) given up."""
+        mine = (_among(_configs.c.pk, "pks", pg), _configs.c.claimed_by == bindparam("replica"))
+        self.renew = update(_configs).where(*mine).values(claim_expires_at=bindparam("expires"))
+        self.give_up = update(_configs).where(*mine).values(claimed_by=None, claim_expires_at=None)
+        """The claims this replica still holds among :pks renewed, or given up."""
+
+
 class Outbox:
     def __init__(self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float) -> None:
         self._engine = engine
         self.replica_id = replica_id
         self.ttl = timedelta(seconds=claim_ttl_s)
         self._pg = engine.dialect.name == "postgresql"
+        self._sql = _Statements(self._pg)
         self.views = Views()
 
     @asynccontextmanager
@@ -171,34 +285,9 @@ class Outbox:
         if limit <= 0:
             return []
         now = utcnow()
-        free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
-        due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
-        pick = (
-            select(_configs.c.pk)
-            .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
-            .limit(limit)
-        )
-        if self._pg:
-            # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
-            # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
-            pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
-        stmt = (
-            update(_configs)
-            .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
-            .values(claimed_by=self.replica_id, claim_expires_at=now + self.ttl, retry_at=None)
-            .returning(
-                _configs.c.pk,
-                _configs.c.task_id,
-                _configs.c.config_id,
-                _configs.c.version,
-                _configs.c.url,
-                _configs.c.token,
-                _configs.c.auth_scheme,
-                _configs.c.auth_credentials,
-            )
-        )
+        params = {"now": now, "limit": limit, "replica": self.replica_id, "expires": now + self.ttl}
         async with self._begin() as conn:
-            hooks = [Hook(*r) for r in (await conn.execute(stmt)).all()]
+            hooks = [Hook(*r) for r in (await conn.execute(self._sql.claim, params)).all()]
             if not hooks:
                 return []
             queued = await self._heads(conn, [h.pk for h in hooks], batch)
@@ -210,47 +299,8 @@ class Outbox:
         queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
         if not pks:
             return queued
-        rank = (
-            func.row_number()
-            .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
-            .label("rank")
-        )
-        ranked = (
-            select(
-                _outbox.c.config_pk,
-                _outbox.c.id,
-                _outbox.c.seq,
-                _outbox.c.body,
-                _outbox.c.history_len,
-                _outbox.c.attempts,
-                rank,
-            )
-            .where(_outbox.c.config_pk.in_(pks))
-            .subquery()
-        )
-        first = (
-            select(
-                ranked,
-                _configs.c.version,
-                _configs.c.task_id,
-                _tasks.c.context_id,
-                _tasks.c.metadata.label("task_metadata"),
-                _tasks.c.traceparent,
-                _events.c.kind,
-                _events.c.body.label("event"),
-            )
-            .select_from(
-                ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
-                .join(_tasks, _tasks.c.id == _configs.c.task_id)
-                .outerjoin(
-                    _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
-                )
-            )
-            .where(ranked.c.rank <= batch)
-            .order_by(ranked.c.config_pk, ranked.c.rank)
-        )
         views: dict[int, View] = {}
-        for r in (await conn.execute(first)).all():
+        for r in (await conn.execute(self._sql.heads, {"pks": pks, "batch": batch})).all():
             event = None if r.kind is None else event_from_store(r.task_id, r.context_id, r.kind, r.event)
             view = views.get(r.config_pk)
             if view is None and r.version == V03:
@@ -276,7 +326,7 @@ class Outbox:
         if gaps:
             hi = max(queued[pk][-1].seq for pk, v in views.items() if v in gaps)
             rows = await conn.execute(
-                _events_read,
+                self._sql.events,
                 {"tids": sorted({v.task_id for v in gaps}), "lo": min(v.seq for v in gaps), "hi": hi},
             )
             read: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
@@ -291,7 +341,7 @@ class Outbox:
         ]
         if short:
             rows = await conn.execute(
-                _messages_read,
+                self._sql.messages,
                 {"tids": sorted({v.task_id for v in short}), "after": min(v.last_message_id for v in short)},
             )
             got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -309,10 +359,10 @@ class Outbox:
         retries = [r for r in runs if r.retry is not None]
         async with self._begin() as conn:
             if done:
-                await conn.execute(delete(_outbox).where(_outbox.c.id.in_(done)))
+                await conn.execute(self._sql.delete, {"ids": done})
             if retries:
                 await conn.execute(
-                    update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n")),
+                    self._sql.retry,
                     [{"_id": r.retry[0], "_n": r.retry[1]} for r in retries if r.retry is not None],
                 )
             following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
@@ -321,29 +371,21 @@ class Outbox:
             for pk in idle:
                 self.views.forget(pk)
             if idle:
-                await conn.execute(
-                    update(_configs)
-                    .where(_configs.c.pk.in_(idle))
-                    .values(claimed_by=None, claim_expires_at=None)
-                )
+                await conn.execute(self._sql.release, {"pks": idle})
         return {r.pk: following.get(r.pk, []) for r in runs}
 
     async def renew(self, pks: list[int]) -> None:
         """Heartbeat: keep the claims on the webhooks being delivered here."""
-        await self._change_claims(pks, claim_expires_at=utcnow() + self.ttl)
+        if pks:
+            await self._change_claims(self._sql.renew, {"pks": pks, "expires": utcnow() + self.ttl})
 
     async def release(self, pks: list[int]) -> None:
         """Give claims up (shutdown): another replica may deliver at once."""
-        await self._change_claims(pks, claimed_by=None, claim_expires_at=None)
+        if pks:
+            await self._change_claims(self._sql.give_up, {"pks": pks})
 
-    async def _change_claims(self, pks: list[int], **values: Any) -> None:
-        """Set `values` on the claims this replica still holds among `pks` (one it lost stays lost)."""
-        if not pks:
-            return
-        stmt = (
-            update(_configs)
-            .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
-            .values(**values)
-        )
+    async def _change_claims(self, stmt: Executable, params: dict[str, Any]) -> None:
+        """Change the claims this replica still holds among the webhooks `params` names (one it lost
+        stays lost)."""
         async with self._begin() as conn:
-            await conn.execute(stmt)
+            await conn.execute(stmt, {**params, "replica": self.replica_id})
