@@ -49,6 +49,8 @@ BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
 SETTLERS = 2
 """Group settle transactions in flight at once: while one commits, the next one gathers."""
+POOL = SETTLERS + 2
+"""Database connections the deliverer uses at once: the settlers', the claim's and the heartbeat's."""
 OUTAGE_POLL_S = 5.0
 """Longest wait between claims while the database is away (the first after it is back picks up the work)."""
 RESPONSE_READ = 65536
@@ -105,9 +107,13 @@ def retry_after(value: str | None) -> float | None:
 
 
 class Deliverer:
-    def __init__(self, engine: AsyncEngine, replica_id: str, options: Options) -> None:
+    def __init__(
+        self, engine: AsyncEngine, replica_id: str, options: Options, async_commit: bool = False
+    ) -> None:
+        """`async_commit`: `engine`'s PostgreSQL sessions commit without waiting for the WAL flush
+        (`Outbox._begin`)."""
         self.options = options
-        self.outbox = Outbox(engine, replica_id, options.claim_ttl_s)
+        self.outbox = Outbox(engine, replica_id, options.claim_ttl_s, async_commit)
         self.counters: dict[str, int] = {
             "attempts": 0,
             "delivered": 0,

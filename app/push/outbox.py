@@ -18,12 +18,14 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     Executable,
     String,
     and_,
     any_,
     bindparam,
+    case,
     delete,
     func,
     or_,
@@ -140,9 +142,14 @@ _add_tally = (
         last_attempt_at=func.coalesce(bindparam("_attempt_at", type_=_Ts), _configs.c.last_attempt_at),
         last_delivered_at=func.coalesce(bindparam("_delivered_at", type_=_Ts), _configs.c.last_delivered_at),
         retry_at=bindparam("_retry_at", type_=_Ts),
+        claimed_by=case((bindparam("_release", type_=Boolean), None), else_=_configs.c.claimed_by),
+        claim_expires_at=case(
+            (bindparam("_release", type_=Boolean), None), else_=_configs.c.claim_expires_at
+        ),
     )
 )
-"""One webhook's tally added (executemany: one statement for every run of a group settle)."""
+"""One webhook's tally added, and its claim given up (`_release`) when its queue is empty or held back
+(executemany: one statement for every run of a group settle)."""
 
 
 def _among(column: ColumnClause[Any], name: str, pg: bool) -> ColumnElement[bool]:
@@ -247,12 +254,6 @@ class _Statements:
         """Messages of some tasks after a row id: the history v0.3 views lack."""
         self.delete = delete(_outbox).where(_among(_outbox.c.id, "ids", pg))
         self.retry = update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n"))
-        self.release = (
-            update(_configs)
-            .where(_among(_configs.c.pk, "pks", pg))
-            .values(claimed_by=None, claim_expires_at=None)
-        )
-        """A settle's idle webhooks (queue empty or held back) given up."""
         mine = (_among(_configs.c.pk, "pks", pg), _configs.c.claimed_by == bindparam("replica"))
         self.renew = update(_configs).where(*mine).values(claim_expires_at=bindparam("expires"))
         self.give_up = update(_configs).where(*mine).values(claimed_by=None, claim_expires_at=None)
@@ -260,8 +261,11 @@ class _Statements:
 
 
 class Outbox:
-    def __init__(self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float) -> None:
+    def __init__(
+        self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float, async_commit: bool = False
+    ) -> None:
         self._engine = engine
+        self._async_commit = async_commit
         self.replica_id = replica_id
         self.ttl = timedelta(seconds=claim_ttl_s)
         self._pg = engine.dialect.name == "postgresql"
@@ -273,9 +277,12 @@ class Outbox:
         """A transaction of the deliverer's bookkeeping. On PostgreSQL it commits without waiting for the
         WAL flush: losing its last moments in a database crash only re-sends a notification (delivery is
         at least once anyway) or frees a claim early, and the task's own commits no longer queue behind
-        the deliverer's fsyncs, so a webhook costs the task's path nothing."""
+        the deliverer's fsyncs, so a webhook costs the task's path nothing. An engine made for the
+        deliverer has that set for its sessions (`async_commit`: `app.wiring` makes one with
+        `create_engine(..., synchronous_commit=False)`); on another, each transaction sets it first, a
+        round trip more."""
         async with self._engine.begin() as conn:
-            if self._pg:
+            if self._pg and not self._async_commit:
                 await conn.execute(text("SET LOCAL synchronous_commit = off"))
             yield conn
 
@@ -366,12 +373,13 @@ class Outbox:
                     [{"_id": r.retry[0], "_n": r.retry[1]} for r in retries if r.retry is not None],
                 )
             following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
-            await conn.execute(_add_tally, [r.params() for r in runs])
-            idle = [r.pk for r in runs if not following.get(r.pk)]
-            for pk in idle:
-                self.views.forget(pk)
-            if idle:
-                await conn.execute(self._sql.release, {"pks": idle})
+            tallies = []
+            for r in runs:
+                idle = not following.get(r.pk)
+                if idle:
+                    self.views.forget(r.pk)
+                tallies.append({**r.params(), "_release": idle})
+            await conn.execute(_add_tally, tallies)
         return {r.pk: following.get(r.pk, []) for r in runs}
 
     async def renew(self, pks: list[int]) -> None:
