@@ -127,6 +127,10 @@ class Deliverer:
         self._more = False
         self._refill = max(1, options.max_in_flight // REFILL_DIVISOR)
         self._active: dict[int, asyncio.Task[None]] = {}
+        """The webhooks claimed here, each delivered by its task (calling, or waiting for its settle)."""
+        self._calling = 0
+        """Webhooks of `_active` that call (or wait for a call slot): at most `max_in_flight` hold one."""
+        self._slots = asyncio.Semaphore(options.max_in_flight)
         self._loops: list[asyncio.Task[None]] = []
         self._settles: list[tuple[Run, asyncio.Future[list[Pending]]]] = []
         self._settle_wake = asyncio.Event()
@@ -180,7 +184,7 @@ class Deliverer:
         while True:
             self._wake.clear()
             self._rung = False
-            free = self.options.max_in_flight - len(self._active)
+            free = self.options.max_in_flight - self._calling
             hooks: list[tuple[Hook, list[Pending]]] = []
             failed = False
             if free > 0:
@@ -197,9 +201,10 @@ class Deliverer:
             for hook, rows in hooks:
                 task = asyncio.create_task(self._deliver(hook, rows), name=f"push-{hook.pk}")
                 self._active[hook.pk] = task
+                self._calling += 1
                 task.add_done_callback(lambda _t, pk=hook.pk: self._finished(pk))
             self._more = not failed and len(hooks) >= free
-            if self._more and self.options.max_in_flight > len(self._active):
+            if self._more and self.options.max_in_flight > self._calling:
                 continue
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -212,7 +217,11 @@ class Deliverer:
 
     def _finished(self, pk: int) -> None:
         self._active.pop(pk, None)
-        if self._more and self.options.max_in_flight - len(self._active) >= self._refill:
+
+    def _calls_done(self) -> None:
+        """A webhook stopped calling (its run went to be settled, or it ended): room for another."""
+        self._calling -= 1
+        if self._more and self.options.max_in_flight - self._calling >= self._refill:
             self._wake.set()
 
     async def _heartbeat(self) -> None:
@@ -228,18 +237,34 @@ class Deliverer:
     # ---- one webhook --------------------------------------------------------------------------
 
     async def _deliver(self, hook: Hook, rows: list[Pending]) -> None:
-        """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
+        """Post the webhook's queue in order until it is empty or its head must wait for a retry. It
+        counts as calling (`_calling`, one of `max_in_flight`) only while it calls: while a run waits for
+        its settle, which is most of a short queue's time on a busy database, another webhook calls."""
         logs.scope(task_id=hook.task_id)
+        calling = True  # counted by `_run` when it claimed the webhook
         try:
-            if not rows:
-                rows = await self._settle(Run(hook.pk, [], Tally()))
-            while rows:
-                rows = await self._settle(await self._post_run(hook, rows))
+            while True:
+                if rows:
+                    if not calling:
+                        self._calling += 1
+                        calling = True
+                    async with self._slots:
+                        run = await self._post_run(hook, rows)
+                else:
+                    run = Run(hook.pk, [], Tally())
+                calling = False
+                self._calls_done()
+                rows = await self._settle(run)
+                if not rows:
+                    break
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # Either way the claim, no longer renewed, expires and the queue is taken up again.
             self._outage.failed_or_bug(exc, log, "webhook %s: delivery failed unexpectedly", hook.config_id)
+        finally:
+            if calling:
+                self._calls_done()
 
     async def _post_run(self, hook: Hook, rows: list[Pending]) -> Run:
         """Post `rows` in order, each only once the one before left the queue (delivered or given up);
