@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 WAKE_COALESCE_S = 0.05
 """After a doorbell, how long the deliverer waits for more before claiming (bounds the added latency)."""
 REFILL_DIVISOR = 4
-"""While a backlog lasts, the next claim is made once this fraction of the webhooks in flight finished (a
-claim per finished webhook would cost a transaction each), without the doorbell's coalescing wait."""
+"""While a backlog lasts, the next claim is made once 1/REFILL_DIVISOR of the call slots are free again (a
+claim per freed slot would cost a transaction each), without the doorbell's coalescing wait."""
 BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
 SETTLERS = 2
