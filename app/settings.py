@@ -187,7 +187,8 @@ class Settings(BaseSettings):
     push_poll_s: float = Field(default=1.0, gt=0)
     """Interval of looking for due deliveries (retries, other replicas' work) when no doorbell rings."""
     push_max_in_flight: int = Field(default=64, ge=1)
-    """Webhooks this process delivers to at once (each one in order, one call at a time)."""
+    """Webhooks this process calls at once (each one in order, one call at a time); a webhook whose last
+    calls are being recorded leaves its place to another meanwhile."""
     push_deliver: bool = True
     """Run the delivery worker here. Off: this replica only queues notifications and others deliver them
     (a write-only replica, or a benchmark building a backlog to time one replica's delivery alone)."""

@@ -33,7 +33,7 @@ from app.bus.redis import RedisBus
 from app.protocol.errors import InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
-from app.push.deliverer import Deliverer, options_from
+from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from
 from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
@@ -173,7 +173,20 @@ async def wire(
         stack.push_async_callback(writer.stop)
         push = options_from(settings)
         prices = price_table(settings)
-        deliverer = Deliverer(engine, settings.replica_id, push)
+        # On PostgreSQL the deliverer has a small pool of its own, whose sessions commit without waiting
+        # for the WAL flush (`Outbox._begin`): no statement per transaction to say so, and a backlog being
+        # drained never holds the connections the tasks' requests need.
+        deliverer_engine = engine
+        if not sqlite:
+            deliverer_engine = create_engine(
+                settings.database_url,
+                settings.db_timeout_s,
+                settings.db_statement_timeout_s,
+                pool_size=DELIVERER_POOL,
+                synchronous_commit=False,
+            )
+            stack.push_async_callback(deliverer_engine.dispose)
+        deliverer = Deliverer(deliverer_engine, settings.replica_id, push, async_commit=not sqlite)
         stack.push_async_callback(deliverer.stop)
         built_at = utcnow()
         has_extended = extra_skills is not None

@@ -42,10 +42,15 @@ log = logging.getLogger(__name__)
 
 WAKE_COALESCE_S = 0.05
 """After a doorbell, how long the deliverer waits for more before claiming (bounds the added latency)."""
+REFILL_DIVISOR = 4
+"""While a backlog lasts, the next claim is made once 1/REFILL_DIVISOR of the call slots are free again (a
+claim per freed slot would cost a transaction each), without the doorbell's coalescing wait."""
 BATCH = 64
 """Notifications read (and settled) per database round trip for one webhook."""
 SETTLERS = 2
 """Group settle transactions in flight at once: while one commits, the next one gathers."""
+POOL = SETTLERS + 2
+"""Database connections the deliverer uses at once: the settlers', the claim's and the heartbeat's."""
 OUTAGE_POLL_S = 5.0
 """Longest wait between claims while the database is away (the first after it is back picks up the work)."""
 RESPONSE_READ = 65536
@@ -102,9 +107,13 @@ def retry_after(value: str | None) -> float | None:
 
 
 class Deliverer:
-    def __init__(self, engine: AsyncEngine, replica_id: str, options: Options) -> None:
+    def __init__(
+        self, engine: AsyncEngine, replica_id: str, options: Options, async_commit: bool = False
+    ) -> None:
+        """`async_commit`: `engine`'s PostgreSQL sessions commit without waiting for the WAL flush
+        (`Outbox._begin`)."""
         self.options = options
-        self.outbox = Outbox(engine, replica_id, options.claim_ttl_s)
+        self.outbox = Outbox(engine, replica_id, options.claim_ttl_s, async_commit)
         self.counters: dict[str, int] = {
             "attempts": 0,
             "delivered": 0,
@@ -114,7 +123,14 @@ class Deliverer:
         }
         self._session: aiohttp.ClientSession | None = None
         self._wake = asyncio.Event()
+        self._rung = False
+        self._more = False
+        self._refill = max(1, options.max_in_flight // REFILL_DIVISOR)
         self._active: dict[int, asyncio.Task[None]] = {}
+        """The webhooks claimed here, each delivered by its task (calling, or waiting for its settle)."""
+        self._calling = 0
+        """Webhooks of `_active` that call (or wait for a call slot): at most `max_in_flight` hold one."""
+        self._slots = asyncio.Semaphore(options.max_in_flight)
         self._loops: list[asyncio.Task[None]] = []
         self._settles: list[tuple[Run, asyncio.Future[list[Pending]]]] = []
         self._settle_wake = asyncio.Event()
@@ -122,6 +138,7 @@ class Deliverer:
 
     def ring(self) -> None:
         """New notifications were committed here: look for work now."""
+        self._rung = True
         self._wake.set()
 
     def _client(self) -> aiohttp.ClientSession:
@@ -160,37 +177,52 @@ class Deliverer:
     # ---- the loops ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """Claim webhooks while there is room. While a backlog lasts (the last claim filled every free
+        slot, or there was none), room freed by finished deliveries is filled as soon as a quarter of the
+        slots are free; otherwise the loop waits for a doorbell (coalesced) or the poll."""
         delay = self.options.poll_s
         while True:
             self._wake.clear()
-            free = self.options.max_in_flight - len(self._active)
-            try:
-                hooks = await self.outbox.claim(free, BATCH)
-                delay = self.options.poll_s
-                self._outage.ok()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._outage.failed_or_bug(exc, log, "claiming webhook deliveries failed; retrying")
-                hooks = []
-                delay = min(delay * 2, OUTAGE_POLL_S)
+            self._rung = False
+            free = self.options.max_in_flight - self._calling
+            hooks: list[tuple[Hook, list[Pending]]] = []
+            failed = False
+            if free > 0:
+                try:
+                    hooks = await self.outbox.claim(free, BATCH)
+                    delay = self.options.poll_s
+                    self._outage.ok()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._outage.failed_or_bug(exc, log, "claiming webhook deliveries failed; retrying")
+                    failed = True
+                    delay = min(delay * 2, OUTAGE_POLL_S)
             for hook, rows in hooks:
                 task = asyncio.create_task(self._deliver(hook, rows), name=f"push-{hook.pk}")
                 self._active[hook.pk] = task
+                self._calling += 1
                 task.add_done_callback(lambda _t, pk=hook.pk: self._finished(pk))
-            if hooks and len(hooks) == free:
+            self._more = not failed and len(hooks) >= free
+            if self._more and self.options.max_in_flight > self._calling:
                 continue
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 continue
-            # Let the doorbells of a burst of commits pile up: one claim then serves them all, and the
-            # claim's work runs beside the tasks' own commits less often.
-            await asyncio.sleep(WAKE_COALESCE_S)
+            if self._rung and not self._more:
+                # Let the doorbells of a burst of commits pile up: one claim then serves them all, and the
+                # claim's work runs beside the tasks' own commits less often.
+                await asyncio.sleep(WAKE_COALESCE_S)
 
     def _finished(self, pk: int) -> None:
         self._active.pop(pk, None)
-        self._wake.set()
+
+    def _calls_done(self) -> None:
+        """A webhook stopped calling (its run went to be settled, or it ended): room for another."""
+        self._calling -= 1
+        if self._more and self.options.max_in_flight - self._calling >= self._refill:
+            self._wake.set()
 
     async def _heartbeat(self) -> None:
         while True:
@@ -205,18 +237,34 @@ class Deliverer:
     # ---- one webhook --------------------------------------------------------------------------
 
     async def _deliver(self, hook: Hook, rows: list[Pending]) -> None:
-        """Post the webhook's queue in order until it is empty or its head must wait for a retry."""
+        """Post the webhook's queue in order until it is empty or its head must wait for a retry. It
+        counts as calling (`_calling`, one of `max_in_flight`) only while it calls: while a run waits for
+        its settle, which is most of a short queue's time on a busy database, another webhook calls."""
         logs.scope(task_id=hook.task_id)
+        calling = True  # counted by `_run` when it claimed the webhook
         try:
-            if not rows:
-                rows = await self._settle(Run(hook.pk, [], Tally()))
-            while rows:
-                rows = await self._settle(await self._post_run(hook, rows))
+            while True:
+                if rows:
+                    if not calling:
+                        self._calling += 1
+                        calling = True
+                    async with self._slots:
+                        run = await self._post_run(hook, rows)
+                else:
+                    run = Run(hook.pk, [], Tally())
+                calling = False
+                self._calls_done()
+                rows = await self._settle(run)
+                if not rows:
+                    break
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # Either way the claim, no longer renewed, expires and the queue is taken up again.
             self._outage.failed_or_bug(exc, log, "webhook %s: delivery failed unexpectedly", hook.config_id)
+        finally:
+            if calling:
+                self._calls_done()
 
     async def _post_run(self, hook: Hook, rows: list[Pending]) -> Run:
         """Post `rows` in order, each only once the one before left the queue (delivered or given up);

@@ -16,8 +16,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Executable,
+    String,
+    and_,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnClause
 
 from app.protocol.model import Event, event_from_store, utcnow
 from app.store.tables import (
@@ -29,23 +47,6 @@ from app.store.tables import (
 )
 
 from .payloads import V03, View, Views
-
-_events_read = (
-    select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
-    .where(
-        _events.c.task_id.in_(bindparam("tids", expanding=True)),
-        _events.c.seq > bindparam("lo"),
-        _events.c.seq <= bindparam("hi"),
-    )
-    .order_by(_events.c.task_id, _events.c.seq)
-)
-"""Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
-_messages_read = (
-    select(_messages.c.task_id, _messages.c.id, _messages.c.body)
-    .where(_messages.c.task_id.in_(bindparam("tids", expanding=True)), _messages.c.id > bindparam("after"))
-    .order_by(_messages.c.task_id, _messages.c.id)
-)
-"""Messages of some tasks after a row id: the history v0.3 views lack."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -141,51 +142,48 @@ _add_tally = (
         last_attempt_at=func.coalesce(bindparam("_attempt_at", type_=_Ts), _configs.c.last_attempt_at),
         last_delivered_at=func.coalesce(bindparam("_delivered_at", type_=_Ts), _configs.c.last_delivered_at),
         retry_at=bindparam("_retry_at", type_=_Ts),
+        claimed_by=case((bindparam("_release", type_=Boolean), None), else_=_configs.c.claimed_by),
+        claim_expires_at=case(
+            (bindparam("_release", type_=Boolean), None), else_=_configs.c.claim_expires_at
+        ),
     )
 )
-"""One webhook's tally added (executemany: one statement for every run of a group settle)."""
+"""One webhook's tally added, and its claim given up (`_release`) when its queue is empty or held back
+(executemany: one statement for every run of a group settle)."""
 
 
-class Outbox:
-    def __init__(self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float) -> None:
-        self._engine = engine
-        self.replica_id = replica_id
-        self.ttl = timedelta(seconds=claim_ttl_s)
-        self._pg = engine.dialect.name == "postgresql"
-        self.views = Views()
+def _among(column: ColumnClause[Any], name: str, pg: bool) -> ColumnElement[bool]:
+    """`column` is one of the list bound as `name`. On PostgreSQL one array parameter (`= ANY`), so the
+    statement's text is the same whatever the list's length: prepared once per connection, where an
+    expanding IN is a new statement (parsed, planned and cached by the driver) per length. SQLite has no
+    arrays: the expanding IN there."""
+    if pg:
+        item = BigInteger() if isinstance(column.type, BigInteger) else column.type
+        return column == any_(bindparam(name, type_=ARRAY(item)))
+    return column.in_(bindparam(name, expanding=True))
 
-    @asynccontextmanager
-    async def _begin(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction of the deliverer's bookkeeping. On PostgreSQL it commits without waiting for the
-        WAL flush: losing its last moments in a database crash only re-sends a notification (delivery is
-        at least once anyway) or frees a claim early, and the task's own commits no longer queue behind
-        the deliverer's fsyncs, so a webhook costs the task's path nothing."""
-        async with self._engine.begin() as conn:
-            if self._pg:
-                await conn.execute(text("SET LOCAL synchronous_commit = off"))
-            yield conn
 
-    async def claim(self, limit: int, batch: int) -> list[tuple[Hook, list[Pending]]]:
-        """Claim up to `limit` webhooks that have notifications waiting and are not held back; each
-        with its first `batch` notifications (one transaction for all)."""
-        if limit <= 0:
-            return []
-        now = utcnow()
+class _Statements:
+    """The outbox's statements for one dialect, built once: each has a fixed shape (a list is bound as one
+    parameter, `_among`), so SQLAlchemy compiles it once and PostgreSQL prepares it once."""
+
+    def __init__(self, pg: bool) -> None:
+        now = bindparam("now", type_=_Ts)
         free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
         due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
         pick = (
             select(_configs.c.pk)
             .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
-            .limit(limit)
+            .limit(bindparam("limit"))
         )
-        if self._pg:
+        if pg:
             # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
             # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
             pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
-        stmt = (
+        self.claim = (
             update(_configs)
             .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
-            .values(claimed_by=self.replica_id, claim_expires_at=now + self.ttl, retry_at=None)
+            .values(claimed_by=bindparam("replica"), claim_expires_at=bindparam("expires"), retry_at=None)
             .returning(
                 _configs.c.pk,
                 _configs.c.task_id,
@@ -197,19 +195,7 @@ class Outbox:
                 _configs.c.auth_credentials,
             )
         )
-        async with self._begin() as conn:
-            hooks = [Hook(*r) for r in (await conn.execute(stmt)).all()]
-            if not hooks:
-                return []
-            queued = await self._heads(conn, [h.pk for h in hooks], batch)
-        return [(h, queued[h.pk]) for h in hooks]
-
-    async def _heads(self, conn: AsyncConnection, pks: list[int], batch: int) -> dict[int, list[Pending]]:
-        """The first `batch` notifications of each webhook in `pks`, in order, each with its event (one
-        query for all), and for v0.3 webhooks what their views lack to fold up to them (two more)."""
-        queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
-        if not pks:
-            return queued
+        """Claim up to :limit webhooks that are free, due and have notifications waiting."""
         rank = (
             func.row_number()
             .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
@@ -225,10 +211,10 @@ class Outbox:
                 _outbox.c.attempts,
                 rank,
             )
-            .where(_outbox.c.config_pk.in_(pks))
+            .where(_among(_outbox.c.config_pk, "pks", pg))
             .subquery()
         )
-        first = (
+        self.heads = (
             select(
                 ranked,
                 _configs.c.version,
@@ -246,11 +232,82 @@ class Outbox:
                     _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
                 )
             )
-            .where(ranked.c.rank <= batch)
+            .where(ranked.c.rank <= bindparam("batch"))
             .order_by(ranked.c.config_pk, ranked.c.rank)
         )
+        """The first :batch notifications of each webhook in :pks, in order, each with its event."""
+        self.events = (
+            select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
+            .where(
+                _among(_events.c.task_id, "tids", pg),
+                _events.c.seq > bindparam("lo"),
+                _events.c.seq <= bindparam("hi"),
+            )
+            .order_by(_events.c.task_id, _events.c.seq)
+        )
+        """Events of some tasks in a range of seqs: what v0.3 views lack (a cold start, a gap)."""
+        self.messages = (
+            select(_messages.c.task_id, _messages.c.id, _messages.c.body)
+            .where(_among(_messages.c.task_id, "tids", pg), _messages.c.id > bindparam("after"))
+            .order_by(_messages.c.task_id, _messages.c.id)
+        )
+        """Messages of some tasks after a row id: the history v0.3 views lack."""
+        self.delete = delete(_outbox).where(_among(_outbox.c.id, "ids", pg))
+        self.retry = update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n"))
+        mine = (_among(_configs.c.pk, "pks", pg), _configs.c.claimed_by == bindparam("replica"))
+        self.renew = update(_configs).where(*mine).values(claim_expires_at=bindparam("expires"))
+        self.give_up = update(_configs).where(*mine).values(claimed_by=None, claim_expires_at=None)
+        """The claims this replica still holds among :pks renewed, or given up."""
+
+
+class Outbox:
+    def __init__(
+        self, engine: AsyncEngine, replica_id: str, claim_ttl_s: float, async_commit: bool = False
+    ) -> None:
+        self._engine = engine
+        self._async_commit = async_commit
+        self.replica_id = replica_id
+        self.ttl = timedelta(seconds=claim_ttl_s)
+        self._pg = engine.dialect.name == "postgresql"
+        self._sql = _Statements(self._pg)
+        self.views = Views()
+
+    @asynccontextmanager
+    async def _begin(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction of the deliverer's bookkeeping. On PostgreSQL it commits without waiting for the
+        WAL flush: losing its last moments in a database crash only re-sends a notification (delivery is
+        at least once anyway) or frees a claim early, and the task's own commits no longer queue behind
+        the deliverer's fsyncs, so a webhook costs the task's path nothing. An engine made for the
+        deliverer has that set for its sessions (`async_commit`: `app.wiring` makes one with
+        `create_engine(..., synchronous_commit=False)`); on another, each transaction sets it first, a
+        round trip more."""
+        async with self._engine.begin() as conn:
+            if self._pg and not self._async_commit:
+                await conn.execute(text("SET LOCAL synchronous_commit = off"))
+            yield conn
+
+    async def claim(self, limit: int, batch: int) -> list[tuple[Hook, list[Pending]]]:
+        """Claim up to `limit` webhooks that have notifications waiting and are not held back; each
+        with its first `batch` notifications (one transaction for all)."""
+        if limit <= 0:
+            return []
+        now = utcnow()
+        params = {"now": now, "limit": limit, "replica": self.replica_id, "expires": now + self.ttl}
+        async with self._begin() as conn:
+            hooks = [Hook(*r) for r in (await conn.execute(self._sql.claim, params)).all()]
+            if not hooks:
+                return []
+            queued = await self._heads(conn, [h.pk for h in hooks], batch)
+        return [(h, queued[h.pk]) for h in hooks]
+
+    async def _heads(self, conn: AsyncConnection, pks: list[int], batch: int) -> dict[int, list[Pending]]:
+        """The first `batch` notifications of each webhook in `pks`, in order, each with its event (one
+        query for all), and for v0.3 webhooks what their views lack to fold up to them (two more)."""
+        queued: dict[int, list[Pending]] = {pk: [] for pk in pks}
+        if not pks:
+            return queued
         views: dict[int, View] = {}
-        for r in (await conn.execute(first)).all():
+        for r in (await conn.execute(self._sql.heads, {"pks": pks, "batch": batch})).all():
             event = None if r.kind is None else event_from_store(r.task_id, r.context_id, r.kind, r.event)
             view = views.get(r.config_pk)
             if view is None and r.version == V03:
@@ -276,7 +333,7 @@ class Outbox:
         if gaps:
             hi = max(queued[pk][-1].seq for pk, v in views.items() if v in gaps)
             rows = await conn.execute(
-                _events_read,
+                self._sql.events,
                 {"tids": sorted({v.task_id for v in gaps}), "lo": min(v.seq for v in gaps), "hi": hi},
             )
             read: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
@@ -291,7 +348,7 @@ class Outbox:
         ]
         if short:
             rows = await conn.execute(
-                _messages_read,
+                self._sql.messages,
                 {"tids": sorted({v.task_id for v in short}), "after": min(v.last_message_id for v in short)},
             )
             got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -309,41 +366,34 @@ class Outbox:
         retries = [r for r in runs if r.retry is not None]
         async with self._begin() as conn:
             if done:
-                await conn.execute(delete(_outbox).where(_outbox.c.id.in_(done)))
+                await conn.execute(self._sql.delete, {"ids": done})
             if retries:
                 await conn.execute(
-                    update(_outbox).where(_outbox.c.id == bindparam("_id")).values(attempts=bindparam("_n")),
+                    self._sql.retry,
                     [{"_id": r.retry[0], "_n": r.retry[1]} for r in retries if r.retry is not None],
                 )
             following = await self._heads(conn, [r.pk for r in runs if r.retry is None], batch)
-            await conn.execute(_add_tally, [r.params() for r in runs])
-            idle = [r.pk for r in runs if not following.get(r.pk)]
-            for pk in idle:
-                self.views.forget(pk)
-            if idle:
-                await conn.execute(
-                    update(_configs)
-                    .where(_configs.c.pk.in_(idle))
-                    .values(claimed_by=None, claim_expires_at=None)
-                )
+            tallies = []
+            for r in runs:
+                idle = not following.get(r.pk)
+                if idle:
+                    self.views.forget(r.pk)
+                tallies.append({**r.params(), "_release": idle})
+            await conn.execute(_add_tally, tallies)
         return {r.pk: following.get(r.pk, []) for r in runs}
 
     async def renew(self, pks: list[int]) -> None:
         """Heartbeat: keep the claims on the webhooks being delivered here."""
-        await self._change_claims(pks, claim_expires_at=utcnow() + self.ttl)
+        if pks:
+            await self._change_claims(self._sql.renew, {"pks": pks, "expires": utcnow() + self.ttl})
 
     async def release(self, pks: list[int]) -> None:
         """Give claims up (shutdown): another replica may deliver at once."""
-        await self._change_claims(pks, claimed_by=None, claim_expires_at=None)
+        if pks:
+            await self._change_claims(self._sql.give_up, {"pks": pks})
 
-    async def _change_claims(self, pks: list[int], **values: Any) -> None:
-        """Set `values` on the claims this replica still holds among `pks` (one it lost stays lost)."""
-        if not pks:
-            return
-        stmt = (
-            update(_configs)
-            .where(_configs.c.pk.in_(pks), _configs.c.claimed_by == self.replica_id)
-            .values(**values)
-        )
+    async def _change_claims(self, stmt: Executable, params: dict[str, Any]) -> None:
+        """Change the claims this replica still holds among the webhooks `params` names (one it lost
+        stays lost)."""
         async with self._begin() as conn:
-            await conn.execute(stmt)
+            await conn.execute(stmt, {**params, "replica": self.replica_id})

@@ -10,6 +10,7 @@ allowlist are trusted as they are: no DNS check, the normal connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -20,6 +21,8 @@ import httpx
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+PARSED = 4096
+"""Webhook URLs whose parse (`_parse`) is kept, least recently used dropped first."""
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
@@ -119,8 +122,11 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     return seen
 
 
-async def check(url: str, policy: Policy) -> Target:
-    """The checked target for `url`, or Refused naming the reason."""
+@functools.lru_cache(maxsize=PARSED)
+def _parse(url: str, policy: Policy) -> tuple[httpx.URL, str, int, bool]:
+    """What the URL alone decides (no DNS): the parsed URL, its host and port, and whether the host is
+    allowlisted; Refused if its form is. A pure function of its arguments, so kept (a refusal is not):
+    a webhook's URL is checked at every send that registers it and every run of its deliveries."""
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -135,9 +141,16 @@ async def check(url: str, policy: Policy) -> Target:
         raise Refused("the URL has no host")
     if parsed.userinfo:
         raise Refused("the URL must not carry credentials; use token or authentication")
-    if host in policy.allowed_hosts:
-        return Target(parsed, host, None)
     port = parsed.port or (443 if scheme == "https" else 80)
+    return parsed, host, port, host in policy.allowed_hosts
+
+
+async def check(url: str, policy: Policy) -> Target:
+    """The checked target for `url`, or Refused naming the reason. The host is resolved on every call
+    (never from a cache): the address returned is the one just checked, and the one to connect to."""
+    parsed, host, port, allowlisted = _parse(url, policy)
+    if allowlisted:
+        return Target(parsed, host, None)
     addresses = await resolve(host, port)
     for ip in addresses:
         if _trusted(ip, policy.allowed_cidrs):

@@ -17,7 +17,12 @@ def _dumps(obj: Any) -> str:
 
 
 def create_engine(
-    url: str, timeout_s: float = 10.0, statement_timeout_s: float = 30.0, own_checkpoints: bool = False
+    url: str,
+    timeout_s: float = 10.0,
+    statement_timeout_s: float = 30.0,
+    own_checkpoints: bool = False,
+    pool_size: int = 10,
+    synchronous_commit: bool = True,
 ) -> AsyncEngine:
     """An async engine with orjson for JSON columns; SQLite gets WAL and foreign keys, and with
     `own_checkpoints` no automatic WAL checkpoints (the caller runs `checkpoints.Checkpoints`).
@@ -26,6 +31,10 @@ def create_engine(
     instead of hanging: waiting for a pooled connection and connecting take at most `timeout_s`, a
     statement at most `statement_timeout_s` (asyncpg's client-side timeout, which also holds when the
     server stops answering).
+
+    PostgreSQL only: `pool_size` connections kept (as many again on demand), and with `synchronous_commit`
+    False every session commits without waiting for the WAL flush (the push deliverer's bookkeeping,
+    `app.push.outbox`).
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -55,11 +64,15 @@ def create_engine(
         url,
         json_serializer=_dumps,
         json_deserializer=orjson.loads,
-        pool_size=10,
-        max_overflow=10,
+        pool_size=pool_size,
+        max_overflow=pool_size,
         pool_pre_ping=False,
         pool_timeout=timeout_s,
-        connect_args={"timeout": timeout_s, "command_timeout": statement_timeout_s},
+        connect_args={
+            "timeout": timeout_s,
+            "command_timeout": statement_timeout_s,
+            **({} if synchronous_commit else {"server_settings": {"synchronous_commit": "off"}}),
+        },
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed)
     return engine

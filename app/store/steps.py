@@ -53,16 +53,19 @@ _COUNT = (
     "ON CONFLICT (owner, context_id, shard) DO UPDATE SET n = task_counts.n + excluded.n)"
 )
 # As the writer's `_notify`: an outbox row per webhook of the task, those stored before and those this
-# statement adds (which its own snapshot cannot see in the table).
+# statement adds (which its own snapshot cannot see in the table). Looked up per notification, by the
+# task_id index (LATERAL, and OFFSET 0 so the planner cannot flatten it back into a join): a join's generic
+# plan, the one a prepared statement keeps, hashed a scan of the whole push_configs table, a cost on every
+# write with a webhook that grew with the table.
 _NOTIFY = (
     "new_outbox AS (INSERT INTO push_outbox (config_pk, seq, history_len, attempts, created_at) "
     "SELECT c.pk, n.seq, n.history_len, 0, n.created_at "
     "FROM jsonb_to_recordset(CAST(:notifications::text AS jsonb)) "
     "AS n(task_id VARCHAR, seq INTEGER, history_len INTEGER, created_at TIMESTAMPTZ) "
-    "JOIN ({configs}) AS c ON c.task_id = n.task_id)"
+    "CROSS JOIN LATERAL ({configs} OFFSET 0) AS c)"
 )
-_STORED_CONFIGS = "SELECT pk, task_id FROM push_configs"
-_ADDED_CONFIGS = " UNION ALL SELECT pk, task_id FROM new_push_configs"
+_STORED_CONFIGS = "SELECT pk FROM push_configs WHERE task_id = n.task_id"
+_ADDED_CONFIGS = " UNION ALL SELECT pk FROM new_push_configs WHERE task_id = n.task_id"
 # As the writer's `_update_task`: a step is its holder alive (the suspicion mark goes), and a retry key
 # stays only while the task runs.
 _UPDATE = (

@@ -122,3 +122,28 @@ async def test_delivery_connects_to_the_checked_address_with_the_name_in_host(tm
     finally:
         srv.stop()
         rec.close()
+
+
+async def test_a_checked_url_is_resolved_again_at_each_check(monkeypatch):
+    """The URL's parse is kept between checks, never its addresses: a name that now points inside (DNS
+    rebinding) is refused at the next check, and a passing check pins the address it just resolved."""
+    from app.push import ssrf
+
+    answers = [[ipaddress.ip_address("93.184.216.34")], [ipaddress.ip_address("10.0.0.7")]]
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[ssrf.IPAddress]:
+        asked.append(host)
+        return answers[len(asked) - 1]
+
+    monkeypatch.setattr(ssrf, "resolve", resolve)
+    url = "https://hooks.rebind.example/x"
+    first = await check(url, Policy())
+    assert first.ip == ipaddress.ip_address("93.184.216.34")
+    with pytest.raises(Refused, match=r"10\.0\.0\.7"):
+        await check(url, Policy())
+    assert asked == ["hooks.rebind.example", "hooks.rebind.example"]
+    # A refused form is refused every time (the refusal is not what is kept).
+    for _ in range(2):
+        with pytest.raises(Refused, match="https"):
+            await check("http://hooks.rebind.example/x", Policy())
