@@ -468,7 +468,8 @@ function renderTask(box, info, task, steer) {
     el("div", { class: "artifact", "data-artifact": a.name || a.artifactId },
       el("h3", { text: a.name || a.artifactId }), renderParts(a.parts)));
   const calls = toolCalls(task);
-  box.replaceChildren(
+  // replaceChildren, unlike el(), would show a null (no question) as the text "null".
+  box.replaceChildren(...[
     el("div", { class: "task-head" },
       el("h1", { text: textOf(task.history?.[0]?.parts).slice(0, 120) || task.id }),
       el("span", { id: "task-state", class: `state ${stateLabel(state)}`, "data-state": stateLabel(state), text: stateLabel(state) })),
@@ -493,7 +494,7 @@ function renderTask(box, info, task, steer) {
     el("h2", { text: "State transitions" }),
     el("ol", { class: "transitions", id: "transitions" },
       transitions.map((t) => el("li", {}, el("span", { class: `state ${stateLabel(t.state)}`, text: stateLabel(t.state) }), ` ${when(t.timestamp)}`))),
-  );
+  ].filter((node) => node !== null));
 }
 
 function steerPanel(info, task, onSent, draft = "") {
@@ -595,7 +596,7 @@ async function follow(token, task, render, reload, refreshUsage, cursor) {
           const msg = JSON.parse(ev.data);
           if (msg.error) break;
           if (applyEvent(task, msg.result || {})) refreshUsage();
-          render();
+          render(Number(ev.id) || 0);
         }
         ended = "closed";
       }
@@ -629,7 +630,9 @@ async function taskView(view, taskId) {
   view.append(el("p", {}, el("a", { href: "/console", "data-nav": true, text: "← all tasks" }), " ", live), box);
   let lastState = null;
   let pending = false;
-  const render = () => {
+  let seen = Number(info.lastSeq) || 0; // the newest event the page shows, from a snapshot or the stream
+  const render = (seq = 0) => {
+    if (seq > seen) seen = seq;
     if (pending) return;
     pending = true;
     requestAnimationFrame(() => {
@@ -644,8 +647,14 @@ async function taskView(view, taskId) {
     });
   };
   const reload = async () => {
-    // The whole task again (its snapshot replaces what the page holds), the cursor to stream on from.
-    info = await load();
+    // The whole task again (its snapshot replaces what the page holds), the cursor to stream on from. A
+    // snapshot taken before events the page already shows (two loads crossed: one after a reply, one by the
+    // follower) would roll the page back, and a half-typed follow-up with it: load once more, which now
+    // sees them (an event is stored before it is streamed).
+    let fresh = await load();
+    if ((Number(fresh.lastSeq) || 0) < seen) fresh = await load();
+    info = fresh;
+    seen = Math.max(seen, Number(info.lastSeq) || 0);
     for (const key of Object.keys(task)) if (key !== "endpoint") delete task[key];
     Object.assign(task, info.task);
     lastState = null;

@@ -122,6 +122,11 @@ async def test_approve_deny_answer_follow_up_and_cancel(
     await page.click("#approve")
     await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
     await expect(page.locator("[data-artifact='assistant-response']")).to_contain_text("answer:approve")
+    # Only the page's own parts: once the question is gone nothing stands in for it (a null rendered as the
+    # text "null" once did).
+    assert await page.evaluate(
+        "[...document.getElementById('task').childNodes].every((n) => n.nodeType === 1)"
+    )
 
     await page.goto(f"{base}/console/tasks/{deny['id']}")
     await page.click("#deny")
