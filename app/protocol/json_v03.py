@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_snake
 
 from .model import (
     Artifact,
@@ -32,7 +34,38 @@ PROTOCOL_VERSION = "0.3.0"
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """What v0.3 requests carry, by their JSON names, and by the proto's snake_case names too (`message_id`),
+    as a2a-python's v0.3 models accept them and as the v1.0 binding does; errors name the JSON names."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        alias_generator=to_snake,
+        validate_by_name=True,
+        validate_by_alias=True,
+        loc_by_alias=False,
+    )
+
+
+class _Renamed(_In):
+    """A model with fields whose proto name differs (`messageId` / `message_id`): both names with different
+    values are refused rather than one picked (as v1.0 refuses them). Only these models pay the check."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_each(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, alias in _renamed(cls):
+                if alias in data and name in data and data[alias] != data[name]:
+                    raise ValueError(f"{name} and {alias} differ: send one of them")
+        return data
+
+
+@functools.cache
+def _renamed(model: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """A model's fields whose proto name differs from their JSON name, as (JSON name, proto name)."""
+    return tuple(
+        (name, f.alias) for name, f in model.model_fields.items() if f.alias is not None and f.alias != name
+    )
 
 
 class _TextPart(_In):
@@ -41,7 +74,7 @@ class _TextPart(_In):
     metadata: dict[str, Any] | None = None
 
 
-class _FileWithBytes(_In):
+class _FileWithBytes(_Renamed):
     bytes: str
     mimeType: str | None = None
     name: str | None = None
@@ -56,7 +89,7 @@ class _FileWithBytes(_In):
         return v
 
 
-class _FileWithUri(_In):
+class _FileWithUri(_Renamed):
     uri: str = Field(min_length=1)
     mimeType: str | None = None
     name: str | None = None
@@ -77,7 +110,7 @@ class _DataPart(_In):
 _PartIn = Annotated[_TextPart | _FilePart | _DataPart, Field(discriminator="kind")]
 
 
-class _MessageIn(_In):
+class _MessageIn(_Renamed):
     kind: Literal["message"] = "message"
     messageId: str = Field(min_length=1, max_length=256)
     role: Literal["user", "agent"]
@@ -89,7 +122,7 @@ class _MessageIn(_In):
     metadata: dict[str, Any] | None = None
 
 
-class _SendConfigIn(_In):
+class _SendConfigIn(_Renamed):
     blocking: bool | None = None
     historyLength: int | None = Field(default=None, ge=0)
     acceptedOutputModes: list[str] | None = None
@@ -102,7 +135,7 @@ class _SendParamsIn(_In):
     metadata: dict[str, Any] | None = None
 
 
-class _TaskQueryIn(_In):
+class _TaskQueryIn(_Renamed):
     id: str = Field(min_length=1)
     historyLength: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] | None = None

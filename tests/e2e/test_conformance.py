@@ -241,6 +241,68 @@ async def test_jsonrpc_accepts_proto_field_names_at_every_level(client):
     assert missing["error"]["code"] == -32001
 
 
+async def test_v03_jsonrpc_accepts_proto_field_names_too(client):
+    """v0.3 `message/send` takes the proto's snake_case names as a2a-python's v0.3 models do; what the
+    server writes stays camelCase, and an error names the JSON field."""
+
+    async def v03(method: str, params: Any) -> dict[str, Any]:
+        resp = await client.post(
+            "/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    mid = str(uuid.uuid4())
+    message = {
+        "kind": "message",
+        "message_id": mid,
+        "role": "user",
+        "parts": [
+            {"kind": "text", "text": "say:snake"},
+            {"kind": "file", "file": {"bytes": "aGk=", "mime_type": "text/plain", "name": "a.txt"}},
+        ],
+        "reference_task_ids": [],
+    }
+    sent = await v03(
+        "message/send", {"message": message, "configuration": {"history_length": 1, "blocking": True}}
+    )
+    task = sent["result"]
+    assert task["status"]["state"] == "completed"
+    assert len(task["history"]) == 1, "history_length was read"
+    assert task["history"][0]["messageId"] == mid
+    assert task["history"][0]["parts"][1]["file"]["mimeType"] == "text/plain"
+    assert "message_id" not in str(task) and "mime_type" not in str(task)
+
+    asked = (
+        await v03(
+            "message/send",
+            {
+                "message": {
+                    **message,
+                    "message_id": str(uuid.uuid4()),
+                    "parts": [{"kind": "text", "text": "ask:Go?"}],
+                }
+            },
+        )
+    )["result"]
+    assert asked["status"]["state"] == "input-required"
+    answer = {**message, "message_id": str(uuid.uuid4()), "parts": [{"kind": "text", "text": "yes"}]}
+    answer |= {"task_id": asked["id"], "context_id": asked["contextId"]}
+    done = (await v03("message/send", {"message": answer}))["result"]
+    assert done["id"] == asked["id"] and done["status"]["state"] == "completed"
+
+    missing = await v03(
+        "message/send",
+        {"message": {"kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}},
+    )
+    assert missing["error"]["code"] == -32602
+    assert "messageId" in missing["error"]["message"], missing
+
+    both = await v03("message/send", {"message": {**message, "messageId": "another"}})
+    assert both["error"]["code"] == -32602
+    assert "messageId and message_id differ" in both["error"]["message"], both
+
+
 async def test_inline_push_config_by_proto_name_is_read(client):
     """`task_push_notification_config` is not ignored: a refused webhook URL fails the send."""
     params = {
