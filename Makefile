@@ -23,13 +23,16 @@ $(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
 
 ## Serve the agent on the embedded default: SQLite under ./data, in-process bus. Bound to loopback (the
 ## default HOST) and with no AUTH_MODE given, authentication is off; its start-up line says which is in force.
+## No gRPC unless GRPC_PORT is given: a card that lists a gRPC `host:port` is refused by Google ADK's
+## RemoteA2aAgent (every interface must share the card's origin), so the first run serves JSON-RPC and REST.
 LOOPBACK_AUTH = AUTH_MODE=$${AUTH_MODE:-$$(case "$${HOST:-127.0.0.1}" in 127.*|localhost|::1) echo off;; *) echo required;; esac)}
+LOCAL_GRPC = GRPC_PORT=$${GRPC_PORT:-0}
 run: $(VENV)/.installed migrate
-	$(LOOPBACK_AUTH) $(BIN)/a2a-server serve
+	$(LOOPBACK_AUTH) $(LOCAL_GRPC) $(BIN)/a2a-server serve
 
 ## The example agent of "Write your own agent" in docs/agents.md, served the same way.
 run-example: $(VENV)/.installed migrate
-	$(LOOPBACK_AUTH) AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
+	$(LOOPBACK_AUTH) $(LOCAL_GRPC) AGENT_ADAPTER=examples.release_notes:ReleaseNotesAgent $(BIN)/a2a-server serve
 
 migrate: $(VENV)/.installed
 	$(BIN)/a2a-server migrate

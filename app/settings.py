@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.agents.errors import SettingError
@@ -26,7 +26,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=41242, ge=1, le=65535)
     public_url: str = ""
-    """What the agent card advertises; defaults to http://localhost:$PORT."""
+    """What the agent card advertises; unset: http://localhost:$PORT, and a card fetched through another
+    loopback origin (http://127.0.0.1:$PORT, a local proxy) advertises that origin (`follows_host`)."""
     grpc_port: int = Field(default=50051, ge=0, le=65535)
     """The gRPC binding's port (both versions on one port); 0: no gRPC."""
     grpc_host: str = ""
@@ -98,6 +99,11 @@ class Settings(BaseSettings):
     """How long a cancelled agent gets after SIGTERM before SIGKILL."""
     sse_keepalive_s: float = Field(default=15.0, gt=0)
     """Interval of SSE keep-alive comments on idle streams."""
+    send_stream_until: Literal["interrupted", "terminal"] = "interrupted"
+    """Where a send's stream (`message/stream`, `SendStreamingMessage`, REST `:stream`, gRPC) ends:
+    `interrupted`, at the end of the turn (a terminal state, or input-required / auth-required, v0.3's
+    `final: true`), which every client and agent framework handles; `terminal`, only when the task ends.
+    A subscriber (`tasks/resubscribe`, `SubscribeToTask`) always follows the task to its end."""
     blocking_timeout_s: float = Field(default=600.0, gt=0)
     """Longest a blocking `message/send` waits; then it returns the task as it stands."""
     max_concurrent_tasks: int = Field(default=64, ge=1)
@@ -106,6 +112,8 @@ class Settings(BaseSettings):
     card_compat: Literal["hybrid", "1.0"] = "hybrid"
     """The card served without `A2A-Version`: `hybrid` (v1.0 fields plus the v0.3 ones v0.3 clients need)
     or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
+    _follows_host: bool = PrivateAttr(default=False)
+    _grpc_follows_host: bool = PrivateAttr(default=False)
     replica_id: str = ""
     """This process's name in leases and control messages; defaults to hostname:port, stable across
     restarts so a restarted replica recovers its own tasks at once. With `WORKERS` above 1 each worker
@@ -417,8 +425,20 @@ class Settings(BaseSettings):
     def cors_origin_list(self) -> list[str]:
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
+    @property
+    def follows_host(self) -> bool:
+        """No PUBLIC_URL was given: the card advertises the loopback origin it was fetched through."""
+        return self._follows_host
+
+    @property
+    def grpc_follows_host(self) -> bool:
+        """No GRPC_PUBLIC_ADDRESS was given: the card's gRPC host is its HTTP URL's."""
+        return self._grpc_follows_host
+
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:
+        self._follows_host = not self.public_url
+        self._grpc_follows_host = not self.grpc_public_address
         if not self.public_url:
             self.public_url = f"http://localhost:{self.port}"
         if not self.grpc_host:

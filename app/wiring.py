@@ -265,6 +265,7 @@ async def wire(
                 push_policy=push.policy,
                 max_history=settings.max_history_length,
                 keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
+                stream_until=settings.send_stream_until,
             )
             agent = agents[name]
             every[name] = Components(

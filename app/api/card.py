@@ -14,16 +14,24 @@ It comes in two variants. The hybrid one serves both versions in one document: v
 `supportedInterfaces`, v0.3 clients `url` and friends. The 1.0 one has only the v1.0 AgentCard's fields,
 for checkers that refuse unknown ones. A request with `A2A-Version: 1.x` gets the 1.0 card, `0.x` the
 hybrid, none the one `CARD_COMPAT` names (`Vary: A2A-Version`; each variant has its own ETag).
+
+With no PUBLIC_URL, a card fetched through a loopback origin other than the default `http://localhost:$PORT`
+(`http://127.0.0.1:$PORT`, a local proxy's port) advertises the origin it was fetched through (`Card.at`):
+clients that insist on a card whose interfaces share its origin (Google ADK's `RemoteA2aAgent`) take the
+card of `make run` whichever loopback name they were given.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import format_datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from fastapi import Request, Response
@@ -41,6 +49,8 @@ from .versions import raw_version
 ROLE_METADATA = "a2a-role"
 """The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
 ROLE_EXTENSION = "urn:a2a-coding-server:role"
+MAX_ORIGINS = 8
+"""Loopback origins a card is rebuilt for (`Card.at`); a request through yet another gets the default."""
 
 
 def _server_version() -> str:
@@ -108,6 +118,26 @@ class Card:
     max_age: int
     extensions: Declared = field(default_factory=Declared)
     """The extensions the card declares: what a request activates, and must name (`required`)."""
+    origin: str = ""
+    """The origin its URLs name (`http://localhost:41242`)."""
+    rebuild: Callable[[str], Card] | None = None
+    """With no PUBLIC_URL: the same card at another origin."""
+    _at: dict[str, Card] = field(default_factory=dict)
+
+    def at(self, host: str | None) -> Card:
+        """The card as seen through the request's `Host`: with no PUBLIC_URL and a loopback host, its
+        URLs name that origin; otherwise this card."""
+        if self.rebuild is None or not host:
+            return self
+        origin = loopback_origin(host)
+        if origin is None or origin == self.origin:
+            return self
+        card = self._at.get(origin)
+        if card is None:
+            if len(self._at) >= MAX_ORIGINS:
+                return self
+            card = self._at[origin] = self.rebuild(origin)
+        return card
 
     def for_request(self, request: Request) -> Variant:
         """The variant the request's `A2A-Version` (header or query parameter) asks for."""
@@ -118,6 +148,26 @@ class Card:
         if major == "0":
             return self.hybrid
         return self.v10 if self.default_v10 else self.hybrid
+
+
+def loopback_origin(host: str) -> str | None:
+    """`http://<host>` when the `Host` header names this machine (localhost, 127.0.0.0/8, ::1) with an
+    optional port, else None."""
+    try:
+        parts = urlsplit(f"http://{host}")
+        name, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not name or parts.username is not None or parts.path or parts.query or parts.fragment:
+        return None
+    if name != "localhost":
+        try:
+            if not ipaddress.ip_address(name).is_loopback:
+                return None
+        except ValueError:
+            return None
+    shown = f"[{name}]" if ":" in name else name
+    return f"http://{shown}" + (f":{port}" if port is not None else "")
 
 
 def v10_only(card: dict[str, Any]) -> dict[str, Any]:
@@ -192,16 +242,22 @@ def build_card(
     extra_skills: list[dict[str, Any]] | None = None,
     has_extended: bool = False,
     role: Role | None = None,
+    origin: str | None = None,
 ) -> Card:
     """The public card (`extra_skills` None) or the authenticated extended one (its extra skills appended).
 
     With `role`, the card of that role: its endpoints under the role's path, its card overrides, and (when
-    it is not the default role) the gRPC metadata that selects it, as an optional extension."""
-    base = settings.public_url + (role.path if role is not None else "")
+    it is not the default role) the gRPC metadata that selects it, as an optional extension. `origin`: the
+    loopback origin it is seen through when no PUBLIC_URL is set (`Card.at`)."""
+    origin = origin or settings.public_url
+    base = origin + (role.path if role is not None else "")
     url = f"{base}/a2a/jsonrpc"
     # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
     rest_url = f"{base}/a2a/rest"
     grpc_address = settings.grpc_public_address if settings.grpc_port else ""
+    if grpc_address and origin != settings.public_url and settings.grpc_follows_host:
+        host = urlsplit(origin).hostname or "localhost"
+        grpc_address = f"[{host}]:{settings.grpc_port}" if ":" in host else f"{host}:{settings.grpc_port}"
     overrides = role.entry.card if role is not None else None
     name = (overrides and overrides.name) or agent.name
     skills = [
@@ -283,6 +339,12 @@ def build_card(
         last_modified=format_datetime(built_at, usegmt=True),
         max_age=settings.card_max_age_s,
         extensions=Declared.of(extensions),
+        origin=origin,
+        rebuild=(
+            (lambda o: build_card(settings, agent, built_at, extra_skills, has_extended, role, o))
+            if settings.follows_host
+            else None
+        ),
     )
 
 
@@ -294,8 +356,9 @@ def _matches(if_none_match: str, etag: str) -> bool:
 def card_response(
     request: Request, card: Card, media_type: str = "application/json", public: bool = True
 ) -> Response:
-    """The variant the request asks for, conditional on `If-None-Match`; caches key it on A2A-Version."""
-    variant = card.for_request(request)
+    """The variant the request asks for, at the origin it came through (`Card.at`), conditional on
+    `If-None-Match`; caches key it on A2A-Version."""
+    variant = card.at(request.headers.get("host")).for_request(request)
     headers = {
         "ETag": variant.etag,
         "Vary": "A2A-Version",

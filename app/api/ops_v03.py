@@ -129,13 +129,14 @@ async def extended_card(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     already authenticated the caller."""
     if call.c.extended_card is None:
         raise ExtendedAgentCardNotConfiguredError()
-    return orjson.loads(call.c.extended_card.hybrid.body)
+    return orjson.loads(call.c.extended_card.at(call.headers.get("host")).hybrid.body)
 
 
 async def agent_card(params: Any, call: Call, wire: Wire = REST) -> Any:
     """GetAgentCard of the v0.3 proto (REST `GET /v1/card`, gRPC): the authenticated extended card when
     one is configured, else the public one, as the proto's AgentCard."""
-    return protojson_v03.encode_card(orjson.loads((call.c.extended_card or call.c.card).hybrid.body))
+    card = (call.c.extended_card or call.c.card).at(call.headers.get("host"))
+    return protojson_v03.encode_card(orjson.loads(card.hybrid.body))
 
 
 METHODS: dict[str, Handler] = {

@@ -128,7 +128,7 @@ def extended(call: Call) -> Card:
         raise UnsupportedOperationError(
             "This agent declares no extended agent card (capabilities.extendedAgentCard)"
         )
-    return call.c.extended_card
+    return call.c.extended_card.at(call.headers.get("host"))
 
 
 async def extended_card(params: Any, call: Call) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TypeVar
 
 from app.bus.base import RESYNC, Bus, Subscription
@@ -110,7 +111,9 @@ class Reader:
         """The task's snapshot, then every later event once and in order, until a stop state.
 
         With `after`, the snapshot is skipped and the events after that sequence number are replayed from
-        the log instead (only the task's row and those events are read).
+        the log instead (only the task's row and those events are read). The status event the stream ends
+        at is `final` (v0.3: the end of the stream for this interaction), also when it is an interrupted
+        state in `stop_at`, which the stored event is not.
         """
         sub = await self._bus.subscribe(task_id)
         try:
@@ -127,16 +130,18 @@ class Reader:
                 expected = after + 1
                 async with aclosing(self._replay(owner, task_id, context_id, after)) as log:
                     async for rec in log:
-                        yield rec
                         expected = rec.seq + 1
                         if _stops(rec, stop_at):
+                            yield _final(rec)
                             return
+                        yield rec
                 if head.state in stop_at and expected > head.last_seq:
                     return
             async for rec in self._tail(sub, owner, task_id, context_id, expected):
-                yield rec
                 if _stops(rec, stop_at):
+                    yield _final(rec)
                     return
+                yield rec
         finally:
             await self._bus.unsubscribe(sub)
 
@@ -201,3 +206,11 @@ class Reader:
 
 def _stops(rec: EventRecord, stop_at: frozenset[TaskState]) -> bool:
     return isinstance(rec.event, StatusUpdate) and rec.event.status.state in stop_at
+
+
+def _final(rec: EventRecord) -> EventRecord:
+    """The record a stream ends at, marked `final` (a copy: the stored and published event is shared)."""
+    event = rec.event
+    if not isinstance(event, StatusUpdate) or event.final:
+        return rec
+    return EventRecord(rec.seq, replace(event, final=True))

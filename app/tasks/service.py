@@ -19,6 +19,7 @@ from app.protocol.errors import (
 )
 from app.protocol.model import (
     INTERRUPTED_STATES,
+    TERMINAL_STATES,
     EventRecord,
     Message,
     PushConfig,
@@ -43,7 +44,7 @@ from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
-from .live import HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
+from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
 from .push_configs import PushConfigCalls
 
 __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
@@ -85,12 +86,16 @@ class TaskService:
         push_policy: ssrf.Policy | None = None,
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
+        stream_until: str = "interrupted",
     ):
         """It reads, writes and forwards through the repository, writer, bus and leases of its `tasks` (whose
-        role is its role)."""
+        role is its role). `stream_until` (`SEND_STREAM_UNTIL`): where a send's stream ends, at the first
+        `interrupted` state (input-required, auth-required) or a terminal one, or only at a `terminal`
+        one; a subscriber's stream always follows the task to its end."""
         self._tasks = tasks
         self._executor = executor
         self.blocking_timeout_s = blocking_timeout_s
+        self._stream_stop = STOP_STATES if stream_until == "interrupted" else TERMINAL_STATES
         self._copies = Copies(keys, tasks.repo, tasks.writer)
         self._reader = Reader(tasks, tasks.repo, tasks.bus, max_history)
         self._control = Control(tasks.bus, tasks, tasks.leases, self.cancel, self._continue, executor.lost)
@@ -166,12 +171,14 @@ class TaskService:
         config: SendConfig | None = None,
         key: str | None = None,
     ) -> AsyncIterator[Snapshot | EventRecord | Message]:
-        """`message/stream`: validates and stores first (errors raise here), then yields events; a
-        direct reply from the agent is the only item. A retry follows the task its first copy made."""
+        """`message/stream`: validates and stores first (errors raise here), then yields events until the
+        turn ends (`stream_until`: by default at a terminal state or a question, where the client answers
+        with a new send); a direct reply from the agent is the only item. A retry follows the task its
+        first copy made."""
         made = await self._submit(owner, message, config or SendConfig(), push, key)
         if isinstance(made, Message):
             return _single(made)
-        return self._reader.follow(owner, made)
+        return self._reader.follow(owner, made, stop_at=self._stream_stop)
 
     async def resubscribe(
         self, owner: str, task_id: str, after: int | None = None

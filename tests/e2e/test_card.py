@@ -9,7 +9,7 @@ async def test_card_content(client, server):
     card = resp.json()
     assert card["protocolVersion"] == "0.3.0"
     assert card["name"] == "Scripted Test Agent"
-    assert card["url"] == f"http://localhost:{server.port}/a2a/jsonrpc"
+    assert card["url"] == f"{server.base_url}/a2a/jsonrpc"
     assert card["preferredTransport"] == "JSONRPC"
     assert card["capabilities"] == {
         "streaming": True,

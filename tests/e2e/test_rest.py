@@ -129,7 +129,7 @@ def one_key(obj: dict[str, Any]) -> str:
 
 async def test_card_advertises_both_rest_interfaces(client, server):
     card = (await client.get("/.well-known/agent-card.json")).json()
-    url = f"http://localhost:{server.port}/a2a/rest"
+    url = f"{server.base_url}/a2a/rest"
     assert {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"} in card[
         "supportedInterfaces"
     ]
@@ -606,7 +606,7 @@ async def test_v03_push_configs_card_and_list(client, server):
 
     card = (await client.get(f"{V1}/card")).json()
     assert card["name"] == "Scripted Test Agent" and card["protocolVersion"] == "0.3.0"
-    assert card["url"] == f"http://localhost:{server.port}/a2a/jsonrpc"
+    assert card["url"] == f"{server.base_url}/a2a/jsonrpc"
     assert "supportedInterfaces" not in card
     assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
 

@@ -62,34 +62,144 @@ async def test_stream_events_in_order_with_kinds_and_ids(client):
     assert all(e["taskId"] == events[0][1]["id"] for _, e in events[1:])
 
 
-async def test_stream_stays_open_through_input_required(client):
-    body = {
-        "jsonrpc": "2.0",
-        "id": 5,
-        "method": "message/stream",
-        "params": {"message": text_message("ask:OK?")},
-    }
+# A send's stream on each HTTP binding and version: (path, headers, body of a message with this text).
+SEND_STREAMS = {
+    "v03-jsonrpc": ("/a2a/jsonrpc", {}, lambda m: rpc_body("message/stream", {"message": m})),
+    "v10-jsonrpc": (
+        "/a2a/jsonrpc",
+        {"A2A-Version": "1.0"},
+        lambda m: rpc_body("SendStreamingMessage", {"message": v10(m)}),
+    ),
+    "v10-rest": ("/a2a/rest/message:stream", {"A2A-Version": "1.0"}, lambda m: {"message": v10(m)}),
+    "v03-rest": ("/a2a/rest/v1/message:stream", {}, lambda m: {"message": v03_rest(m)}),
+}
+
+
+def rpc_body(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+
+
+def v10(m: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: v for k, v in m.items() if k != "kind"}, "role": "ROLE_USER"}
+
+
+def v03_rest(m: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in v10(m).items() if k != "parts"}
+    return {**out, "content": m["parts"]}
+
+
+def unwrap(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(kind, body) of one streamed item on any binding: v0.3 JSON-RPC `kind`, else the oneof's key."""
+    data = data.get("result", data)
+    if "kind" in data:
+        return {"status-update": "statusUpdate", "artifact-update": "artifactUpdate"}.get(
+            data["kind"], data["kind"]
+        ), data
+    (key, body), *_ = data.items()
+    return key, body
+
+
+def state(body: dict[str, Any]) -> str:
+    """A state in any binding's spelling, as v1.0's enum name."""
+    raw = body["status"]["state"]
+    return raw if raw.startswith("TASK_STATE_") else "TASK_STATE_" + raw.upper().replace("-", "_")
+
+
+async def read_stream(client, path: str, headers: dict, body: dict) -> list[tuple[str, dict[str, Any]]]:
+    """Every item of the stream until the server ends it (bounded: a stream left open fails here)."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    async with asyncio.timeout(30):
+        async with aconnect_sse(client, "POST", path, json=body, headers=headers) as src:
+            assert src.response.status_code == 200, await src.response.aread()
+            async for sse in src.aiter_sse():
+                items.append(unwrap(json.loads(sse.data)))
+    return items
+
+
+@pytest.mark.parametrize("binding", list(SEND_STREAMS))
+async def test_a_sends_stream_ends_at_the_question_and_the_answers_at_the_end(client, binding: str):
+    """The turn ends where the agent asks: the send's stream closes after the input-required update
+    (v0.3: `final: true`), which every framework client waits for; the answer, sent as a stream too,
+    follows the same task from `working` to its end."""
+    path, headers, body = SEND_STREAMS[binding]
+    asked = await read_stream(client, path, headers, body(text_message("say:first;ask:Which colour?")))
+    assert asked[0][0] == "task"
+    task = asked[0][1]
+    kind, last = asked[-1]
+    assert kind == "statusUpdate" and state(last) == "TASK_STATE_INPUT_REQUIRED", asked
+    question = last["status"]["message"]
+    assert [p["text"] for p in question.get("parts", question.get("content", []))] == ["Which colour?"]
+    if binding.startswith("v03"):
+        assert last["final"] is True
+        updates = [b for k, b in asked[1:-1] if k == "statusUpdate"]
+        assert all(not b.get("final", False) for b in updates)
+    else:
+        assert "final" not in last
+    answer = text_message("blue", taskId=task["id"], contextId=task["contextId"])
+    answered = await read_stream(client, path, headers, body(answer))
+    assert answered[0][0] == "task" and answered[0][1]["id"] == task["id"]
+    assert state(answered[0][1]) == "TASK_STATE_WORKING"
+    kind, end = answered[-1]
+    assert kind == "statusUpdate" and state(end) == "TASK_STATE_COMPLETED"
+    texts = [
+        p.get("text")
+        for k, b in answered
+        if k == "artifactUpdate"
+        for p in b["artifact"].get("parts", b["artifact"].get("content", []))
+    ]
+    assert "answer:blue" in texts
+
+
+async def test_a_subscriber_follows_the_task_through_its_question(client):
+    """`tasks/resubscribe` is not a turn: it follows the task past input-required (not `final` there)
+    to its end."""
+    asked = await send(client, "ask:OK?")
+    assert asked["status"]["state"] == "input-required"
+    body = rpc_body("tasks/resubscribe", {"id": asked["id"]})
     seen: list[dict] = []
-    async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
-        it = src.aiter_sse()
-        async for sse in it:
-            ev = json.loads(sse.data)["result"]
-            seen.append(ev)
-            if ev["kind"] == "status-update" and ev["status"]["state"] == "input-required":
-                assert ev["final"] is False
-                break
-        task_id = seen[0]["id"]
-        await result(
-            client,
-            "message/send",
-            {"message": text_message("ok", taskId=task_id), "configuration": {"blocking": False}},
-        )
-        async for sse in it:
-            seen.append(json.loads(sse.data)["result"])
-    last = seen[-1]
-    assert last["kind"] == "status-update" and last["status"]["state"] == "completed" and last["final"]
+    async with asyncio.timeout(30):
+        async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
+            it = src.aiter_sse()
+            first = json.loads((await anext(it)).data)["result"]
+            assert first["kind"] == "task" and first["status"]["state"] == "input-required"
+            await result(
+                client,
+                "message/send",
+                {"message": text_message("ok", taskId=asked["id"]), "configuration": {"blocking": False}},
+            )
+            async for sse in it:
+                seen.append(json.loads(sse.data)["result"])
+    status = [e for e in seen if e["kind"] == "status-update"]
+    assert [(e["status"]["state"], e["final"]) for e in status] == [("working", False), ("completed", True)]
     texts = [p.get("text") for e in seen if e["kind"] == "artifact-update" for p in e["artifact"]["parts"]]
     assert "answer:ok" in texts
+
+
+async def test_send_stream_until_terminal_keeps_the_stream_open_through_the_question(tmp_path):
+    """SEND_STREAM_UNTIL=terminal (the behaviour before): the send's stream stays open at input-required
+    (not `final`) and ends when the task does."""
+    srv = await make_server("sqlite", tmp_path, SEND_STREAM_UNTIL="terminal")
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
+            body = rpc_body("message/stream", {"message": text_message("ask:OK?")})
+            seen: list[dict] = []
+            async with asyncio.timeout(30):
+                async with aconnect_sse(c, "POST", "/a2a/jsonrpc", json=body) as src:
+                    it = src.aiter_sse()
+                    async for sse in it:
+                        ev = json.loads(sse.data)["result"]
+                        seen.append(ev)
+                        if ev["kind"] == "status-update" and ev["status"]["state"] == "input-required":
+                            assert ev["final"] is False
+                            break
+                    answer = text_message("ok", taskId=seen[0]["id"])
+                    await result(c, "message/send", {"message": answer, "configuration": {"blocking": False}})
+                    async for sse in it:
+                        seen.append(json.loads(sse.data)["result"])
+        last = seen[-1]
+        assert last["kind"] == "status-update" and last["status"]["state"] == "completed" and last["final"]
+    finally:
+        srv.stop()
 
 
 async def test_failed_run_ends_stream_with_error_text(client):

@@ -291,7 +291,7 @@ async def test_pre_03_names_and_type_tagged_parts(client):
 
 async def test_card_serves_both_versions(client, server):
     card = (await client.get("/.well-known/agent-card.json")).json()
-    url = f"http://localhost:{server.port}/a2a/jsonrpc"
+    url = f"{server.base_url}/a2a/jsonrpc"
     assert {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"} in card["supportedInterfaces"]
     assert {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"} in card["supportedInterfaces"]
     assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"

@@ -174,7 +174,8 @@ async def test_sdk_picks_the_grpc_transport_of_its_protocol(sdk: Client, protoco
     interfaces = {
         (i.url, i.protocol_binding, i.protocol_version) for i in transport.agent_card.supported_interfaces
     }
-    assert (f"localhost:{grpc_server.grpc_port}", "GRPC", protocol) in interfaces
+    # The card was fetched through 127.0.0.1 with no PUBLIC_URL: its gRPC host follows (`Card.at`).
+    assert (f"127.0.0.1:{grpc_server.grpc_port}", "GRPC", protocol) in interfaces
 
     task = await send_for_task(sdk, user_message("hello over grpc"))
     assert task.status.state == S.TASK_STATE_COMPLETED

@@ -141,7 +141,8 @@ def test_client_is_built_from_the_cards_grpc_interface(run: Run, grpc_server: Se
         for i in client["card"]["interfaces"]
         if i["protocolBinding"] == "GRPC" and i["protocolVersion"] == run.variant.version
     ]
-    assert advertised == [f"localhost:{grpc_server.env['GRPC_PORT']}"], client["card"]["interfaces"]
+    # Fetched through 127.0.0.1 with no PUBLIC_URL: the gRPC host follows the card's origin (`Card.at`).
+    assert advertised == [f"127.0.0.1:{grpc_server.env['GRPC_PORT']}"], client["card"]["interfaces"]
     # grpc-js names the channel's target with its resolver scheme.
     assert (client["endpoint"] or "").removeprefix("dns:") in advertised, client["endpoint"]
     assert [(c["method"], c["path"]) for c in client["wire"]] == [("GET", "/.well-known/agent-card.json")]

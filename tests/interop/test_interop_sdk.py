@@ -291,28 +291,31 @@ async def test_stream_delivers_task_then_updates_until_completed(sdk_stream: Cli
     assert texts[RESPONSE] == "".join(f"chunk-{i} " for i in range(5))
 
 
-async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: Client, wire: Wire) -> None:
-    """Everything after the pause is produced while the stream is open: its order is exact."""
+async def test_stream_ends_at_the_question_and_the_answers_stream_has_the_rest_in_order(
+    sdk_stream: Client, wire: Wire
+) -> None:
+    """The send's stream ends at input-required (the end of the turn, which the SDK and the agent
+    frameworks built on it wait for); the answer, streamed too, carries the rest of the task in exact
+    order."""
     async with open_stream(sdk_stream, user_message("ask:Stream on?;chunks:3")) as stream:
+        asked = [await stream.next(), *await stream.rest()]
+    assert kind(asked[0]) == "task"
+    task = asked[0].task
+    assert state_of(asked[-1]) == TaskState.TASK_STATE_INPUT_REQUIRED, "the stream ends at the question"
+    question = asked[-1].status_update.status.message if kind(asked[-1]) == "status_update" else None
+    question = question or asked[-1].task.status.message
+    assert get_message_text(question) == "Stream on?"
+
+    answer = user_message("yes", task_id=task.id, context_id=task.context_id)
+    async with open_stream(sdk_stream, answer) as stream:
         first = await stream.next()
-        assert kind(first) == "task"
-        task = first.task
-        if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
-            await stream.until(lambda e: state_of(e) == TaskState.TASK_STATE_INPUT_REQUIRED)
-
-        answered = await send_for_task(
-            sdk,
-            user_message("yes", task_id=task.id, context_id=task.context_id),
-            return_immediately=True,
-        )
-        assert answered.id == task.id
         after = await stream.rest()
-
+    assert kind(first) == "task" and first.task.id == task.id
+    assert first.task.status.state == TaskState.TASK_STATE_WORKING
     kinds = [kind(e) for e in after]
-    assert kinds[0] == "status_update" and state_of(after[0]) == TaskState.TASK_STATE_WORKING
     assert kinds[-1] == "status_update" and state_of(after[-1]) == TaskState.TASK_STATE_COMPLETED
-    chunks = [e.artifact_update for e in after[1:-1]]
-    assert kinds[1:-1] == ["artifact_update"] * len(chunks)
+    chunks = [e.artifact_update for e in after[:-1]]
+    assert kinds[:-1] == ["artifact_update"] * len(chunks)
     assert chunks[0].artifact.name == RESPONSE
     assert [c.append for c in chunks] == [False] + [True] * (len(chunks) - 1)
     # The last chunk carries lastChunk: the final text chunk itself when it arrived together with
@@ -324,7 +327,7 @@ async def test_stream_exact_order_after_input_required(sdk_stream: Client, sdk: 
     state, folded = fold(stream.events)
     assert state == TaskState.TASK_STATE_COMPLETED
     assert folded[RESPONSE] == "answer:yeschunk-0 chunk-1 chunk-2 "
-    assert [m for m, _ in wire.seen] == ["message/stream", "message/send"]
+    assert [m for m, _ in wire.seen] == ["message/stream", "message/stream"]
 
 
 async def test_get_task_with_history(sdk: Client, wire: Wire) -> None:

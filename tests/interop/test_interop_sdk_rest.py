@@ -142,7 +142,7 @@ async def test_sdk_picks_the_rest_transport_of_its_protocol(sdk: Client, wire: W
     transport = sdk._transport  # type: ignore[attr-defined]
     expected = RestTransport if wire.protocol == "1.0" else CompatRestTransport
     assert type(transport) is expected
-    assert transport.url == f"http://localhost:{server.port}/a2a/rest"
+    assert transport.url == f"{server.base_url}/a2a/rest"
     interfaces = {(i.protocol_binding, i.protocol_version) for i in transport.agent_card.supported_interfaces}
     assert ("HTTP+JSON", wire.protocol) in interfaces
 
