@@ -6,7 +6,7 @@ run to stop (a CLI adapter terminates its process group). Each event becomes `Ta
 
 | AgentEvent        | TaskContext call → A2A events                                               |
 |-------------------|-----------------------------------------------------------------------------|
-| init              | artifact `session` (model/session id) when known, else status working       |
+| init              | `session(model, sessionId)`: status working, kept in the task's metadata    |
 | thinking          | `say`: artifact `assistant-response`, one id per task, chunks appended      |
 | tool_use          | `tool_call(name, input)`: status working "Using tool: <name>" (+ the call)  |
 | tool_result       | `working(<output truncated to 200 characters>)`                             |
@@ -36,7 +36,6 @@ from .sdk import Agent, Request, TaskContext, data_part
 
 TOOL_RESULT_LIMIT = 200
 RESULT_ARTIFACT = "result"
-SESSION_ARTIFACT = "session"
 
 
 class AgentEventKind(StrEnum):
@@ -157,7 +156,7 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
     elif kind is AgentEventKind.INIT:
         info = {k: v for k, v in (("model", ev.model), ("sessionId", ev.session_id)) if v}
         if info:
-            await task.artifact([data_part(info)], name=SESSION_ARTIFACT, metadata=info, last_chunk=True)
+            await task.session(**info)
         else:
             await task.working()
     elif kind is AgentEventKind.TOOL_USE:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.model import (
+    SESSION_KEY,
     Artifact,
     ArtifactUpdate,
     Event,
@@ -324,6 +325,14 @@ class TaskContext(Request):
         assert ev.status.message is not None
         ev.status.message.metadata = tool_call_metadata(name, tool_input)
         self._tools += 1
+        await self._send([ev])
+
+    async def session(self, **info: str) -> None:
+        """Say what this run is (e.g. `model=`, `sessionId=`, strings): a status `working` whose metadata
+        carries it, kept in the task's `metadata.session`. Never an artifact: clients and agent frameworks
+        show a task's artifacts as the agent's answer."""
+        ev = self._status(TaskState.WORKING, None)
+        ev.metadata = {SESSION_KEY: dict(info)}
         await self._send([ev])
 
     async def usage(self, usage: Usage) -> None:

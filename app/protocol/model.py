@@ -38,6 +38,26 @@ class TaskState(StrEnum):
 
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED})
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+SESSION_KEY = "session"
+"""What a run is (its model, the coding-agent CLI's session id): a key of a status-update's metadata that
+the task's metadata keeps (`session_of`), so run bookkeeping is never one of the task's artifacts, which
+clients show as the agent's output."""
+SESSION_FIELD_LIMIT = 256
+"""Longest value a session entry keeps; longer ones, and entries that are not strings, are dropped."""
+
+
+def session_of(metadata: dict[str, Any] | None) -> dict[str, str] | None:
+    """The session a status-update's metadata reports: its string entries of at most SESSION_FIELD_LIMIT
+    characters (at most 16 of them); None when it reports none."""
+    raw = (metadata or {}).get(SESSION_KEY)
+    if not isinstance(raw, dict):
+        return None
+    kept = {
+        k: v
+        for k, v in list(raw.items())[:16]
+        if isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= SESSION_FIELD_LIMIT
+    }
+    return kept or None
 
 
 class Role(StrEnum):

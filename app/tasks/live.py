@@ -22,6 +22,7 @@ from app.bus.base import Bus
 from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
 from app.protocol.model import (
     INTERRUPTED_STATES,
+    SESSION_KEY,
     TERMINAL_STATES,
     ArtifactUpdate,
     EventRecord,
@@ -29,6 +30,7 @@ from app.protocol.model import (
     StatusUpdate,
     TaskState,
     fold_artifact,
+    session_of,
     status_update,
     utcnow,
 )
@@ -140,7 +142,8 @@ class Step:
     usage: list[tuple[int, Usage]] = field(default_factory=list)
     """The usage reports the status events carry, each with its event's number."""
     metadata: dict[str, Any] | None = None
-    """The task's metadata with the reports added to its usage; None when no event reports usage."""
+    """The task's metadata with the reports added to its usage and the session reported; None when no
+    event reports either."""
 
     def apply_to(self, task: Task, events: list[Event]) -> None:
         """Bring the in-memory task up to the step, once it is stored."""
@@ -156,13 +159,14 @@ class Step:
 
 def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
     """Number `events` after `seq` and check each status change against the state machine; sum the usage
-    the status events report into the task's metadata."""
+    the status events report into the task's metadata, and keep the last session one reports there."""
     state = task.status.state
     status = task.status
     transitions = list(task.transitions)
     history_add = list(messages or ())
     records: list[EventRecord] = []
     usage: list[tuple[int, Usage]] = []
+    session: dict[str, str] | None = None
     for ev in events:
         seq += 1
         records.append(EventRecord(seq, ev))
@@ -176,11 +180,15 @@ def step(task: Task, seq: int, events: list[Event], messages: list[Message] | No
                 history_add.append(status.message)
             if (report := reported_usage(ev)) is not None:
                 usage.append((seq, report))
+            if (reported := session_of(ev.metadata)) is not None:
+                session = reported
     metadata = None
-    if usage:
+    if usage or session is not None:
         metadata = dict(task.metadata or {})
         for _, report in usage:
             metadata[USAGE_KEY] = add_to_summary(metadata.get(USAGE_KEY), report)
+        if session is not None:
+            metadata[SESSION_KEY] = session
     return Step(records, status, transitions, history_add, seq, usage, metadata)
 
 
@@ -480,6 +488,7 @@ class LiveTasks:
                 write.usage = rows.usage_rows(
                     task.id, live.owner, task.context_id, self.role_name, s.usage, now
                 )
+            if s.metadata is not None:
                 write.task_metadata = rows.task_metadata(task.id, s.metadata)
             if live.push:
                 write.notifications = payloads.notifications(task, s.records, user_messages, now)

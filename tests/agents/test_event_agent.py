@@ -50,11 +50,14 @@ async def run(events: list[AgentEvent], answer: str | None = None) -> list[Event
     return out
 
 
-async def test_init_is_a_session_artifact_when_known_else_working():
-    art, _ = await run([AgentEvent.init(model="opus", session_id="s-1"), AgentEvent.done()])
-    assert isinstance(art, ArtifactUpdate) and art.artifact.name == "session"
-    assert art.artifact.metadata == {"model": "opus", "sessionId": "s-1"}
-    assert art.artifact.parts[0].data == {"model": "opus", "sessionId": "s-1"}
+async def test_init_is_a_working_status_carrying_the_session_never_an_artifact():
+    """Frameworks show a task's artifacts as its answer: the run's bookkeeping stays in metadata."""
+    events = await run([AgentEvent.init(model="opus", session_id="s-1"), AgentEvent.done()])
+    first = events[0]
+    assert isinstance(first, StatusUpdate) and first.status.state is TaskState.WORKING
+    assert first.metadata == {"session": {"model": "opus", "sessionId": "s-1"}}
+    assert first.status.message is None
+    assert not any(isinstance(e, ArtifactUpdate) for e in events)
     first = (await run([AgentEvent.init(), AgentEvent.done()]))[0]
     assert isinstance(first, StatusUpdate) and first.status.state is TaskState.WORKING
 

@@ -148,9 +148,10 @@ async def test_text_task_streams_the_answer_as_artifact_chunks(unattended: Serve
     assert len([t for t in texts if t]) == 3, "each text delta of the model is its own chunk"
     assert [c["append"] for c in chunks] == [False] + [True] * (len(chunks) - 1)
     assert chunks[-1]["lastChunk"] is True
-    session = [e for e in events if e["kind"] == "artifact-update" and e["artifact"].get("name") == "session"]
-    assert session and session[0]["artifact"]["metadata"]["model"].startswith("claude-opus")
+    session = [e["metadata"]["session"] for e in events if "session" in e.get("metadata", {})]
+    assert session and session[0]["model"].startswith("claude-opus")
     final = await get_task(unattended.client, events[0]["id"])
+    assert final["metadata"]["session"] == session[0]
     summary = next(a for a in final["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
     assert summary["summary"] == "hi from the fake model"
     assert summary["stats"]["turns"] == 1 and summary["stats"]["cost_usd"] > 0
@@ -190,7 +191,7 @@ async def test_cli_exiting_non_zero_fails_the_task_with_its_stderr(unattended: S
     c = unattended.client
     first = await wait_until_stopped(c, await send_message(c, "say hi"))
     assert first["status"]["state"] == "completed", status_text(first)
-    session = next(a for a in first["artifacts"] if a.get("name") == "session")["metadata"]["sessionId"]
+    session = first["metadata"]["session"]["sessionId"]
     # The task completes at Claude's `result` line; the transcript is complete once the process has exited.
     assert await wait_none_working_in(unattended.workspace(first)) == []
     stored = list((unattended.home / ".claude" / "projects").glob(f"*/{session}.jsonl"))

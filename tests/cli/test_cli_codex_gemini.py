@@ -174,8 +174,7 @@ def _response_chunks(events: list[dict]) -> list[dict]:
 
 
 def _session_id(task: dict) -> str:
-    session = next(a for a in task["artifacts"] if a.get("name") == "session")
-    return session["metadata"]["sessionId"]
+    return task["metadata"]["session"]["sessionId"]
 
 
 def _long_command() -> tuple[str, str]:

@@ -117,8 +117,8 @@ async def test_ndjson_events_become_the_task(ndjson: Served) -> None:
     task = await _run(ndjson, "hello")
     assert task["status"]["state"] == "completed", status_text(task)
     assert response_text(task) == f"hello from {ndjson.workspace(task)}"
-    session = next(a for a in task["artifacts"] if a.get("name") == "session")
-    assert session["metadata"] == {"model": "fake-ndjson", "sessionId": "s-" + task["contextId"]}
+    assert task["metadata"]["session"] == {"model": "fake-ndjson", "sessionId": "s-" + task["contextId"]}
+    assert [a.get("name") for a in task["artifacts"]] == ["assistant-response", "result"]
     summary = next(a for a in task["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
     assert summary == {"summary": "fake finished", "stats": {"files": 0}}
 
