@@ -39,7 +39,7 @@ migrate: $(VENV)/.installed
 
 ## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx and Prometheus installed for
 ## the cluster tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
-## pinned coding-agent CLIs from npm into .cache/cli), run the suite on SQLite and PostgreSQL in two pytest-xdist
+## pinned coding-agent CLIs from npm into .cache/cli; the agent frameworks' venvs into .cache/frameworks), run the suite on SQLite and PostgreSQL in two pytest-xdist
 ## workers (tests/support/parallel.py; the cluster tests one after another in one of them). `PYTEST_XDIST=` runs
 ## it in one process.
 PYTEST_XDIST ?= -n 2
@@ -51,6 +51,7 @@ test: $(VENV)/.test-installed
 	scripts/install-deb.sh bwrap bubblewrap
 	scripts/install-deb.sh chromium chromium
 	scripts/install-clis.sh
+	scripts/install-frameworks.sh
 	TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## The in-process tests only (marker `unit`: the room folders of tests/, see docs/testing.md), in under a
