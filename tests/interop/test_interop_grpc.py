@@ -205,6 +205,25 @@ async def test_stream_delivers_task_then_updates_until_completed(sdk_stream: Cli
     assert texts[RESPONSE] == "".join(f"chunk-{i} " for i in range(5))
 
 
+async def test_a_streamed_question_ends_the_stream_and_the_streamed_answer_ends_the_task(
+    sdk_stream: Client,
+) -> None:
+    """A gRPC server stream is a turn as on the HTTP bindings: it ends at input-required (the SDK's
+    iteration simply stops), and the streamed answer follows the same task to its end."""
+    async with open_stream(sdk_stream, user_message("ask:Colour?")) as stream:
+        asked = await stream.rest()
+    assert state_of(asked[-1]) == S.TASK_STATE_INPUT_REQUIRED, asked
+    assert get_message_text(asked[-1].status_update.status.message) == "Colour?"
+    task = asked[0].task
+    answer = user_message("blue", task_id=task.id, context_id=task.context_id)
+    async with open_stream(sdk_stream, answer) as stream:
+        answered = await stream.rest()
+    assert kind(answered[0]) == "task" and answered[0].task.id == task.id
+    state, texts = fold(answered)
+    assert state == S.TASK_STATE_COMPLETED
+    assert texts[RESPONSE] == "answer:blue"
+
+
 async def test_input_required_then_answer_and_get_with_history(sdk: Client) -> None:
     asked = await send_for_task(sdk, user_message("ask:Proceed?"))
     assert asked.status.state == S.TASK_STATE_INPUT_REQUIRED
