@@ -97,3 +97,29 @@ async def test_what_is_not_a_report_is_not_counted(tmp_path):
         assert not (task.metadata or {}).get(USAGE_KEY)
         async with c.engine.connect() as conn:
             assert (await conn.execute(select(TaskUsageRow.model))).all() == []
+
+
+async def test_the_runs_session_is_kept_in_the_tasks_metadata_beside_its_usage(tmp_path):
+    """`TaskContext.session` lands in the task's `metadata.session` (stored, not only in memory), the last
+    one reported wins, only short strings are kept, and it is never an artifact."""
+
+    async def script(task: TaskContext) -> None:
+        await task.session(model="m-1", sessionId="s-1")
+        await task.usage(Usage.of("m-1", input_tokens=4))
+        await task.session(model="m-2", sessionId="s-2", note="x" * 300)
+        await task.working(parts=[], usage=None)
+        bogus = StatusUpdate(task.id, task.context_id, task._status(TaskState.WORKING, None).status)
+        bogus.metadata = {"session": "not an object"}
+        await task._send([bogus])
+        await task.complete("done")
+
+    async with running(tmp_path, script) as c:
+        task = await send(c, "hi")
+        task = await until(c, task.id, TaskState.COMPLETED)
+        assert task.metadata is not None
+        assert task.metadata["session"] == {"model": "m-2", "sessionId": "s-2"}
+        assert task.metadata[USAGE_KEY]["inputTokens"] == 4
+        assert task.artifacts == []
+        async with c.engine.connect() as conn:
+            stored = (await conn.execute(select(TaskRow.metadata_).where(TaskRow.id == task.id))).scalar()
+        assert stored["session"] == {"model": "m-2", "sessionId": "s-2"}
