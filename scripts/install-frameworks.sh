@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the venvs the agent-framework interop tests drive (tests/interop/test_interop_frameworks.py):
+# Build the venvs the agent-framework interop tests drive (tests/interop/test_interop_{adk,strands,beeai}.py):
 # .cache/frameworks/<set>/ from tests/support/frameworks/<set>.txt, every package at the version its
 # <set>.lock pins. The frameworks pin a2a-sdk versions the server's own venv cannot hold (strands-agents and
 # beeai-framework need a2a-sdk < 0.4), so each set has a venv of its own. A no-op when a venv was built from

@@ -1,0 +1,248 @@
+"""Drive AWS Strands' remote A2A agent (`strands.agent.a2a_agent.A2AAgent`, strands-agents 1.62.0) against a
+server, with no model: the remote agent is the agent that runs (or a `Graph` of two of them).
+
+Run in the a2a03 venv (tests/support/frameworks/__init__.py `run_driver`):
+
+    strands_driver.py --url http://127.0.0.1:PORT [--mode streaming|blocking ...] [--scenario NAME ...]
+
+Modes: `streaming` is the agent as its docs build it, `A2AAgent(endpoint=url)`: `invoke_async` and
+`stream_async` both send `message/stream` (the agent forces `streaming=True` on its client config).
+`blocking` gives it a non-streaming client factory (`a2a_client_factory=ClientFactory(ClientConfig(
+streaming=False))`, the only way Strands sends `message/send`). Scenarios: `card`, `echo`, `ask` (a question,
+then the answer as the next call), `second-turn` (two calls on one agent), `graph` (a two-node `Graph`).
+
+Prints one JSON object per line on stdout, per (mode, scenario): what the framework showed (result text, stop
+reason, the task state it reports, the A2A events it yielded) and what it put on the wire. Anything else
+written to stdout goes to stderr. Every framework call is bounded (`TURN_TIMEOUT_S`): a hang is a JSON
+error line, never a stuck test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Awaitable
+from typing import Any
+
+TURN_TIMEOUT_S = 30
+
+# JSON lines go to the real stdout; whatever else prints (a framework's logger, warnings) goes to stderr.
+_OUT = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import httpx  # noqa: E402
+from a2a.client import ClientConfig, ClientFactory  # noqa: E402
+from a2a.types import Message, TaskArtifactUpdateEvent, TaskStatusUpdateEvent  # noqa: E402
+from strands.agent.a2a_agent import A2AAgent  # noqa: E402
+from strands.multiagent import GraphBuilder  # noqa: E402
+
+
+def emit(**fields: Any) -> None:
+    _OUT.write(json.dumps(fields, default=str) + "\n")
+
+
+# ---- the wire: every request the framework's httpx clients send -----------------------------------------
+
+WIRE: list[dict[str, Any]] = []
+_send = httpx.AsyncClient.send
+
+
+async def _recording_send(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+    entry: dict[str, Any] = {"http": request.method, "url": str(request.url)}
+    if request.method == "POST":
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            body = {}
+        entry["rpc"] = body.get("method")
+        msg = (body.get("params") or {}).get("message") or {}
+        entry["task_id"] = msg.get("taskId")
+        entry["context_id"] = msg.get("contextId")
+        entry["reference_task_ids"] = msg.get("referenceTaskIds")
+    WIRE.append(entry)
+    return await _send(self, request, **kwargs)
+
+
+httpx.AsyncClient.send = _recording_send  # type: ignore[method-assign]
+
+
+# ---- what the framework showed ----------------------------------------------------------------------------
+
+
+def text_of(parts: Any) -> str:
+    return "".join(getattr(p.root, "text", "") for p in parts or [])
+
+
+def describe(event: Any) -> dict[str, Any]:
+    """One A2A event as Strands yielded it (`{"type": "a2a_stream", "event": ...}`)."""
+    if isinstance(event, Message):
+        return {"kind": "message", "text": text_of(event.parts), "task_id": event.task_id}
+    task, update = event
+    out: dict[str, Any] = {"task_id": task.id, "context_id": task.context_id}
+    if update is None:
+        out.update(kind="task", state=task.status.state.value)
+    elif isinstance(update, TaskStatusUpdateEvent):
+        out.update(kind="status-update", state=update.status.state.value, final=update.final)
+        if update.status.message:
+            out["text"] = text_of(update.status.message.parts)
+    elif isinstance(update, TaskArtifactUpdateEvent):
+        out.update(
+            kind="artifact-update",
+            name=update.artifact.name,
+            text=text_of(update.artifact.parts),
+            append=update.append,
+            last_chunk=update.last_chunk,
+        )
+    return out
+
+
+def agent(url: str, mode: str, name: str | None = None) -> A2AAgent:
+    """The remote agent as a user builds it for this mode."""
+    if mode == "blocking":
+        return A2AAgent(
+            endpoint=url, name=name, a2a_client_factory=ClientFactory(ClientConfig(streaming=False))
+        )
+    return A2AAgent(endpoint=url, name=name)
+
+
+async def bounded(what: Awaitable[Any]) -> Any:
+    return await asyncio.wait_for(what, TURN_TIMEOUT_S)
+
+
+async def turn(remote: A2AAgent, text: str, *, call: str = "stream_async") -> dict[str, Any]:
+    """One call to its `AgentResult`: `invoke_async` (the result only) or `stream_async` (the A2A events it
+    yields, then the result; `invoke_async` is this loop keeping only the result)."""
+    events: list[dict[str, Any]] = []
+    result: Any = None
+    wire_from = len(WIRE)
+
+    async def consume() -> None:
+        nonlocal result
+        if call == "invoke_async":
+            result = await remote.invoke_async(text)
+            return
+        async for ev in remote.stream_async(text):
+            if ev.get("type") == "a2a_stream":
+                events.append(describe(ev["event"]))
+            elif "result" in ev:
+                result = ev["result"]
+
+    started = time.monotonic()
+    out: dict[str, Any] = {"sent": text, "call": call}
+    try:
+        await bounded(consume())
+    except TimeoutError:
+        out["error"] = f"timeout: the turn did not end within {TURN_TIMEOUT_S} s"
+    except Exception as exc:  # what the framework raised is what the user saw
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["seconds"] = round(time.monotonic() - started, 3)
+    out["events"] = events
+    out["wire"] = [w for w in WIRE[wire_from:] if w["http"] == "POST"]
+    out["task_ids"] = sorted({e["task_id"] for e in events if e.get("task_id")})
+    out["context_ids"] = sorted({e["context_id"] for e in events if e.get("context_id")})
+    if result is not None:
+        out["text"] = "".join(block.get("text", "") for block in result.message["content"])
+        out["shown"] = str(result)
+        out["stop_reason"] = result.stop_reason
+        out["state"] = result.state.get("a2a_task_state")
+    return out
+
+
+# ---- scenarios --------------------------------------------------------------------------------------------
+
+
+async def card(url: str, mode: str) -> dict[str, Any]:
+    remote = agent(url, mode)
+    wire_from = len(WIRE)
+    found = await bounded(remote.get_agent_card())
+    return {
+        "agent_name": remote.name,
+        "agent_description": remote.description,
+        "card_name": found.name,
+        "card_url": found.url,
+        "preferred_transport": found.preferred_transport,
+        "protocol_version": found.protocol_version,
+        "streaming": found.capabilities.streaming,
+        "fetched": [w["url"] for w in WIRE[wire_from:]],
+    }
+
+
+async def echo(url: str, mode: str) -> dict[str, Any]:
+    """The call of the docs' first example, then the same through `stream_async`."""
+    remote = agent(url, mode)
+    return {
+        "turns": [
+            await turn(remote, f"hello from strands {mode}", call="invoke_async"),
+            await turn(remote, f"streamed hello from strands {mode}"),
+        ]
+    }
+
+
+async def ask(url: str, mode: str) -> dict[str, Any]:
+    remote = agent(url, mode)
+    question = await turn(remote, "ask:what colour?")
+    answer = await turn(remote, f"blue {mode}")
+    return {"turns": [question, answer]}
+
+
+async def second_turn(url: str, mode: str) -> dict[str, Any]:
+    remote = agent(url, mode)
+    return {"turns": [await turn(remote, f"first {mode}"), await turn(remote, f"second {mode}")]}
+
+
+async def graph(url: str, mode: str) -> dict[str, Any]:
+    builder = GraphBuilder()
+    builder.add_node(agent(url, mode, "first"), "first")
+    builder.add_node(agent(url, mode, "second"), "second")
+    builder.add_edge("first", "second")
+    builder.set_entry_point("first")
+    wire_from = len(WIRE)
+    result = await bounded(builder.build().invoke_async("hello graph"))
+    nodes = {}
+    for node_id, node_result in result.results.items():
+        shown = node_result.result
+        nodes[node_id] = {
+            "status": node_result.status.value,
+            "text": "".join(b.get("text", "") for b in shown.message["content"]),
+            "stop_reason": shown.stop_reason,
+        }
+    return {
+        "status": result.status.value,
+        "order": [n.node_id for n in result.execution_order],
+        "nodes": nodes,
+        "wire": [w for w in WIRE[wire_from:] if w["http"] == "POST"],
+    }
+
+
+SCENARIOS = {"card": card, "echo": echo, "ask": ask, "second-turn": second_turn, "graph": graph}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--mode", action="append", choices=["streaming", "blocking"])
+    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
+    args = parser.parse_args()
+    for mode in args.mode or ["streaming", "blocking"]:
+        for name in args.scenario or list(SCENARIOS):
+            try:
+                emit(mode=mode, scenario=name, **await SCENARIOS[name](args.url, mode))
+            except TimeoutError:
+                emit(mode=mode, scenario=name, error=f"timeout: no answer within {TURN_TIMEOUT_S} s")
+            except Exception as exc:
+                emit(
+                    mode=mode,
+                    scenario=name,
+                    error=f"{type(exc).__name__}: {exc}",
+                    trace=traceback.format_exc(),
+                )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
