@@ -42,7 +42,8 @@ def run_driver(venv: str, driver: str, *args: str, timeout_s: float = 180) -> li
         cwd=HERE,
     )
     out = done.stdout.strip().splitlines()
-    assert done.returncode == 0, f"{driver} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
+    shown = f"{driver} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, shown
     try:
         return [json.loads(line) for line in out if line.strip()]
     except json.JSONDecodeError:
