@@ -119,7 +119,9 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
         LEASE_TTL_S="3",
         QUEUE_POLL_S="0.5",
         DISCOVERY_HEARTBEAT_S="1",
-        DISCOVERY_MAX_AGE_S="3",
+        # A live worker stays listed through a busy machine's stalls (ten heartbeats); a killed one leaves
+        # the listing within it, which the test that kills it waits for.
+        DISCOVERY_MAX_AGE_S="10",
         ROLE_WAIT_S="2",
     )
     cl = Pools(db, redis, tmp_path / "cluster", 2, grpc=True, migrated=True, **env)
@@ -127,6 +129,12 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
     worker = WorkerProcess(cl.nginx_url, tmp_path / "worker.log", "vm1")
     worker.start()
     try:
+        # Ready means listed: a send before the worker's first announcement would wait ROLE_WAIT_S for an
+        # instance and fail on a machine where the worker's start-up takes longer than that.
+        try:
+            await until_listed(cl.nginx_url, "triager", True)
+        except TimeoutError:
+            pytest.fail(f"the worker was never listed in GET /agents; its log ends:\n{worker.log()[-4000:]}")
         yield cl, worker, db.replace("postgresql+asyncpg://", "postgresql://")
     finally:
         worker.stop()
