@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from sqlalchemy import exc as sa_exc
 
 from app.store.outage import is_unavailable
 
@@ -66,3 +67,25 @@ async def test_a_bad_statement_or_bad_arguments_are_not_an_outage(pg):
     assert not is_unavailable(exc)
     exc = await _raised(asyncio.ensure_future(pg.execute("SELECT $1::int", "not a number")))
     assert not is_unavailable(exc), repr(exc)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CannotConnectNowError],
+    ids=["57P01-admin-shutdown", "57P03-cannot-connect-now"],
+)
+def test_class_57_is_an_outage_bare_and_wrapped_by_sqlalchemy(error: type[asyncpg.PostgresError]) -> None:
+    """Operator intervention (a restart, a server starting up or shutting down) as asyncpg raises it on the
+    writer's one-statement path, and as SQLAlchemy wraps it everywhere else (the dialect's error, whose
+    `sqlstate` is the server's): both are outages, waited out rather than logged as bugs."""
+    bare = error("the database system is shutting down")
+    assert bare.sqlstate.startswith("57")
+    assert is_unavailable(bare)
+
+    class DialectError(Exception):
+        sqlstate = bare.sqlstate
+
+    for wrapper in (sa_exc.DBAPIError, sa_exc.InternalError, sa_exc.ProgrammingError):
+        assert is_unavailable(wrapper("SELECT 1", {}, DialectError("shutting down"))), wrapper
+    not_57 = type("DialectError", (Exception,), {"sqlstate": "42P01"})  # undefined table: a bug
+    assert not is_unavailable(sa_exc.ProgrammingError("SELECT 1", {}, not_57("no table")))

@@ -126,6 +126,19 @@ def test_the_agents_environment_values_are_masked_wherever_they_appear(captured)
     assert rec["message"] == "cli env: ANTHROPIC=*** MODE=1"
 
 
+def test_a_secret_that_is_a_prefix_of_another_leaves_no_tail_of_either(captured) -> None:
+    """Registered in either order, in one call or two: each secret is masked whole, the longer one first,
+    so the shorter never masks the head of the longer and leaves its tail in the log."""
+    logs.add_secrets(["sk-abc12345"])
+    logs.add_secrets(["sk-abc12345-MORE", "zz-prefix-key-1"])
+    logs.add_secrets(["zz-prefix-key"])
+    logging.getLogger("app.agents").warning(
+        "a=%s b=%s c=%s d=%s", "sk-abc12345-MORE", "sk-abc12345", "zz-prefix-key-1", "zz-prefix-key"
+    )
+    (rec,) = records(captured)
+    assert rec["message"] == "a=*** b=*** c=*** d=***", rec["message"]
+
+
 def test_text_format_and_auto(captured) -> None:
     out = io.StringIO()
     handler = logs.setup("info", "text", "r-text", stream=out)
