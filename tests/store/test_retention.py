@@ -129,6 +129,9 @@ async def test_waiting_before_lists_the_tasks_left_waiting(engine):
     )
     await fill(engine, 2, Spec(owner="alice", at=NOW, state=TaskState.INPUT_REQUIRED, tag="n"))
     await fill(engine, 2, Spec(owner="alice", at=OLD, tag="o"))
+    # Old but not waiting for anyone: a long run streaming only artifacts, a task queued for long.
+    await fill(engine, 2, Spec(owner="alice", at=OLD, state=TaskState.WORKING, tag="r"))
+    await fill(engine, 2, Spec(owner="alice", at=OLD, state=TaskState.SUBMITTED, tag="q"))
     found = await Pruning(engine).waiting_before(NOW - timedelta(hours=1))
     assert {w.task_id for w in found} == {*waiting, *auth}
     assert {(w.owner, w.role) for w in found} == {("alice", "default"), ("bob", "rev")}
