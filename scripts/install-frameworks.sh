@@ -23,6 +23,11 @@ for want in "$SETS"/*.txt; do
   echo "install-frameworks: building $name"
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$want" -c "$lock"
+  # pip's output only when it fails (a machine's own index settings can make it chatty).
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$want" -c "$lock" >"$DIR/$name.log" 2>&1; then
+    cat "$DIR/$name.log" >&2
+    echo "install-frameworks: pip could not install $name" >&2
+    exit 1
+  fi
   echo "$stamp" >"$venv/.built"
 done
