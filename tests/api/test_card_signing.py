@@ -126,6 +126,32 @@ def test_every_variant_verifies_with_the_official_verifier(signed):
         verify(parse_agent_card(raw)), name  # raises when no signature verifies
 
 
+def test_false_and_zero_stay_signed_and_empties_go_in_every_variant(tmp_path: Path) -> None:
+    """Extension params holding `false` and `0` beside empty strings, lists and objects: the official
+    verifier drops the empties and keeps `false` and `0` when it canonicalises, and so must the signer, or
+    no variant verifies."""
+    key = new_key("ES256")
+    params = {"strict": False, "retries": 0, "ratio": 0.0, "note": "", "tags": [], "opts": {}, "n": 1}
+    settings = settings_for(
+        card_signing_key_file=str(write_key(tmp_path / "key.pem", key, "pem")),
+        card_signing_kid="k1",
+        auth_mode="required",
+        api_keys={"a" * 64: "alice"},
+        card_extensions=[{"uri": "https://ex.example/ext/v1", "params": params}],
+    )
+    verify = verifier({"k1": key.public_key()})
+    for name, body in every_variant(settings).items():
+        raw = json.loads(body)
+        (ext,) = [e for e in raw["capabilities"]["extensions"] if e["uri"] == "https://ex.example/ext/v1"]
+        assert ext["params"]["strict"] is False and ext["params"]["retries"] == 0, name
+        verify(parse_agent_card(raw)), name  # raises when no signature verifies
+    canonical = json.loads(card_signing.canonical(json.loads(every_variant(settings)["coder/public/1.0"])))
+    (signed_ext,) = [
+        e for e in canonical["capabilities"]["extensions"] if e["uri"] == "https://ex.example/ext/v1"
+    ]
+    assert signed_ext["params"] == {"strict": False, "retries": 0, "ratio": 0, "n": 1}
+
+
 def test_the_hybrid_and_the_10_variant_carry_the_same_signatures(signed):
     settings, _ = signed
     role = roles_.load(settings)["coder"]
