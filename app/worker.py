@@ -276,7 +276,10 @@ class Worker:
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
         await self.runner.open()
-        log.warning("worker %s serving role %s with %d slot(s)", me["holder"], self.role.name, self.slots)
+        # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO), as the server's is.
+        start = logging.getLogger("app.start")
+        start.setLevel(logging.INFO)
+        start.info("worker %s serving role %s with %d slot(s)", me["holder"], self.role.name, self.slots)
         news = asyncio.create_task(self._news(ttl), name="news")
         try:
             await stop.wait()

@@ -34,6 +34,8 @@ from . import traces
 
 __all__ = ["JsonFormatter", "Redact", "TextFormatter", "add_secrets", "bind", "redact", "scope", "setup"]
 
+CHATTY = ("httpx", "httpcore")
+"""Libraries whose info lines are one per call they make: shown at `debug` only."""
 FIELDS = ("task_id", "context_id", "role", "principal")
 """The context fields a record may carry, in the order they are printed."""
 
@@ -232,5 +234,9 @@ def setup(level: str, fmt: str, replica: str, stream: IO[str] | None = None) -> 
         lg = logging.getLogger(name)
         lg.handlers.clear()
         lg.propagate = True
+    # Library chatter (httpx logs each request it makes at info: a remote worker's every claim, batch and
+    # long poll) only when asked for with `debug`; its warnings and errors always.
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
     logging.captureWarnings(True)
     return handler

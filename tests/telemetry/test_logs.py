@@ -170,3 +170,21 @@ def test_trace_ids_on_records_under_a_span(captured) -> None:
     context = span.get_span_context()
     assert (inside["trace_id"], inside["span_id"]) == (f"{context.trace_id:032x}", f"{context.span_id:016x}")
     assert "trace_id" not in outside
+
+
+def test_an_http_clients_line_per_call_shows_at_debug_only(captured) -> None:
+    """httpx logs each request at info (a remote worker's every claim, event batch and long poll): at
+    `info` only its warnings pass; at `debug` everything does."""
+    logging.getLogger("httpx").info('HTTP Request: POST http://replica/workers/v1/claim "HTTP/1.1 200 OK"')
+    logging.getLogger("httpcore.connection").info("connect_tcp.started")
+    logging.getLogger("httpx").warning("a retry")
+    logging.getLogger("app.worker").info("task t-1 claimed")
+    assert [(r["logger"], r["message"]) for r in records(captured)] == [
+        ("httpx", "a retry"),
+        ("app.worker", "task t-1 claimed"),
+    ]
+    out = io.StringIO()
+    logs.setup("debug", "json", "r-debug", stream=out)
+    logging.getLogger("httpx").info("HTTP Request: POST http://replica/workers/v1/claim")
+    assert "workers/v1/claim" in out.getvalue()
+    logs.setup("info", "json", "r-test", stream=captured)
