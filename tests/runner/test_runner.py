@@ -153,3 +153,33 @@ async def test_a_run_gives_back_its_slot_as_its_task_ends_so_the_next_send_runs_
             task = await send(c, f"t{i}")
             assert task.status.state is TaskState.COMPLETED
         assert rang == 0, "each send found the slot its previous one used free: none was queued"
+
+
+async def test_tasks_queued_behind_a_full_runner_start_in_turn_as_slots_free_not_at_the_poll(tmp_path):
+    """One slot and a queue poll of an hour: each task queued behind the running one starts as soon as the
+    slot frees (a freed slot claims at once while work may be waiting), never an hour later."""
+    gates = {text: asyncio.Event() for text in ("one", "two", "three")}
+    started: list[str] = []
+
+    async def script(task: TaskContext) -> None:
+        started.append(task.text)
+        await gates[task.text].wait()
+        await task.complete(task.text)
+
+    async def started_are(expected: list[str]) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while started != expected:
+                await asyncio.sleep(0.01)
+
+    async with running(tmp_path, script, max_concurrent_tasks=1, queue_poll_s=3600) as c:
+        tasks = [await send(c, text, blocking=False) for text in ("one", "two", "three")]
+        await started_are(["one"])
+        assert [(await c.service.get(OWNER, t.id)).status.state for t in tasks[1:]] == [
+            TaskState.SUBMITTED
+        ] * 2
+        for i, text in enumerate(("one", "two")):
+            gates[text].set()
+            assert (await until(c, tasks[i].id, TaskState.COMPLETED)).status.state is TaskState.COMPLETED
+            await started_are(["one", "two", "three"][: i + 2])
+        gates["three"].set()
+        await until(c, tasks[2].id, TaskState.COMPLETED)
