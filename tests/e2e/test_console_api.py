@@ -104,6 +104,7 @@ async def test_scoped_to_the_caller_and_admins_see_all(srv: ServerProcess) -> No
     mark = uuid.uuid4().hex[:10]
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
         hers = await send(c, f"scope-{mark}", who="alice")
+        his = await send(c, f"scope-{mark}", who="bob")  # matches the same filter: owner=alice must drop it
         bob_sees = await listing(c, who="bob", q=f"scope-{mark}")
         bob_asks = await c.get("/console/api/tasks", params={"owner": "alice"}, headers=key_of("bob"))
         bob_all = await c.get("/console/api/tasks", params={"owner": "*"}, headers=key_of("bob"))
@@ -113,10 +114,11 @@ async def test_scoped_to_the_caller_and_admins_see_all(srv: ServerProcess) -> No
         carol_own = await listing(c, who="carol", q=f"scope-{mark}")
         carol_task = await c.get(f"/console/api/tasks/{hers['id']}", headers=key_of("carol"))
         alice_task = await c.get(f"/console/api/tasks/{hers['id']}", headers=key_of("alice"))
-    assert bob_sees["tasks"] == []
+    assert [t["id"] for t in bob_sees["tasks"]] == [his["id"]], "bob lists his own task only"
     assert bob_asks.status_code == 404 and bob_all.status_code == 404 and bob_task.status_code == 404
     assert hers["id"] not in bob_task.text or "not found" in bob_task.text
-    assert [t["owner"] for t in carol_all["tasks"]] == ["alice"] == [t["owner"] for t in carol_alice["tasks"]]
+    assert sorted(t["owner"] for t in carol_all["tasks"]) == ["alice", "bob"]
+    assert [(t["id"], t["owner"]) for t in carol_alice["tasks"]] == [(hers["id"], "alice")]
     assert carol_own["tasks"] == []
     assert carol_task.json()["own"] is False and carol_task.json()["owner"] == "alice"
     got = alice_task.json()
