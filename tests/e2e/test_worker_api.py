@@ -103,3 +103,40 @@ async def test_a_batch_is_stored_once_and_foreign_events_are_refused(srv: Server
             )
         ).json()["result"]
         assert got["status"]["state"] == "working"
+
+
+async def test_a_retried_batch_whose_buffer_grew_stores_each_event_once(srv: ServerProcess):
+    """A worker whose answer was lost resends from the same `after` with more events buffered since: the
+    part already stored is skipped, the rest stored once, and the answer's last sequence is the new end."""
+    h = {"X-API-Key": KEY}
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
+        body = send_request("grown", {"blocking": False})
+        task = (await c.post("/agents/coder/a2a/jsonrpc", json=body)).json()["result"]
+        claimed = (await c.post("/workers/v1/claim", json={**ASK, "limit": 1}, headers=h)).json()["tasks"]
+        assert [t["task"]["id"] for t in claimed] == [task["id"]]
+        after = claimed[0]["lastSeq"]
+        tid, ctx = task["id"], task["contextId"]
+        events = [
+            status_update(tid, ctx, TaskState.WORKING),
+            status_update(tid, ctx, TaskState.WORKING, "step 1"),
+            status_update(tid, ctx, TaskState.WORKING, "step 2"),
+            status_update(tid, ctx, TaskState.WORKING, "step 3"),
+        ]
+        path = f"/workers/v1/tasks/{tid}/events"
+        first = await c.post(
+            path, json={**ASK, "after": after, "events": events_to_wire(events[:2])}, headers=h
+        )
+        assert first.status_code == 200 and first.json()["lastSeq"] == after + 2, first.text
+        grown = await c.post(path, json={**ASK, "after": after, "events": events_to_wire(events)}, headers=h)
+        assert grown.status_code == 200 and grown.json()["lastSeq"] == after + 4, grown.text
+        again = await c.post(path, json={**ASK, "after": after, "events": events_to_wire(events)}, headers=h)
+        assert again.status_code == 200 and again.json()["lastSeq"] == after + 4, again.text
+        stale = await c.post(
+            path, json={**ASK, "after": after, "events": events_to_wire(events[:2])}, headers=h
+        )
+        assert stale.status_code == 200 and stale.json()["lastSeq"] == after + 2, "acknowledged as sent"
+        rpc = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": tid}}
+        got = (await c.post("/agents/coder/a2a/jsonrpc", json=rpc)).json()["result"]
+    notes = [m["parts"][0]["text"] for m in got["history"] if m["role"] == "agent"]
+    assert notes == ["step 1", "step 2", "step 3"], "each event stored once, in order"
+    assert got["status"]["message"]["parts"][0]["text"] == "step 3"
