@@ -7,13 +7,18 @@ import json
 import os
 import subprocess
 
+import grpc
 import httpx
 import pytest
+from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from app.api.auth import hash_key
-from tests.support.auth import KEYS, bearer, key_of
+from tests.conftest import make_server
+from tests.support.auth import KEYS, api_keys_env, bearer, key_of
 from tests.support.rpc import text_message
-from tests.support.server import BIN, ROOT
+from tests.support.secrets import remember
+from tests.support.server import BIN, ROOT, free_port
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -186,3 +191,45 @@ async def test_start_up_line_says_auth_is_off(server):
 async def test_start_up_line_names_the_key_principals(auth_server):
     assert f"auth required: API keys for {len(KEYS)} principal(s)" in auth_server.log_path.read_text()
     assert json.dumps(KEYS["alice"]) not in auth_server.log_path.read_text()
+
+
+WORKER_KEY = "wk-auth-" + os.urandom(8).hex()
+
+
+@pytest.fixture(scope="module")
+async def worker_key_server(tmp_path_factory):
+    """API keys for alice and bob, a worker key, and gRPC: every binding a worker key could be tried on."""
+    remember(WORKER_KEY)
+    workers = json.dumps({hash_key(WORKER_KEY): "box"})
+    env = api_keys_env(WORKER_KEYS=workers, GRPC_PORT=str(free_port()))
+    srv = await make_server("sqlite", tmp_path_factory.mktemp("worker-key"), **env)
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [g for g in GUARDED if g[1] != "/no/such/route"])
+@pytest.mark.parametrize("version", [{}, V10], ids=["v03", "v10"])
+async def test_a_worker_key_is_refused_on_every_a2a_route(worker_key_server, method, path, body, version):
+    """A worker's credential opens only `/workers/`: on every A2A binding and alias, either version, it is
+    a 403 (not the anonymous 401: the key is known, and not the principal `box`'s access either)."""
+    async with httpx.AsyncClient(base_url=worker_key_server.base_url, timeout=30) as c:
+        resp = await c.request(method, path, json=body, headers={"X-API-Key": WORKER_KEY, **version})
+        alice = await c.request(method, path, json=body, headers={**key_of("alice"), **version})
+    assert resp.status_code == 403, (path, resp.status_code, resp.text)
+    assert alice.status_code != 403, "the same route lets a principal's key in"
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_worker_key_is_refused_on_grpc_in_both_versions(worker_key_server, version):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{worker_key_server.env['GRPC_PORT']}") as ch:
+        if version == "1.0":
+            call = a2a_pb2_grpc.A2AServiceStub(ch).GetTask(
+                a2a_pb2.GetTaskRequest(id="x"), metadata=(("x-api-key", WORKER_KEY),), timeout=30
+            )
+        else:
+            call = a2a_v0_3_pb2_grpc.A2AServiceStub(ch).GetTask(
+                a2a_v0_3_pb2.GetTaskRequest(name="tasks/x"), metadata=(("x-api-key", WORKER_KEY),), timeout=30
+            )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
