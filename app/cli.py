@@ -72,7 +72,9 @@ def serve() -> None:
         "a2a-server on %s:%s%s: %s%s",
         settings.host,
         settings.port,
-        f" (gRPC {settings.grpc_host}:{settings.grpc_port})" if settings.grpc_port else " (no gRPC: GRPC_PORT=0)",
+        f" (gRPC {settings.grpc_host}:{settings.grpc_port})"
+        if settings.grpc_port
+        else " (no gRPC: GRPC_PORT=0)",
         app.state.authenticator.describe(),
         "; tracing on (OTLP/HTTP)" if traced else "",
     )
