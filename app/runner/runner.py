@@ -314,7 +314,7 @@ class Runner:
 
     async def _recover(self) -> None:
         for held in await self._leases.mine():
-            if held.state is TaskState.WORKING:
+            if held.running:  # its agent had started: lost with the previous life, never run again
                 reason = "The server restarted while this task was running; its agent was lost."
                 await self._tasks.end_lost(held, reason, restarted=True)
             elif held.state is TaskState.SUBMITTED:
@@ -546,11 +546,11 @@ class Runner:
 
 async def reap(leases: RunLeases, tasks: RunTasks, alive: Collection[str] = ()) -> None:
     """One pass of a reaper (a runner's, or `Idle`'s for a role not run here): mark the leases found expired,
-    end the working tasks whose lease stayed void. Never a run in `alive`: the one guard against a reaper
-    ending a live run of its own replica."""
+    end the running tasks (`Held.running`: working, or submitted with a run started) whose lease stayed void.
+    Never a run in `alive`: the one guard against a reaper ending a live run of its own replica."""
     await leases.suspect()
     for held in await leases.expired():
-        if held.state is TaskState.WORKING and held.task_id not in alive:
+        if held.running and held.task_id not in alive:
             await tasks.end_lost(held, lost_reason(held.owner))
 
 

@@ -32,6 +32,14 @@ class Held:
     task_id: str
     state: TaskState
     owner: str
+    started: bool = False
+    """A run of it was started (`run_started_at`): a `submitted` task so held is lost with its holder."""
+
+    @property
+    def running(self) -> bool:
+        """Its holder was running it: `working`, or `submitted` with a run started. Lost with the holder,
+        never started again."""
+        return self.state is TaskState.WORKING or self.started
 
 
 @dataclass(slots=True, frozen=True)
@@ -43,10 +51,20 @@ class Seized:
 
 
 class Leases:
-    def __init__(self, engine: AsyncEngine, replica_id: str, ttl_s: float, role: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        replica_id: str,
+        ttl_s: float,
+        role: str | None = None,
+        runs_once: bool = True,
+    ) -> None:
         """With `role` (a deployment of several roles), claims, takes and reaping see only that role's
         tasks: each role's runner claims its own work, and a request on a role's endpoints takes only its
-        tasks."""
+        tasks. `runs_once` (an agent with effects; False for a `pure` one): a claim marks the run started
+        (`run_started_at`), committed before the agent starts, so a holder that dies after it leaves a task
+        to end as lost rather than one to claim and run again."""
+        self.runs_once = runs_once
         self._engine = engine
         self.replica_id = replica_id
         self._scoped = role is not None
@@ -74,6 +92,7 @@ class Leases:
         free = and_(
             _tasks.c.state == TaskState.SUBMITTED.value,
             or_(_tasks.c.lease_owner.is_(None), self._void(now)),
+            _tasks.c.run_started_at.is_(None),
         )
         if self._scoped:
             # With several roles, a `working` task nobody holds was answered on a replica that does not run
@@ -84,10 +103,19 @@ class Leases:
         pick = select(_tasks.c.id).where(self._role, free).order_by(_tasks.c.created_at).limit(limit)
         if self._pg:
             pick = pick.with_for_update(skip_locked=True)
+        # Picked once: as a subquery of the IN, PostgreSQL may scan it again for the update's next row, and
+        # a rescan skips the rows this statement has already updated and locks the next ones: more than
+        # `limit` claimed (seen: 2 of limit 1). A materialized CTE is read once.
+        picked = pick.cte("picked").prefix_with("MATERIALIZED", dialect="postgresql")
         stmt = (
             update(_tasks)
-            .where(_tasks.c.id.in_(pick.scalar_subquery()), free)
-            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
+            .where(_tasks.c.id.in_(select(picked.c.id)), free)
+            .values(
+                lease_owner=self.replica_id,
+                lease_expires_at=self.expiry(now),
+                lease_suspect_at=None,
+                run_started_at=now if self.runs_once else None,
+            )
             .returning(_tasks.c.id)
         )
         async with self._engine.begin() as conn:
@@ -136,16 +164,20 @@ class Leases:
         return None if previous == self.replica_id else previous
 
     async def seize(self, held: Held) -> Seized | None:
-        """Take a working task's lease from `held.owner` for a reaper, only if that holder left it void;
-        with the task's last event number as of the take, so that a holder that commits after it makes the
-        reaper's write collide instead of ending a task that was alive."""
+        """Take a running task's lease (`Held.running`) from `held.owner` for a reaper, only if that holder
+        left it void; with the task's last event number as of the take, so that a holder that commits after
+        it makes the reaper's write collide instead of ending a task that was alive."""
         now = utcnow()
+        running = or_(
+            _tasks.c.state == TaskState.WORKING.value,
+            and_(_tasks.c.state == TaskState.SUBMITTED.value, _tasks.c.run_started_at.is_not(None)),
+        )
         stmt = (
             update(_tasks)
             .where(
                 _tasks.c.id == held.task_id,
                 _tasks.c.lease_owner == held.owner,
-                _tasks.c.state == TaskState.WORKING.value,
+                running,
                 self._void(now),
             )
             .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(now), lease_suspect_at=None)
@@ -200,7 +232,7 @@ class Leases:
         stmt = (
             update(_tasks)
             .where(_tasks.c.id.in_(task_ids), _tasks.c.lease_owner == self.replica_id)
-            .values(lease_owner=None, lease_expires_at=None, lease_suspect_at=None)
+            .values(lease_owner=None, lease_expires_at=None, lease_suspect_at=None, run_started_at=None)
         )
         async with self._engine.begin() as conn:
             await conn.execute(stmt)
@@ -227,7 +259,7 @@ class Leases:
         """Unfinished tasks whose holder left its lease void (it died, hung, or stayed cut off for a
         lease TTL after the database was back)."""
         stmt = (
-            select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner)
+            select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner, _tasks.c.run_started_at)
             .where(
                 self._role,
                 _tasks.c.lease_owner.is_not(None),
@@ -238,7 +270,9 @@ class Leases:
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [Held(tid, TaskState(state), owner) for tid, state, owner in rows]
+        return [
+            Held(tid, TaskState(state), owner, started is not None) for tid, state, owner, started in rows
+        ]
 
     async def queued_before(self, age: timedelta, limit: int = 100) -> list[str]:
         """Queued tasks nobody has claimed for `age` (oldest first)."""
@@ -258,9 +292,11 @@ class Leases:
 
     async def mine(self) -> list[Held]:
         """Unfinished tasks leased to this replica's name: after a restart, left by the previous life."""
-        stmt = select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner).where(
+        stmt = select(_tasks.c.id, _tasks.c.state, _tasks.c.lease_owner, _tasks.c.run_started_at).where(
             self._role, _tasks.c.lease_owner == self.replica_id, _tasks.c.state.not_in(ENDED_STATES)
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [Held(tid, TaskState(state), owner) for tid, state, owner in rows]
+        return [
+            Held(tid, TaskState(state), owner, started is not None) for tid, state, owner, started in rows
+        ]

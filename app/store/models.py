@@ -79,6 +79,10 @@ class TaskRow(Base):
     traceparent: Mapped[str | None] = mapped_column(String(64))
     """The W3C `traceparent` of the request that created the task (tracing on; else NULL): its runs, on any
     replica or worker, and its webhook calls continue that trace. Never shown to clients."""
+    run_started_at: Mapped[datetime | None]
+    """When the run of this `submitted` task was started, written with the claim or creation it started
+    from (not for a `pure` agent's): a holder that dies before the run's first event leaves a task that is
+    ended as lost, never run again (`leases.py`). NULL: no run was started, or one that may run again."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;

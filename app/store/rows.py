@@ -104,9 +104,11 @@ def new_task(
     retry_key: str | None,
     role: str = "default",
     traceparent: str | None = None,
+    run_started: bool = False,
 ) -> dict[str, Any]:
     """A new task's row, its first event (`submitted`, number 1) already counted; `traceparent`: the W3C
-    trace context of the request that created it (with tracing on)."""
+    trace context of the request that created it (with tracing on); `run_started`: its run starts here
+    once it is committed (`run_started_at`)."""
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -125,6 +127,7 @@ def new_task(
         "retry_key": retry_key,
         "role": role,
         "traceparent": traceparent,
+        "run_started_at": now if run_started else None,
     }
 
 

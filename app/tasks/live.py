@@ -382,7 +382,16 @@ class LiveTasks:
         traceparent = traces.traceparent()
         write = Write(
             new_task=rows.new_task(
-                task, owner, now, holder, expires, new.retry_key, self.role_name, traceparent
+                task,
+                owner,
+                now,
+                holder,
+                expires,
+                new.retry_key,
+                self.role_name,
+                traceparent,
+                # Its run starts as soon as this commits: a holder that dies after it must not run it again.
+                run_started=hold and self.leases.runs_once,
             ),
             messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
             events=rows.event_rows(task.id, first, now),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import shutil
 import uuid
@@ -162,9 +163,18 @@ async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) 
     assert not alive(sleeper) and find_process(marker) is None
 
 
-async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path: Path) -> None:
+KILLS = int(os.environ.get("RUNS_ONCE_KILLS", "3"))
+"""Kills of the runs-once test in `make test`; `RUNS_ONCE_KILLS=50` for the long form."""
+
+
+async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start_and_never_run_again(
+    tmp_path: Path,
+) -> None:
     """Without the jail, SIGKILL gives the server no chance to stop its CLIs; its next start (same
-    replica) kills them, and the task they worked for ends failed as lost."""
+    replica) kills them, and the task they worked for ends failed as lost. Killed as soon as the CLI has
+    started, before the run's first event is committed: the task was `submitted` with its run started
+    (`run_started_at`), so the next life never runs it again (it did, on a busy machine: a second CLI
+    for the same task). Each round: one run of the CLI, the task failed, no CLI left."""
     server = await make_server(
         "sqlite",
         tmp_path,
@@ -174,19 +184,26 @@ async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start(tmp_path:
         AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
         REPLICA_ID=f"reaper-{uuid.uuid4().hex[:8]}",
     )
-    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
     try:
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
-            task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
-            sleeper = await wait_for_process(marker)
-            server.kill()
-            assert alive(sleeper), "the killed server's CLI outlived it (what the next start must fix)"
-            server.start()
-            async with asyncio.timeout(30):
-                while alive(sleeper) or find_process(marker) is not None:
-                    await asyncio.sleep(0.05)
-            after = await result(client, "tasks/get", {"id": task["id"]})
-            assert after["status"]["state"] == "failed"
+        for kill in range(KILLS):
+            marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+                task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+                sleeper = await wait_for_process(marker)
+                server.kill()
+                assert alive(sleeper), "the killed server's CLI outlived it (what the next start must fix)"
+                server.start()
+                async with asyncio.timeout(60):
+                    while (after := await result(client, "tasks/get", {"id": task["id"]}))["status"][
+                        "state"
+                    ] != "failed":
+                        assert after["status"]["state"] in ("submitted", "working"), after["status"]
+                        await asyncio.sleep(0.05)
+                    while alive(sleeper) or find_process(marker) is not None:
+                        await asyncio.sleep(0.05)
+            assert "restarted" in status_text(after), after["status"]
+            states = [t["state"] for t in after["metadata"]["stateTransitions"]]
+            assert states in (["submitted", "failed"], ["submitted", "working", "failed"]), (kill, states)
     finally:
         server.stop()
 

@@ -134,6 +134,32 @@ async def test_start_up_adopts_queued_tasks_and_ends_lost_runs(tmp_path):
         assert alive.status.state is TaskState.WORKING, "a live lease of another replica is left alone"
 
 
+async def test_a_started_run_whose_holder_died_before_its_first_event_is_lost_never_run_again(tmp_path):
+    """A `submitted` task whose run was started (`run_started_at`, committed with the claim or creation)
+    but whose holder died before the run's first event: its holder's next life and another replica's
+    reaper end it `failed` as lost; its agent never starts again. One with no run started is claimed and
+    run, as before."""
+    ran: list[str] = []
+
+    async def seed(writer: Writer) -> None:
+        await writer.commit(seeded_write("mine-started", TaskState.SUBMITTED, "r1", 60, started=True))
+        await writer.commit(seeded_write("dead-started", TaskState.SUBMITTED, "dead", -60, started=True))
+        await writer.commit(seeded_write("dead-queued", TaskState.SUBMITTED, "dead", -60))
+
+    async def script(task: TaskContext) -> None:
+        ran.append(task.id)
+        await task.say(f"ran {task.id}")
+
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
+        lost = await until(c, "mine-started", TaskState.FAILED)
+        assert status_text(lost) == "The server restarted while this task was running; its agent was lost."
+        reaped = await until(c, "dead-started", TaskState.FAILED)
+        assert status_text(reaped).startswith("Replica dead running this task stopped renewing its lease")
+        claimed = await until(c, "dead-queued", TaskState.COMPLETED)
+        assert texts(claimed) == ["ran dead-queued"]
+    assert ran == ["dead-queued"], "a task whose run had started is never run again"
+
+
 async def test_a_run_gives_back_its_slot_as_its_task_ends_so_the_next_send_runs_at_once(tmp_path):
     async def script(task: TaskContext) -> None:
         await task.complete(f"done {task.text}")

@@ -137,9 +137,11 @@ async def until(c: Components, task_id: str, state: TaskState) -> Task:
     return await c.service.get(OWNER, task_id)
 
 
-def seeded_write(task_id: str, state: TaskState, lease_owner: str, lease_ttl_s: float) -> Write:
+def seeded_write(
+    task_id: str, state: TaskState, lease_owner: str, lease_ttl_s: float, started: bool = False
+) -> Write:
     """A task's first rows as a replica's earlier life left them: `state`, leased to `lease_owner` until
-    `lease_ttl_s` from now (negative: already expired)."""
+    `lease_ttl_s` from now (negative: already expired); `started`: with its run started (`run_started_at`)."""
     now = utcnow()
     status = TaskStatus(state, iso(now))
     message = user("seeded", task_id=task_id, context_id=f"ctx-{task_id}")
@@ -153,7 +155,7 @@ def seeded_write(task_id: str, state: TaskState, lease_owner: str, lease_ttl_s: 
     first = [EventRecord(1, StatusUpdate(task_id, task.context_id, status))]
     expires = now + timedelta(seconds=lease_ttl_s)
     return Write(
-        new_task=rows.new_task(task, OWNER, now, lease_owner, expires, None),
+        new_task=rows.new_task(task, OWNER, now, lease_owner, expires, None, run_started=started),
         messages=[rows.message_row(task_id, OWNER, message, now)],
         events=rows.event_rows(task_id, first, now),
     )
