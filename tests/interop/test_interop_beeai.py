@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from tests.conftest import make_server
-from tests.support import frameworks, rpc
+from tests.support import frameworks
+from tests.support.frameworks import only_context, only_send, only_task, task_on_server, texts
 from tests.support.server import ServerProcess
 
 AGENT_NAME = "Scripted Test Agent"
@@ -61,41 +62,12 @@ async def http(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
 # ---- helpers ------------------------------------------------------------------------------------
 
 
-def scenario(runs: dict[tuple[str, str], dict[str, Any]], mode: str, name: str) -> dict[str, Any]:
-    found = runs.get((mode, name))
-    assert found is not None, f"the driver printed nothing for {mode} {name}: {sorted(runs)}"
-    assert "error" not in found, f"BeeAI failed in {mode} {name}: {found['error']}\n{found.get('trace', '')}"
-    return found
+def scenario(runs: frameworks.Runs, mode: str, name: str) -> dict[str, Any]:
+    return frameworks.scenario(runs, mode, name, "BeeAI")
 
 
-def turns(runs: dict[tuple[str, str], dict[str, Any]], mode: str, name: str) -> list[dict[str, Any]]:
-    out = scenario(runs, mode, name)["turns"]
-    for t in out:
-        assert "error" not in t, f"BeeAI failed in {mode} {name}, turn {t['sent']!r}: {t['error']}\n{t}"
-    return out
-
-
-def only_task(turn: dict[str, Any]) -> str:
-    assert len(turn["task_ids"]) == 1, f"one task expected for {turn['sent']!r}: {turn['task_ids']}"
-    return turn["task_ids"][0]
-
-
-def only_context(turn: dict[str, Any]) -> str:
-    assert len(turn["context_ids"]) == 1, f"one context expected for {turn['sent']!r}: {turn['context_ids']}"
-    return turn["context_ids"][0]
-
-
-def only_send(turn: dict[str, Any]) -> dict[str, Any]:
-    assert len(turn["wire"]) == 1, f"one send expected for {turn['sent']!r}: {turn['wire']}"
-    return turn["wire"][0]
-
-
-def texts(parts: list[dict[str, Any]]) -> str:
-    return "".join(p.get("text", "") for p in parts)
-
-
-async def task_on_server(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
-    return await rpc.result(http, "tasks/get", {"id": task_id})
+def turns(runs: frameworks.Runs, mode: str, name: str) -> list[dict[str, Any]]:
+    return frameworks.turns(runs, mode, name, "BeeAI")
 
 
 def card_url(server: ServerProcess) -> str:
@@ -106,15 +78,7 @@ def card_url(server: ServerProcess) -> str:
 
 
 def test_card_is_discovered_from_the_loopback_origin(runs: Any, server: ServerProcess) -> None:
-    card = scenario(runs, "streaming", "card")
-    assert card["fetched"] == [f"{server.base_url}/.well-known/agent-card.json"], card
-    assert card["card_name"] == AGENT_NAME, card
-    assert card["agent_name"] == AGENT_NAME, f"A2AAgent did not take its name from the card: {card}"
-    assert card["card_url"] == card_url(server), (
-        f"the card does not advertise the origin it was fetched from: {card}"
-    )
-    assert card["preferred_transport"] == "JSONRPC", card
-    assert card["streaming"] is True, card
+    frameworks.check_card(scenario(runs, "streaming", "card"), server.base_url, AGENT_NAME)
 
 
 @pytest.mark.parametrize("mode", MODES)

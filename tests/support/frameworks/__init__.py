@@ -13,6 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from tests.support import rpc
 from tests.support.server import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -48,3 +51,63 @@ def run_driver(venv: str, driver: str, *args: str, timeout_s: float = 180) -> li
         return [json.loads(line) for line in out if line.strip()]
     except json.JSONDecodeError:
         raise AssertionError(f"{driver} printed something that is not JSON:\n{done.stdout}") from None
+
+
+# ---- what the tests read of a driver's turns ------------------------------------------------------------
+
+Runs = dict[tuple[str, str], dict[str, Any]]
+"""A driver's output by (mode, scenario)."""
+
+
+def scenario(runs: Runs, mode: str, name: str, framework: str) -> dict[str, Any]:
+    """A scenario's result, which must have run through."""
+    found = runs.get((mode, name))
+    assert found is not None, f"the driver printed nothing for {mode} {name}: {sorted(runs)}"
+    assert "error" not in found, (
+        f"{framework} failed in {mode} {name}: {found['error']}\n{found.get('trace', '')}"
+    )
+    return found
+
+
+def turns(runs: Runs, mode: str, name: str, framework: str) -> list[dict[str, Any]]:
+    """A scenario's turns, each of which must have ended without an error."""
+    out = scenario(runs, mode, name, framework)["turns"]
+    for t in out:
+        assert "error" not in t, f"{framework} failed in {mode} {name}, turn {t['sent']!r}: {t['error']}\n{t}"
+    return out
+
+
+def check_card(card: dict[str, Any], base_url: str, name: str) -> None:
+    """The driver's `card` scenario: fetched from the loopback origin it was given, and advertising it."""
+    assert card["fetched"] == [f"{base_url}/.well-known/agent-card.json"], card
+    assert card["card_name"] == name, card
+    assert card["agent_name"] == name, f"A2AAgent did not take its name from the card: {card}"
+    assert card["card_url"] == f"{base_url}/a2a/jsonrpc", (
+        f"the card does not advertise the origin it was fetched from: {card}"
+    )
+    assert card["preferred_transport"] == "JSONRPC", card
+    assert card["streaming"] is True, card
+
+
+def only_task(turn: dict[str, Any]) -> str:
+    assert len(turn["task_ids"]) == 1, f"one task expected for {turn['sent']!r}: {turn['task_ids']}"
+    return turn["task_ids"][0]
+
+
+def only_context(turn: dict[str, Any]) -> str:
+    assert len(turn["context_ids"]) == 1, f"one context expected for {turn['sent']!r}: {turn['context_ids']}"
+    return turn["context_ids"][0]
+
+
+def only_send(turn: dict[str, Any]) -> dict[str, Any]:
+    assert len(turn["wire"]) == 1, f"one send expected for {turn['sent']!r}: {turn['wire']}"
+    return turn["wire"][0]
+
+
+def texts(parts: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", "") for p in parts)
+
+
+async def task_on_server(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    """The task as the server has it (`tasks/get`): what the framework's turns left there."""
+    return await rpc.result(http, "tasks/get", {"id": task_id})

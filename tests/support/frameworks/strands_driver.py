@@ -19,87 +19,14 @@ error line, never a stuck test.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import os
-import sys
 import time
-import traceback
-from collections.abc import Awaitable
 from typing import Any
 
-TURN_TIMEOUT_S = 30
-
-# JSON lines go to the real stdout; whatever else prints (a framework's logger, warnings) goes to stderr.
-_OUT = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-
-import httpx  # noqa: E402
-from a2a.client import ClientConfig, ClientFactory  # noqa: E402
-from a2a.types import Message, TaskArtifactUpdateEvent, TaskStatusUpdateEvent  # noqa: E402
-from strands.agent.a2a_agent import A2AAgent  # noqa: E402
-from strands.multiagent import GraphBuilder  # noqa: E402
-
-
-def emit(**fields: Any) -> None:
-    _OUT.write(json.dumps(fields, default=str) + "\n")
-
-
-# ---- the wire: every request the framework's httpx clients send -----------------------------------------
-
-WIRE: list[dict[str, Any]] = []
-_send = httpx.AsyncClient.send
-
-
-async def _recording_send(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-    entry: dict[str, Any] = {"http": request.method, "url": str(request.url)}
-    if request.method == "POST":
-        try:
-            body = json.loads(request.content)
-        except ValueError:
-            body = {}
-        entry["rpc"] = body.get("method")
-        msg = (body.get("params") or {}).get("message") or {}
-        entry["task_id"] = msg.get("taskId")
-        entry["context_id"] = msg.get("contextId")
-        entry["reference_task_ids"] = msg.get("referenceTaskIds")
-    WIRE.append(entry)
-    return await _send(self, request, **kwargs)
-
-
-httpx.AsyncClient.send = _recording_send  # type: ignore[method-assign]
-
-
-# ---- what the framework showed ----------------------------------------------------------------------------
-
-
-def text_of(parts: Any) -> str:
-    return "".join(getattr(p.root, "text", "") for p in parts or [])
-
-
-def describe(event: Any) -> dict[str, Any]:
-    """One A2A event as Strands yielded it (`{"type": "a2a_stream", "event": ...}`)."""
-    if isinstance(event, Message):
-        return {"kind": "message", "text": text_of(event.parts), "task_id": event.task_id}
-    task, update = event
-    out: dict[str, Any] = {"task_id": task.id, "context_id": task.context_id}
-    if update is None:
-        out.update(kind="task", state=task.status.state.value)
-    elif isinstance(update, TaskStatusUpdateEvent):
-        out.update(kind="status-update", state=update.status.state.value, final=update.final)
-        if update.status.message:
-            out["text"] = text_of(update.status.message.parts)
-    elif isinstance(update, TaskArtifactUpdateEvent):
-        out.update(
-            kind="artifact-update",
-            name=update.artifact.name,
-            text=text_of(update.artifact.parts),
-            append=update.append,
-            last_chunk=update.last_chunk,
-        )
-    return out
+# First (it sorts first): importing it sends whatever the frameworks print to stderr.
+from _a2a03 import TURN_TIMEOUT_S, WIRE, bounded, describe, main
+from a2a.client import ClientConfig, ClientFactory
+from strands.agent.a2a_agent import A2AAgent
+from strands.multiagent import GraphBuilder
 
 
 def agent(url: str, mode: str, name: str | None = None) -> A2AAgent:
@@ -109,10 +36,6 @@ def agent(url: str, mode: str, name: str | None = None) -> A2AAgent:
             endpoint=url, name=name, a2a_client_factory=ClientFactory(ClientConfig(streaming=False))
         )
     return A2AAgent(endpoint=url, name=name)
-
-
-async def bounded(what: Awaitable[Any]) -> Any:
-    return await asyncio.wait_for(what, TURN_TIMEOUT_S)
 
 
 async def turn(remote: A2AAgent, text: str, *, call: str = "stream_async") -> dict[str, Any]:
@@ -223,26 +146,5 @@ async def graph(url: str, mode: str) -> dict[str, Any]:
 SCENARIOS = {"card": card, "echo": echo, "ask": ask, "second-turn": second_turn, "graph": graph}
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--mode", action="append", choices=["streaming", "blocking"])
-    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
-    args = parser.parse_args()
-    for mode in args.mode or ["streaming", "blocking"]:
-        for name in args.scenario or list(SCENARIOS):
-            try:
-                emit(mode=mode, scenario=name, **await SCENARIOS[name](args.url, mode))
-            except TimeoutError:
-                emit(mode=mode, scenario=name, error=f"timeout: no answer within {TURN_TIMEOUT_S} s")
-            except Exception as exc:
-                emit(
-                    mode=mode,
-                    scenario=name,
-                    error=f"{type(exc).__name__}: {exc}",
-                    trace=traceback.format_exc(),
-                )
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    main(SCENARIOS)
