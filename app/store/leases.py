@@ -39,7 +39,7 @@ class Held:
     def running(self) -> bool:
         """Its holder was running it: `working`, or `submitted` with a run started. Lost with the holder,
         never started again."""
-        return self.state is TaskState.WORKING or self.started
+        return self.state is TaskState.WORKING or (self.state is TaskState.SUBMITTED and self.started)
 
 
 @dataclass(slots=True, frozen=True)

@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 
 from app.protocol.model import TaskState, utcnow
 from app.store.db import create_engine
-from app.store.leases import Leases
+from app.store.leases import Held, Leases
 from app.store.models import TaskRow
 from app.store.writer import Writer
 from tests.conftest import BACKENDS, migrated_database_url
@@ -88,3 +88,13 @@ async def test_a_pure_agents_claim_marks_nothing_and_a_release_clears_the_mark(e
     assert await pure.claim_queued(1) == ["b"]
     (held,) = [h for h in await pure.mine() if h.task_id == "b"]
     assert not held.started and not held.running
+
+
+@pytest.mark.parametrize("state", [TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED])
+def test_a_task_waiting_for_its_user_is_not_running_though_its_run_once_started(state: TaskState) -> None:
+    """The mark stays when the run goes on (`working`, then a question): a waiting task is not lost with
+    its holder (it is answered, and its run resumed), whatever the mark says."""
+    assert not Held("t", state, "r1", started=True).running
+    assert Held("t", TaskState.WORKING, "r1").running
+    assert Held("t", TaskState.SUBMITTED, "r1", started=True).running
+    assert not Held("t", TaskState.SUBMITTED, "r1").running
