@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -85,6 +86,29 @@ def describe(event: Any) -> dict[str, Any]:
             last_chunk=update.last_chunk,
         )
     return out
+
+
+async def timed_turn(
+    text: str, turn: Awaitable[Any], events: list[dict[str, Any]], **shown: Any
+) -> tuple[dict[str, Any], Any]:
+    """One turn of the framework, bounded: what it showed (`events`, filled as it ran), what went on the
+    wire, how long it took, the error it raised; and what the call returned (None when it failed)."""
+    wire_from = len(WIRE)
+    started = time.monotonic()
+    out: dict[str, Any] = {"sent": text, **shown}
+    returned = None
+    try:
+        returned = await asyncio.wait_for(turn, TURN_TIMEOUT_S)
+    except TimeoutError:
+        out["error"] = f"timeout: the turn did not end within {TURN_TIMEOUT_S} s"
+    except Exception as exc:  # what the framework raised is what the user saw
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["seconds"] = round(time.monotonic() - started, 3)
+    out["events"] = events
+    out["wire"] = [w for w in WIRE[wire_from:] if w["http"] == "POST"]
+    out["task_ids"] = sorted({e["task_id"] for e in events if e.get("task_id")})
+    out["context_ids"] = sorted({e["context_id"] for e in events if e.get("context_id")})
+    return out, returned
 
 
 async def bounded(what: Awaitable[Any]) -> Any:

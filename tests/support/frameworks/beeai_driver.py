@@ -19,11 +19,10 @@ JSON error line, never a stuck test.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 # First (it sorts first): importing it sends whatever the frameworks print to stderr.
-from _a2a03 import TURN_TIMEOUT_S, WIRE, bounded, describe, main
+from _a2a03 import WIRE, bounded, describe, main, timed_turn
 from beeai_framework.adapters.a2a.agents import A2AAgent, A2AAgentUpdateEvent
 from beeai_framework.emitter import EventMeta
 from beeai_framework.memory import UnconstrainedMemory
@@ -43,21 +42,7 @@ async def turn(remote: A2AAgent, text: str, mode: str) -> dict[str, Any]:
     async def run() -> Any:
         return await remote.run(text, streaming=mode == "streaming").on("update", on_update)
 
-    wire_from = len(WIRE)
-    started = time.monotonic()
-    out: dict[str, Any] = {"sent": text}
-    response = None
-    try:
-        response = await bounded(run())
-    except TimeoutError:
-        out["error"] = f"timeout: the run did not end within {TURN_TIMEOUT_S} s"
-    except Exception as exc:  # what the framework raised is what the user saw
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    out["seconds"] = round(time.monotonic() - started, 3)
-    out["events"] = events
-    out["wire"] = [w for w in WIRE[wire_from:] if w["http"] == "POST"]
-    out["task_ids"] = sorted({e["task_id"] for e in events if e.get("task_id")})
-    out["context_ids"] = sorted({e["context_id"] for e in events if e.get("context_id")})
+    out, response = await timed_turn(text, run(), events)
     if response is not None:
         out["text"] = response.last_message.text
         out["outputs"] = [m.text for m in response.output]

@@ -19,11 +19,10 @@ error line, never a stuck test.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 # First (it sorts first): importing it sends whatever the frameworks print to stderr.
-from _a2a03 import TURN_TIMEOUT_S, WIRE, bounded, describe, main
+from _a2a03 import WIRE, bounded, describe, main, timed_turn
 from a2a.client import ClientConfig, ClientFactory
 from strands.agent.a2a_agent import A2AAgent
 from strands.multiagent import GraphBuilder
@@ -43,7 +42,6 @@ async def turn(remote: A2AAgent, text: str, *, call: str = "stream_async") -> di
     yields, then the result; `invoke_async` is this loop keeping only the result)."""
     events: list[dict[str, Any]] = []
     result: Any = None
-    wire_from = len(WIRE)
 
     async def consume() -> None:
         nonlocal result
@@ -56,19 +54,7 @@ async def turn(remote: A2AAgent, text: str, *, call: str = "stream_async") -> di
             elif "result" in ev:
                 result = ev["result"]
 
-    started = time.monotonic()
-    out: dict[str, Any] = {"sent": text, "call": call}
-    try:
-        await bounded(consume())
-    except TimeoutError:
-        out["error"] = f"timeout: the turn did not end within {TURN_TIMEOUT_S} s"
-    except Exception as exc:  # what the framework raised is what the user saw
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    out["seconds"] = round(time.monotonic() - started, 3)
-    out["events"] = events
-    out["wire"] = [w for w in WIRE[wire_from:] if w["http"] == "POST"]
-    out["task_ids"] = sorted({e["task_id"] for e in events if e.get("task_id")})
-    out["context_ids"] = sorted({e["context_id"] for e in events if e.get("context_id")})
+    out, _ = await timed_turn(text, consume(), events, call=call)
     if result is not None:
         out["text"] = "".join(block.get("text", "") for block in result.message["content"])
         out["shown"] = str(result)
