@@ -80,6 +80,9 @@ class Subscription:
 class Bus(ABC):
     """Per-task event fan-out plus replica-to-replica control. Subclasses move the bytes."""
 
+    hears_others = False
+    """Whether writes of other processes ring here (Redis); an in-process bus hears only its own."""
+
     def __init__(self, replica_id: str) -> None:
         self.replica_id = replica_id
         self._subs: dict[str, set[Subscription]] = {}

@@ -36,6 +36,8 @@ _OUTBOX_LIMIT = 10_000
 
 
 class RedisBus(Bus):
+    hears_others = True
+
     def __init__(self, url: str, replica_id: str) -> None:
         super().__init__(replica_id)
         self._redis = Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)

@@ -134,6 +134,8 @@ class Runner:
         self._closing = False
         self._recovered = False
         self._checks: dict[str, asyncio.Task[None]] = {}
+        self._taken: dict[str, int] = {}
+        """Tasks taken over with nothing written yet (their last event number then): `_heard`."""
         bus.on_queued(self._queued)
 
     @property
@@ -276,6 +278,19 @@ class Runner:
         for task_id in runs:
             if task_id not in renewed:
                 self.lost(task_id)
+        await self._heard()
+
+    async def _heard(self) -> None:
+        """Send this replica's followers of a task taken from it to its log once the taker has written.
+
+        A taker this bus does not reach (the admin command line without `REDIS_URL`, or on another bus)
+        takes the lease and then writes: if this replica found its lease gone in between, its followers
+        read a log with nothing new at the loss, and no bus would ring them for the write that follows."""
+        for task_id, seq in list(self._taken.items()):
+            stored = await self._leases.recorded(task_id)
+            if stored is None or stored[0] != seq:
+                del self._taken[task_id]
+                self._tasks.bus.resync(task_id)
 
     def lost(self, task_id: str) -> None:
         """The task may have been ended or taken over elsewhere: check, and stop its run if so."""
@@ -305,6 +320,8 @@ class Runner:
             if stored == (live.seq, self._leases.replica_id):
                 return
             self._tasks.lose(task_id)
+            if stored is not None and stored[0] == live.seq:
+                self._taken[task_id] = live.seq
         log.warning(
             "task %s was ended or taken over by another replica (stored: %s); stopping its agent",
             task_id,

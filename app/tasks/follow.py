@@ -23,6 +23,9 @@ from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, Snapshot
 _T = TypeVar("_T")
 REPLAY_PAGE = 500
 """Events a stream reads from the log at once when it catches up (a resync, a gap, a resume)."""
+DEAF_POLL_S = 5.0
+"""How often a stream reads the log of a task not held here when the bus hears only this process: who
+writes it (the admin command line canceling a queued task) rings no bell here."""
 
 
 class Reader:
@@ -150,7 +153,7 @@ class Reader:
     ) -> AsyncIterator[EventRecord]:
         """Live events from `expected` on: duplicates dropped, gaps and resyncs filled from the log."""
         while True:
-            rec = await sub.get()
+            rec = await self._next(sub, task_id)
             if rec is RESYNC:
                 async with aclosing(self._replay(owner, task_id, context_id, expected - 1)) as log:
                     async for m in log:
@@ -167,6 +170,17 @@ class Reader:
                         yield m
             yield rec
             expected = rec.seq + 1
+
+    async def _next(self, sub: Subscription, task_id: str) -> EventRecord | None:
+        """The subscription's next record; RESYNC every DEAF_POLL_S on a bus that does not hear the task's
+        writer (in process, and the task not held here)."""
+        if self._bus.hears_others or self._tasks.shown(task_id) is not None:
+            return await sub.get()
+        try:
+            async with asyncio.timeout(DEAF_POLL_S):
+                return await sub.get()
+        except TimeoutError:
+            return RESYNC
 
     async def _replay(
         self, owner: str, task_id: str, context_id: str, after: int

@@ -10,6 +10,7 @@ busy every fifth of a second.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -21,11 +22,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from app.admin import tasks_cancel
 from app.agents.sdk import TaskContext
 from app.api.auth import Authenticator
 from app.api.deps import Components
 from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow
+from app.tasks.follow import DEAF_POLL_S
 from app.wiring import wire
 from tests.support.inproc import (
     OWNER,
@@ -255,3 +258,55 @@ async def test_the_heartbeat_renews_only_runs_alive_here(tmp_path):
         agent.speak.set()
         agent.finish.set()
         await until(c, alive, TaskState.COMPLETED)
+
+
+async def test_a_stream_on_the_holder_sees_a_cancel_written_after_its_lease_was_taken(tmp_path, caplog):
+    """The admin command line without Redis takes the lease, then writes its cancel: two commits. A holder
+    whose heartbeat falls between them finds its lease gone and nothing new in the log; the stream open on
+    it must still get the cancel once it is written, though no bus rings it there (here: each replica has
+    its own in-process bus)."""
+    caplog.set_level(logging.WARNING)
+    agent = Agent()
+    async with pair(tmp_path, agent) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+        stream = await r1.service.resubscribe(OWNER, task_id)
+        snap = await anext(stream)
+        assert snap.task.status.state is TaskState.WORKING
+        last = asyncio.create_task(_last(stream))
+
+        await r2.tasks.writable(OWNER, task_id, take_over=True)  # the lease is r2's; nothing written yet
+        await r1.runner._heartbeat()
+        await asyncio.wait_for(agent.stopped.wait(), WAIT_S)  # r1 stopped its agent: the task is not its own
+        canceled = await r2.service.cancel(OWNER, task_id, reason="by ops", take_over=True)
+        assert canceled.status.state is TaskState.CANCELED
+        await r1.runner._heartbeat()  # r1 learns of the write at its next heartbeat, as it would anyway
+        rec = await asyncio.wait_for(last, WAIT_S)
+        assert rec.event.status.state is TaskState.CANCELED and rec.event.final
+        assert any(task_id in r.message and LOST_LOG in r.message for r in caplog.records)
+
+
+async def test_a_stream_on_a_queued_task_sees_the_admins_cancel_without_a_bus_that_rings_it(tmp_path):
+    """One replica on its in-process bus, its slot taken, a second task queued (held by nobody) and followed
+    there: the admin command line (no Redis) cancels it, and the stream ends at the cancel though nothing
+    rang for it (the stream reads the log every DEAF_POLL_S)."""
+    agent = Agent()
+    async with running(tmp_path, agent, lease_ttl_s=60.0, agent_timeout_s=600.0, max_concurrent_tasks=1) as c:
+        first = await start_on_r1(c, agent)
+        queued = (await send(c, "work", blocking=False)).id
+        assert (await lease(c, queued))[0] is None
+        stream = await c.service.resubscribe(OWNER, queued)
+        assert (await anext(stream)).task.status.state is TaskState.SUBMITTED
+        last = asyncio.create_task(_last(stream))
+        admin = settings_for(tmp_path / "a2a.db", replica_id="admin")
+        await tasks_cancel(admin, queued, "by ops", as_json=False, out=io.StringIO())
+        rec = await asyncio.wait_for(last, DEAF_POLL_S + WAIT_S)
+        assert rec.event.status.state is TaskState.CANCELED and status_text(rec.event) == "by ops"
+        assert (await c.service.get(OWNER, first)).status.state is TaskState.WORKING
+
+
+async def _last(stream: AsyncIterator[Any]) -> Any:
+    """The last record of a stream (it ends at the task's terminal state)."""
+    last = None
+    async for rec in stream:
+        last = rec
+    return last
