@@ -221,7 +221,8 @@ async def wire(
             await shared.start()
             stack.push_async_callback(shared.aclose)
             repo = Repository(engine, scope)
-            leases = Leases(engine, settings.replica_id, settings.lease_ttl_s, scope)
+            effects = not agents[name].pure
+            leases = Leases(engine, settings.replica_id, settings.lease_ttl_s, scope, runs_once=effects)
             tasks = LiveTasks(
                 repo,
                 writer,
@@ -231,6 +232,7 @@ async def wire(
                 push_ring=deliverer.ring if settings.push_deliver else None,
                 role=scope,
                 role_name=name,
+                exclusive=effects,
             )
             runner: Runner | Idle = (
                 Runner(

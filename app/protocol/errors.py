@@ -67,6 +67,13 @@ class InvalidParamsError(A2AError):
     default_message = "Invalid parameters"
 
 
+class ContextBusyError(InvalidParamsError):
+    """A new task in a context whose other task of an agent with effects is still open (one workspace,
+    one CLI session per context): continue that task, wait for it to end, or cancel it."""
+
+    default_message = "Another task of this context is still open"
+
+
 class InternalError(A2AError):
     pass
 

@@ -19,6 +19,8 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -32,6 +34,8 @@ Timestamp = DateTime(timezone=True)
 
 RETRY_KEY_UNIQUE = "uq_tasks_owner_retry_key"
 """A second running task of one first message (per owner): a copy of a request."""
+OPEN_CONTEXT_UNIQUE = "uq_tasks_open_context"
+"""A second open task in one context of an agent with effects (`TaskRow.exclusive`)."""
 IDEMPOTENCY_KEY_PKEY = "idempotency_keys_pkey"
 """An Idempotency-Key in use: a copy of a request."""
 EVENT_SEQ_PKEY = "events_pkey"
@@ -42,6 +46,8 @@ The primary keys carry PostgreSQL's default names, which the migrations left the
 
 ENDED_STATES = tuple(s.value for s in TERMINAL_STATES)
 """A task's stored `state` once it has ended (what leases pass over and retention deletes)."""
+OPEN_EXCLUSIVE = text(f"exclusive AND state NOT IN ({', '.join(repr(s) for s in sorted(ENDED_STATES))})")
+"""The rows `OPEN_CONTEXT_UNIQUE` covers: open tasks of agents with effects (the migration says the same)."""
 
 
 class Base(DeclarativeBase):
@@ -83,6 +89,10 @@ class TaskRow(Base):
     """When the run of this `submitted` task was started, written with the claim or creation it started
     from (not for a `pure` agent's): a holder that dies before the run's first event leaves a task that is
     ended as lost, never run again (`leases.py`). NULL: no run was started, or one that may run again."""
+    exclusive: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    """The task's agent has effects (not `pure`: a CLI in the context's workspace, its session): while the
+    task is open (not ended) it is the only open task of its context, per owner and role
+    (`OPEN_CONTEXT_UNIQUE`). False for a pure agent's tasks, which may run side by side."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;
@@ -97,6 +107,15 @@ class TaskRow(Base):
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
         Index("ix_tasks_status_at", "status_at", "id"),
         Index(RETRY_KEY_UNIQUE, "owner", "retry_key", unique=True),
+        Index(
+            OPEN_CONTEXT_UNIQUE,
+            "owner",
+            "role",
+            "context_id",
+            unique=True,
+            postgresql_where=OPEN_EXCLUSIVE,
+            sqlite_where=OPEN_EXCLUSIVE,
+        ),
     )
 
 

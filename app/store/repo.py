@@ -35,7 +35,7 @@ from app.protocol.model import (
     parse_iso,
 )
 
-from .models import ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow
+from .models import ENDED_STATES, ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow
 from .tables import tasks as _tasks
 
 COUNT_CAP = 10_000
@@ -232,6 +232,20 @@ class Repository:
         )
         async with self._engine.connect() as conn:
             return (await conn.execute(query)).scalar()
+
+    async def open_in_context(self, owner: str, context_id: str) -> tuple[str, str, str | None] | None:
+        """The open task of an agent with effects in the owner's context (id, state, retry key), if any."""
+        query = select(_tasks.c.id, _tasks.c.state, _tasks.c.retry_key).where(
+            *self._scoped(
+                _tasks.c.owner == owner,
+                _tasks.c.context_id == context_id,
+                _tasks.c.exclusive.is_(True),
+                _tasks.c.state.not_in(ENDED_STATES),
+            )
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else (row[0], row[1], row[2])
 
     async def events_after(
         self, task_id: str, context_id: str, after: int, *, owner: str, limit: int | None = None

@@ -105,10 +105,11 @@ def new_task(
     role: str = "default",
     traceparent: str | None = None,
     run_started: bool = False,
+    exclusive: bool = False,
 ) -> dict[str, Any]:
     """A new task's row, its first event (`submitted`, number 1) already counted; `traceparent`: the W3C
     trace context of the request that created it (with tracing on); `run_started`: its run starts here
-    once it is committed (`run_started_at`)."""
+    once it is committed (`run_started_at`); `exclusive`: the only open task of its context allowed."""
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -128,6 +129,7 @@ def new_task(
         "role": role,
         "traceparent": traceparent,
         "run_started_at": now if run_started else None,
+        "exclusive": exclusive,
     }
 
 

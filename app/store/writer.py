@@ -47,6 +47,7 @@ from .models import (
     ARTIFACT_SEQ_PKEY,
     EVENT_SEQ_PKEY,
     IDEMPOTENCY_KEY_PKEY,
+    OPEN_CONTEXT_UNIQUE,
     RETRY_KEY_UNIQUE,
     ArtifactRow,
     Base,
@@ -123,6 +124,10 @@ class DuplicateError(ConflictError):
     """A repeated request: a retry of a running task's first message, or an Idempotency-Key in use."""
 
 
+class ContextTakenError(ConflictError):
+    """Another open task holds the context of a new task of an agent with effects (`TaskRow.exclusive`)."""
+
+
 class SeqTakenError(ConflictError):
     """The task's next event number is already written: another replica has taken the task over."""
 
@@ -132,6 +137,7 @@ _CONFLICTS: dict[str, type[ConflictError]] = {
     IDEMPOTENCY_KEY_PKEY: DuplicateError,
     EVENT_SEQ_PKEY: SeqTakenError,
     ARTIFACT_SEQ_PKEY: SeqTakenError,
+    OPEN_CONTEXT_UNIQUE: ContextTakenError,
 }
 
 

@@ -238,6 +238,7 @@ class LiveTasks:
         push_ring: Callable[[], None] | None = None,
         role: str | None = None,
         role_name: str = "default",
+        exclusive: bool = False,
     ) -> None:
         self.repo = repo
         """With the writer, bus and leases: the task service reads, writes and forwards through these too."""
@@ -249,6 +250,8 @@ class LiveTasks:
         """The role whose tasks these are, in a deployment of several (None: the only one)."""
         self.role_name = role_name
         """The role's name, also with one role (what usage rows and metrics name)."""
+        self.exclusive = exclusive
+        """The agent has effects: a new task is the only open one of its context (`TaskRow.exclusive`)."""
         self.outage_grace_s = outage_grace_s
         """How long a run's commit waits for a database that is away before the run gives up."""
         self._push_ring = push_ring
@@ -392,6 +395,7 @@ class LiveTasks:
                 traceparent,
                 # Its run starts as soon as this commits: a holder that dies after it must not run it again.
                 run_started=hold and self.leases.runs_once,
+                exclusive=self.exclusive,
             ),
             messages=[rows.message_row(task.id, owner, m, now) for m in task.history],
             events=rows.event_rows(task.id, first, now),

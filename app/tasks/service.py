@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 
 from app.protocol.errors import (
+    ContextBusyError,
     InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
@@ -37,7 +39,7 @@ from app.push import ssrf
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import InvalidPageToken, TaskPage
-from app.store.writer import DuplicateError
+from app.store.writer import ContextTakenError, DuplicateError
 from app.telemetry import logs
 
 from .control import Control
@@ -290,7 +292,7 @@ class TaskService:
                 raise
             return live
         try:
-            await self._tasks.create(new, now, here)
+            await self._create(new, now, here, s.retry)
         except BaseException:
             if here:
                 self._executor.release_slot()
@@ -300,6 +302,30 @@ class TaskService:
         else:
             await self._tasks.bus.ring_queue()
         return task_id
+
+    async def _create(self, new: NewTask, now: datetime, here: bool, retry: str | None) -> None:
+        """`LiveTasks.create`, refused while another task of an agent with effects is open in the context
+        (`ContextBusyError`); a copy of this very message running there is a DuplicateError (`_submit`
+        finds it)."""
+        for _ in range(MAX_ROUNDS):
+            try:
+                await self._tasks.create(new, now, here)
+                return
+            except ContextTakenError:
+                context_id = new.task.context_id
+                open_task = await self._tasks.repo.open_in_context(new.owner, context_id)
+                if open_task is None:
+                    continue  # it ended between our commit and our look-up
+                open_id, state, open_retry = open_task
+                if retry is not None and open_retry == retry:
+                    raise DuplicateError(f"a copy of this message started task {open_id}") from None
+                raise ContextBusyError(
+                    f"Task {open_id} of context {context_id} is still {state}: this agent runs one task "
+                    "per context at a time. Continue that task (message.taskId), wait for it to end, or "
+                    "cancel it",
+                    {"contextId": context_id, "taskId": open_id, "state": state},
+                ) from None
+        raise InternalError("The context's open task kept changing; send it again")
 
     async def _continue(
         self, owner: str, message: Message, hops: int = 0, idem: IdemKey | None = None

@@ -38,7 +38,7 @@ from tests.support.clis import (
     working_in,
 )
 from tests.support.fakes.anthropic import FakeAnthropic
-from tests.support.rpc import result, text_message
+from tests.support.rpc import call, result, text_message
 from tests.support.server import ServerProcess
 
 
@@ -203,6 +203,38 @@ async def test_cli_exiting_non_zero_fails_the_task_with_its_stderr(unattended: S
     assert reason.startswith("claude exited with status 1: "), reason
     assert f"No conversation found with session ID: {session}" in reason, reason
     assert await wait_none_working_in(unattended.workspace(second)) == []
+
+
+async def test_a_second_task_in_a_context_with_one_running_is_refused_and_starts_no_cli(
+    unattended: Served,
+) -> None:
+    """One workspace and one Claude session per context: while a task of the context runs, a new task
+    there is refused (-32602 naming the open task) and no second CLI starts; once it has ended, the next
+    task in the context runs and resumes the session."""
+    c = unattended.client
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    first = await send_message(c, f"RUN: {marker}", blocking=False)
+    sleeper = await wait_for_process(marker)
+    running = set(working_in(unattended.workspace(first)))
+    assert sleeper in running
+
+    body = {
+        "message": text_message("RECALL", contextId=first["contextId"]),
+        "configuration": {"blocking": False},
+    }
+    error = (await call(c, "message/send", body))["error"]
+    assert error["code"] == -32602, error
+    assert error["data"] == {"contextId": first["contextId"], "taskId": first["id"], "state": "working"}
+    assert first["id"] in error["message"] and "one task per context" in error["message"]
+    assert set(working_in(unattended.workspace(first))) == running, "a second CLI started in the workspace"
+    listed = await c.get("/a2a/rest/tasks", params={"contextId": first["contextId"]})
+    assert [t["id"] for t in listed.json()["tasks"]] == [first["id"]], "the refused task was stored"
+
+    canceled = await result(c, "tasks/cancel", {"id": first["id"]})
+    assert canceled["status"]["state"] == "canceled"
+    second = await wait_until_stopped(c, await send_message(c, "RECALL", contextId=first["contextId"]))
+    assert second["status"]["state"] == "completed", status_text(second)
+    assert response_text(second) == f"The first prompt was: RUN: {marker}"
 
 
 async def test_cancel_returns_after_the_process_group_is_gone(unattended: Served) -> None:

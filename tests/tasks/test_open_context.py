@@ -1,0 +1,111 @@
+"""One open task per context for an agent with effects (docs/protocol.md "One open task per context").
+
+A CLI works in its context's one workspace and resumes the context's one session: two tasks of a context
+must not run at once. A new task in a context whose other task of such an agent is still open (submitted,
+working, or waiting for input) is refused with -32602 naming that task; nothing is stored. A copy of the
+message that started the open task is that task (a retry, not a second task). A pure agent's tasks may
+share a context and run side by side, as the protocol allows. On both databases: the rule is a partial
+unique index, and each names its violation its own way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from app.agents.sdk import TaskContext
+from app.protocol.errors import ContextBusyError
+from app.protocol.model import SendConfig, Task, TaskState
+from tests.conftest import BACKENDS, migrated_database_url
+from tests.support.inproc import OWNER, running, send, until, user
+
+pytestmark = pytest.mark.parametrize("backend", BACKENDS)
+
+
+class Gate:
+    """A run that starts, asks when told to (`ask:` in its text), and finishes when the test says."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.finish = asyncio.Event()
+
+    async def __call__(self, task: TaskContext) -> None:
+        self.started += 1
+        await task.working()
+        if "ask:" in task.message.text():
+            await task.ask("Which one?")
+        await self.finish.wait()
+        await task.complete("done")
+
+
+async def _database(backend: str, tmp_path) -> dict[str, str]:
+    if backend == "sqlite":
+        return {}
+    return {"database_url": await migrated_database_url(backend, tmp_path)}
+
+
+async def test_a_second_open_task_in_the_context_is_refused_and_nothing_is_stored(backend, tmp_path):
+    gate = Gate()
+    async with running(tmp_path, gate, agent_timeout_s=600.0, **await _database(backend, tmp_path)) as c:
+        first = await send(c, "work", blocking=False)
+        await until(c, first.id, TaskState.WORKING)
+
+        with pytest.raises(ContextBusyError) as refused:
+            await send(c, "more", blocking=False, context_id=first.context_id)
+        assert refused.value.code == -32602
+        assert refused.value.data == {"contextId": first.context_id, "taskId": first.id, "state": "working"}
+        assert first.id in refused.value.message
+        page = await c.service.list(OWNER, context_id=first.context_id)
+        assert [t.id for t in page.tasks] == [first.id], "the refused task was stored"
+        assert gate.started == 1
+
+        elsewhere = await send(c, "other", blocking=False)  # another context is not held up
+        await until(c, elsewhere.id, TaskState.WORKING)
+
+        gate.finish.set()
+        await until(c, first.id, TaskState.COMPLETED)
+        after = await send(c, "next", context_id=first.context_id)
+        assert after.status.state is TaskState.COMPLETED and after.context_id == first.context_id
+
+
+async def test_a_task_waiting_for_input_holds_its_context(backend, tmp_path):
+    gate = Gate()
+    async with running(tmp_path, gate, agent_timeout_s=600.0, **await _database(backend, tmp_path)) as c:
+        first = await send(c, "ask:", blocking=False)
+        await until(c, first.id, TaskState.INPUT_REQUIRED)
+        with pytest.raises(ContextBusyError) as refused:
+            await send(c, "more", context_id=first.context_id)
+        assert refused.value.data["state"] == "input-required"
+        gate.finish.set()
+        await c.service.send(OWNER, user("this one", task_id=first.id), SendConfig(blocking=False))
+        await until(c, first.id, TaskState.COMPLETED)
+
+
+async def test_a_copy_of_the_first_message_is_its_task_not_a_refusal(backend, tmp_path):
+    gate = Gate()
+    async with running(tmp_path, gate, agent_timeout_s=600.0, **await _database(backend, tmp_path)) as c:
+        message = user("work", context_id="ctx-copy")
+        first = await c.service.send(OWNER, replace(message), SendConfig(blocking=False))
+        assert isinstance(first, Task)
+        await until(c, first.id, TaskState.WORKING)
+        again = await c.service.send(OWNER, replace(message), SendConfig(blocking=False))
+        assert isinstance(again, Task) and again.id == first.id
+        assert gate.started == 1
+        gate.finish.set()
+        await until(c, first.id, TaskState.COMPLETED)
+
+
+async def test_a_pure_agents_tasks_share_a_context_and_run_side_by_side(backend, tmp_path):
+    gate = Gate()
+    db = await _database(backend, tmp_path)
+    async with running(tmp_path, gate, pure=True, agent_timeout_s=600.0, **db) as c:
+        first = await send(c, "work", blocking=False)
+        second = await send(c, "more", blocking=False, context_id=first.context_id)
+        await until(c, first.id, TaskState.WORKING)
+        await until(c, second.id, TaskState.WORKING)
+        assert gate.started == 2
+        gate.finish.set()
+        for task in (first, second):
+            await until(c, task.id, TaskState.COMPLETED)
