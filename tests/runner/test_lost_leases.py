@@ -76,13 +76,15 @@ async def replica(db: Path, agent: Agent, replica_id: str, **overrides: Any) -> 
 
 
 @asynccontextmanager
-async def pair(tmp_path: Path, agent: Agent, **r2: Any) -> AsyncIterator[tuple[Components, Components]]:
+async def pair(
+    tmp_path: Path, agent: Agent, r2_ttl_s: float = 1.0, **r2: Any
+) -> AsyncIterator[tuple[Components, Components]]:
     """`r1` (lease TTL 60 s: renews only when told) and `r2` (lease TTL 1 s: reaps every 0.2 s)."""
     db = tmp_path / "a2a.db"
     await create_tables(db)
     async with (
         replica(db, agent, "r1", lease_ttl_s=60.0) as r1,
-        replica(db, agent, "r2", lease_ttl_s=1.0, **r2) as r2,
+        replica(db, agent, "r2", lease_ttl_s=r2_ttl_s, **r2) as r2,
     ):
         yield r1, r2
 
@@ -133,26 +135,28 @@ async def test_an_expired_lease_is_marked_not_reaped_and_the_holders_renewal_or_
     tmp_path,
 ):
     agent = Agent()
-    async with pair(tmp_path, agent) as (r1, r2):
+    ttl = 3.0  # r2's: the time from its mark to a void lease, a margin for two passes of its reaper
+    async with pair(tmp_path, agent, r2_ttl_s=ttl) as (r1, r2):
         task_id = await start_on_r1(r1, agent)
 
         await expire(r1, task_id)
         await until_lease(r2, task_id, marked=True)
-        await asyncio.sleep(0.5)  # r2's reaper runs again meanwhile (every 0.2 s), within its TTL of 1 s
+        await r2.runner._reap()  # two more passes of r2's reaper, well within its TTL after the mark
+        await r2.runner._reap()
         assert (await lease(r2, task_id))[3] == "working", "reaped on sight of an expired lease"
 
         await r1.runner._heartbeat()  # the holder is back: one heartbeat
         owner, expires, suspect, _ = await lease(r1, task_id)
         assert (owner, suspect) == ("r1", None)
         assert expires.replace(tzinfo=None) > utcnow().replace(tzinfo=None)  # SQLite keeps no zone
-        await asyncio.sleep(1.5)  # past r2's lease TTL after its mark: the renewal, not luck, keeps it
+        await asyncio.sleep(ttl + 0.5)  # past r2's lease TTL after its mark: the renewal, not luck, keeps it
         assert (await lease(r2, task_id))[3] == "working"
 
         await expire(r1, task_id)  # a second outage; this time the holder's next commit comes back first
         await until_lease(r2, task_id, marked=True)
         agent.speak.set()
         await until_lease(r1, task_id, marked=False)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(ttl + 0.5)
         assert (await lease(r2, task_id))[3] == "working"
 
         agent.finish.set()
@@ -267,7 +271,9 @@ async def test_a_stream_on_the_holder_sees_a_cancel_written_after_its_lease_was_
     its own in-process bus)."""
     caplog.set_level(logging.WARNING)
     agent = Agent()
-    async with pair(tmp_path, agent) as (r1, r2):
+    # r2 takes the lease as the admin does and holds no run to renew it: a long TTL, so no reaper ends the
+    # task before the test's cancel.
+    async with pair(tmp_path, agent, r2_ttl_s=60.0) as (r1, r2):
         task_id = await start_on_r1(r1, agent)
         stream = await r1.service.resubscribe(OWNER, task_id)
         snap = await anext(stream)
