@@ -45,6 +45,9 @@ its in-process bus and Redis only runs beside them; CLUSTER_REDIS_BUS=1/0 overri
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_S = 5.0
+"""One readiness probe's own timeout: above the app's READY_TIMEOUT_S (3 s), so a slow but healthy /readyz on
+a busy machine still counts."""
 
 
 def redis_bus_default() -> bool:
@@ -90,16 +93,18 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _end(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float = STOP_TIMEOUT_S) -> None:
-    """Send `sig` and wait for the exit; SIGKILL after `timeout`."""
+def _end(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Send `sig` and wait for the exit; SIGKILL after `timeout`. False when it took the SIGKILL."""
     if proc is None or proc.poll() is not None:
-        return
+        return True
     proc.send_signal(sig)
     try:
         proc.wait(timeout)
+        return True
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return False
 
 
 @dataclass
@@ -187,6 +192,8 @@ class Cluster:
         self.scrape_interval = scrape_interval
         self.prometheus_dir = self.workdir / "prometheus"
         self.prometheus: subprocess.Popen[bytes] | None = None
+        self.stop_timeout_s = STOP_TIMEOUT_S
+        """How long a replica's graceful exit may take before it is killed."""
 
     # -- URLs and environment ------------------------------------------------------------------------------
 
@@ -249,7 +256,7 @@ class Cluster:
         for proc in live:
             proc.send_signal(signal.SIGTERM)
         for proc in live:
-            _end(proc, signal.SIGTERM)
+            _end(proc, signal.SIGTERM, self.stop_timeout_s)
 
     def migrate(self) -> None:
         """`a2a-server migrate` on the shared database."""
@@ -301,18 +308,27 @@ class Cluster:
                 raise RuntimeError(
                     f"replica {r.replica_id} exited (code {code}); {r.log_path}:\n{log_tail(r.log_path)}"
                 )
-            if http_status(r.url + r.ready_path) == 200:
+            if http_status(r.url + r.ready_path, PROBE_TIMEOUT_S) == 200:
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"replica {r.replica_id} not ready after {timeout}s; see {r.log_path}")
+        raise RuntimeError(
+            f"replica {r.replica_id} not ready after {timeout}s; {r.log_path}:\n{log_tail(r.log_path)}"
+        )
 
     def kill(self, i: int) -> None:
         """SIGKILL replica `i`: no goodbye, as in a crash."""
         _end(self.replicas[i].proc, signal.SIGKILL)
 
-    def terminate(self, i: int) -> None:
-        """SIGTERM replica `i` and wait for its graceful exit."""
-        _end(self.replicas[i].proc, signal.SIGTERM)
+    def terminate(self, i: int, must_be_graceful: bool = False) -> None:
+        """SIGTERM replica `i` and wait for its graceful exit (SIGKILL after `stop_timeout_s`).
+        `must_be_graceful`: a test about what a graceful exit does fails on the kill, with the replica's log,
+        instead of asserting on what a kill left."""
+        r = self.replicas[i]
+        if not _end(r.proc, signal.SIGTERM, self.stop_timeout_s) and must_be_graceful:
+            raise RuntimeError(
+                f"replica {r.replica_id} did not exit within {self.stop_timeout_s}s of SIGTERM and was "
+                f"killed; {r.log_path}:\n{log_tail(r.log_path, 40)}"
+            )
 
     def restart(self, i: int) -> None:
         """Stop replica `i` gracefully if it runs, start it again, wait until ready."""
@@ -376,10 +392,13 @@ class Cluster:
                     f"nginx exited; {self.nginx_dir}:\n{log_tail(self.nginx_dir / 'nginx.out')}\n"
                     f"{log_tail(self.nginx_dir / 'error.log')}"
                 )
-            if http_status(self.nginx_url + "/readyz") == 200:
+            if http_status(self.nginx_url + "/readyz", PROBE_TIMEOUT_S) == 200:
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"nginx not ready after {timeout}s; see {self.nginx_dir}/error.log")
+        raise RuntimeError(
+            f"nginx not ready after {timeout}s; {self.nginx_dir}:\n{log_tail(self.nginx_dir / 'nginx.out')}\n"
+            f"{log_tail(self.nginx_dir / 'error.log')}"
+        )
 
     def stop_nginx(self) -> None:
         """Fast shutdown of nginx (SIGTERM: open streams are cut, not drained)."""
@@ -405,7 +424,7 @@ class Cluster:
         finally:
             out.close()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while http_status(self.prometheus_url + "/-/ready") != 200:
+        while http_status(self.prometheus_url + "/-/ready", PROBE_TIMEOUT_S) != 200:
             if self.prometheus.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"Prometheus did not start; {self.prometheus_dir}:\n"

@@ -6,7 +6,6 @@ import asyncio
 import atexit
 import os
 import shutil
-import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -21,7 +20,7 @@ from tests.support import parallel
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.receiver import Receiver
-from tests.support.server import BIN, ROOT, ServerProcess
+from tests.support.server import ServerProcess, migrate
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -104,13 +103,7 @@ async def _fresh_pg_database(base_url: str, template: str | None = None) -> str:
 
 
 def _migrate(url: str) -> None:
-    subprocess.run(
-        [str(BIN / "a2a-server"), "migrate"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        check=True,
-        capture_output=True,
-    )
+    migrate({**os.environ, "DATABASE_URL": url})
 
 
 _TEMPLATES: dict[str, str] = {}

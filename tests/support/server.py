@@ -14,9 +14,20 @@ from pathlib import Path
 
 import httpx
 
+from scripts.cluster import log_tail
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
+
+READY_TIMEOUT_S = 120.0
+"""How long a server may take to answer /readyz: a cold start on a busy 2-core machine beside the other xdist
+worker. A wait on a state, so it costs nothing when all is well."""
+PROBE_TIMEOUT_S = 5.0
+"""One /readyz probe's own timeout: above the app's READY_TIMEOUT_S (3 s), so a slow but healthy answer
+counts."""
+STOP_TIMEOUT_S = 60.0
+"""How long a graceful exit may take (uvicorn's own grace is 5 s) before the process is killed."""
 
 PORTS_FROM = 20000
 PORTS_PER_PROCESS = 2000
@@ -68,39 +79,48 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def migrate(self) -> None:
-        subprocess.run(
-            [str(BIN / "a2a-server"), "migrate"],
-            cwd=ROOT,
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
+        migrate(self.env)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of its log, for failure messages."""
+        return f"{self.log_path}:\n{log_tail(self.log_path, lines)}"
 
     def start(self) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(BIN / "a2a-server"), "serve"], cwd=ROOT, env=self.env, stdout=log, stderr=log
-        )
-        deadline = time.monotonic() + 30
+        """Start it and wait until /readyz answers 200 (migrated, bus up, runners open); a process that exits
+        or is not ready in time fails with its log tail and is not left running."""
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [str(BIN / "a2a-server"), "serve"], cwd=ROOT, env=self.env, stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: see {self.log_path}")
+                raise RuntimeError(f"server exited (code {self.proc.returncode}); {self.log_tail()}")
             try:
-                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.base_url + "/readyz", timeout=PROBE_TIMEOUT_S).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"server did not become ready: see {self.log_path}")
+        self.kill()
+        raise RuntimeError(f"server not ready after {READY_TIMEOUT_S:.0f}s (killed); {self.log_tail()}")
 
-    def stop(self) -> None:
+    def stop(self, must_be_graceful: bool = False) -> None:
+        """SIGTERM and wait for the exit; SIGKILL after STOP_TIMEOUT_S. `must_be_graceful`: a test about
+        what a graceful exit does fails on the kill, with the log tail, instead of asserting on what a kill
+        left."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                if must_be_graceful:
+                    raise RuntimeError(
+                        f"server did not exit within {STOP_TIMEOUT_S:.0f}s of SIGTERM and was killed; "
+                        f"{self.log_tail()}"
+                    ) from None
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -110,3 +130,11 @@ class ServerProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+def migrate(env: dict[str, str]) -> None:
+    """`a2a-server migrate` with `env`; a failure shows what it printed (check=True would drop it)."""
+    done = subprocess.run(
+        [str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"a2a-server migrate failed ({done.returncode}):\n{done.stdout}{done.stderr}"
