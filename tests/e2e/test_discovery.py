@@ -18,9 +18,11 @@ from tests.conftest import BACKENDS, make_server
 from tests.support.auth import key_of
 from tests.support.rpc import result, send
 
-WAIT_S = 30.0
+WAIT_S = 60.0
 """A guard against a hang, never a timing assertion: every wait ends on its condition."""
-SHORT = {"DISCOVERY_HEARTBEAT_S": "0.2", "DISCOVERY_MAX_AGE_S": "4"}
+SHORT = {"DISCOVERY_HEARTBEAT_S": "0.2", "DISCOVERY_MAX_AGE_S": "10"}
+"""Fast heartbeats; the maximum age only sets how long the ghost's drop-out is waited for, and is long enough
+that a busy machine's stalled heartbeat never drops a live server's own entry."""
 
 
 async def agents(client: httpx.AsyncClient) -> dict:
@@ -44,13 +46,19 @@ def by_name(body: dict) -> dict[str, dict]:
     return {a["name"]: a for a in body["agents"]}
 
 
+def running(body: dict, name: str) -> int | None:
+    """The running agents `name` is listed with (None: not listed now)."""
+    return by_name(body).get(name, {}).get("running")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshed(backend, tmp_path):
     srv = await make_server(backend, tmp_path, REPLICA_ID="disc-1", MAX_CONCURRENT_TASKS="3", **SHORT)
     engine = create_engine(srv.database_url)
     try:
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
-            body = await agents(client)
+            # Ready does not mean listed: start-up waits for the first registration only so long.
+            body = await until(client, lambda b: "default:disc-1" in by_name(b))
             assert body["routing_note"] == ROUTING_NOTE
             (me,) = body["agents"]
             assert (
@@ -68,10 +76,10 @@ async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshe
 
             # A running agent shows at the next heartbeat, and is gone once it ends.
             task = await send(client, "sleep:60", blocking=False)
-            await until(client, lambda b: by_name(b)["default:disc-1"]["running"] == 1)
+            await until(client, lambda b: running(b, "default:disc-1") == 1)
             assert by_name(await agents(client))["default:disc-1"]["free"] == 2
             await result(client, "tasks/cancel", {"id": task["id"]})
-            await until(client, lambda b: by_name(b)["default:disc-1"]["running"] == 0)
+            await until(client, lambda b: running(b, "default:disc-1") == 0)
 
             # An instance that registers once and is never refreshed (a worker that died) is listed, then
             # drops out after the maximum age; this replica, refreshing, stays.
@@ -95,9 +103,9 @@ async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshe
             ]
 
         # A clean shutdown removes the entry at once (the rows, not only the listing: nothing ages here).
-        srv.stop()
+        srv.stop(must_be_graceful=True)
         left = await Instances(engine).live(max_age_s=3600)
-        assert [i.name for i in left] == ["default:ghost"]
+        assert [i.name for i in left] == ["default:ghost"], srv.log_tail()
     finally:
         srv.stop()
         await engine.dispose()
@@ -109,14 +117,21 @@ async def test_a_killed_replica_is_listed_until_its_entry_ages_out(backend, tmp_
     srv = await make_server(backend, tmp_path, REPLICA_ID="disc-2", **SHORT)
     engine = create_engine(srv.database_url)
     try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
+            await until(client, lambda b: "default:disc-2" in by_name(b))  # the first life registered
         srv.kill()
         left = await Instances(engine).live(max_age_s=3600)
         assert [i.name for i in left] == ["default:disc-2"]
+        assert left[0].started_at is not None
         srv.start()
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
-            (me,) = (await agents(client))["agents"]
+            # The new life's entry, once it has written it: the same name, started after the first.
+            body = await until(
+                client,
+                lambda b: any(parse_iso(a["started_at"]) > left[0].started_at for a in b["agents"]),
+            )
+            (me,) = body["agents"]
             assert me["name"] == "default:disc-2"
-            assert left[0].started_at is not None and parse_iso(me["started_at"]) > left[0].started_at
     finally:
         srv.stop()
         await engine.dispose()
@@ -128,9 +143,9 @@ async def test_agents_needs_a_credential(auth_server):
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"].startswith('Bearer realm="a2a"')
         assert refused.json()["error"]["status"] == "UNAUTHENTICATED"
-        listed = await client.get("/agents", headers=key_of("alice"))
-        assert listed.status_code == 200
-        assert [a["role"] for a in listed.json()["agents"]] == ["default"]
+    async with httpx.AsyncClient(base_url=auth_server.base_url, timeout=30, headers=key_of("alice")) as alice:
+        listed = await until(alice, lambda b: b["agents"] != [])  # once the shared server has registered
+        assert [a["role"] for a in listed["agents"]] == ["default"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -150,7 +165,7 @@ async def test_one_instance_per_role_run_here_and_a_role_run_nowhere_is_unavaila
     )
     try:
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
-            body = await agents(client)
+            body = await until(client, lambda b: len(b["agents"]) == 2)  # both roles' entries written
             public = f"http://localhost:{srv.port}"
             listed = by_name(body)
             assert list(listed) == ["reviewer:disc-3", "triager:disc-3"]
