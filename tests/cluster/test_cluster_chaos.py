@@ -1,7 +1,8 @@
 """Scale-out under failure, on real PostgreSQL, Redis, nginx and replica processes.
 
 Every wait is on a condition (an event arriving, a state reached, a process gone), never a guessed sleep.
-The scripted agent's `sleep:` steps only make a task last long enough for the failure to hit it mid-run.
+A failure that must hit a task mid-run holds the task on its user (`ask:`) until the failure is done, then
+answers it; no test counts on a `sleep:` step outlasting the failure.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from app.tasks.service import CANCELED_BY_CLIENT
 from tests.conftest import _fresh_pg_database
 from tests.support.cluster import Cluster
 from tests.support.rpc import text_message
 
-FAST_LEASES = {"LEASE_TTL_S": "3", "QUEUE_POLL_S": "0.5"}
+FAST_QUEUE = {"QUEUE_POLL_S": "0.5"}
+FAST_LEASES = {"LEASE_TTL_S": "3", **FAST_QUEUE}
+"""Only for the tests about a killed replica's leases, which are voided two TTLs after its last renewal."""
 
 
 async def rpc(base: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +39,7 @@ async def start_task(base: str, script: str) -> dict[str, Any]:
     )
 
 
-async def wait_for(base: str, task_id: str, states: set[str], within: float = 30) -> dict[str, Any]:
+async def wait_for(base: str, task_id: str, states: set[str], within: float = 60) -> dict[str, Any]:
     async with asyncio.timeout(within):
         while True:
             task = await rpc(base, "tasks/get", {"id": task_id})
@@ -95,6 +99,11 @@ class Reader:
         assert self.done()
 
 
+async def answer(base: str, task_id: str, text: str = "go") -> dict[str, Any]:
+    """Answer the task waiting on its user (`ask:`), through `base`."""
+    return await rpc(base, "message/send", {"message": text_message(text, taskId=task_id)})
+
+
 def chunk_texts(reader: Reader) -> list[str]:
     """The response text parts as the client saw them: the snapshot's, then every chunk after it."""
     snapshot = reader.events[0][1]
@@ -125,40 +134,41 @@ async def test_stream_on_one_replica_while_the_task_runs_on_another(cluster_fact
 
 async def test_killed_stream_replica_client_resumes_through_nginx_exactly_once(cluster_factory):
     cl = await cluster_factory(3)
-    task = await start_task(cl.urls[0], "chunks:3;sleep:1.5;chunks:4;sleep:0.5;chunks:3")
+    # The task waits on its user until the stream's replica is killed: the kill is always mid-stream.
+    task = await start_task(cl.urls[0], "chunks:3;ask:go?;chunks:4;chunks:3")
     reader = Reader(task["id"])
     first = asyncio.create_task(reader.read(cl.urls[1]))
-    await asyncio.wait_for(reader.got_event.wait(), 30)
+    await asyncio.wait_for(reader.got_event.wait(), 60)
     await asyncio.to_thread(cl.kill, 1)
     assert await first is False, "the stream was cut by the kill"
+    assert not reader.done()
+    await answer(cl.urls[0], task["id"])
     await reader.follow([cl.nginx_url])
     reader.assert_complete()
     assert reader.events[-1][1]["status"]["state"] == "completed"
     texts = chunk_texts(reader)
-    assert texts == [f"chunk-{i} " for i in range(3)] + [f"chunk-{i} " for i in range(4)] + [
+    assert texts == [f"chunk-{i} " for i in range(3)] + ["answer:go"] + [f"chunk-{i} " for i in range(4)] + [
         f"chunk-{i} " for i in range(3)
     ]
 
 
 async def test_killed_runner_replica_fails_its_task_once_its_lease_is_void(cluster_factory):
     """A lease expires a TTL after the last renewal and is void a TTL after a reaper marked it: the task
-    ends failed by another replica's reaper, long before its agent's own 60 s would have run out."""
+    ends failed by another replica's reaper (its reason names the lease and the dead holder; nothing else
+    could end it: its agent died with its replica)."""
     cl = await cluster_factory(3, **FAST_LEASES)
-    task = await start_task(cl.urls[0], "say:started;sleep:60")
+    task = await start_task(cl.urls[0], "say:started;sleep:600")
     await wait_for(cl.urls[1], task["id"], {"working"})
     reader = Reader(task["id"])
-    streaming = asyncio.create_task(reader.follow([cl.urls[2], cl.nginx_url]))
-    await asyncio.wait_for(reader.got_event.wait(), 30)
-    killed_at = asyncio.get_running_loop().time()
+    streaming = asyncio.create_task(reader.follow([cl.urls[2], cl.nginx_url], within=120))
+    await asyncio.wait_for(reader.got_event.wait(), 60)
     await asyncio.to_thread(cl.kill, 0)
     await streaming
-    took = asyncio.get_running_loop().time() - killed_at
     reader.assert_complete()
     last = reader.events[-1][1]
     assert last["status"]["state"] == "failed"
     reason = last["status"]["message"]["parts"][0]["text"]
     assert "a2a-1" in reason and "lease" in reason
-    assert took < 30, f"ended {took:.1f}s after the kill: by the task's own end, not by a reaper"
     assert (await rpc(cl.nginx_url, "tasks/get", {"id": task["id"]}))["status"]["state"] == "failed"
 
 
@@ -186,35 +196,42 @@ async def test_redis_restart_mid_stream_loses_nothing(own_services, tmp_path):
     cl = Cluster(db, own_services.redis_url, tmp_path / "cluster", 2)
     await asyncio.to_thread(cl.start)
     try:
-        task = await start_task(cl.urls[0], "chunks:5;sleep:1;chunks:5;sleep:1;chunks:5")
+        # The task waits on its user through the restart: what follows it is written after Redis is back.
+        task = await start_task(cl.urls[0], "chunks:5;ask:go?;chunks:5;chunks:5")
         reader = Reader(task["id"])
         streaming = asyncio.create_task(reader.follow([cl.urls[1]]))
-        await asyncio.wait_for(reader.got_event.wait(), 30)
+        await asyncio.wait_for(reader.got_event.wait(), 60)
         await asyncio.to_thread(own_services.restart_redis)
         await asyncio.to_thread(cl.wait_all_ready)
+        assert not reader.done()
+        await answer(cl.urls[0], task["id"])
         await streaming
     finally:
         await asyncio.to_thread(cl.stop)
     reader.assert_complete()
     assert reader.events[-1][1]["status"]["state"] == "completed"
-    assert chunk_texts(reader) == [f"chunk-{i} " for i in range(5)] * 3
+    chunks = [f"chunk-{i} " for i in range(5)]
+    assert chunk_texts(reader) == chunks + ["answer:go"] + chunks * 2
 
 
 async def test_cancel_reaches_the_agent_on_another_replica(cluster_factory):
+    """Forwarded to the holder over the bus, not taken over: a client's cancel is only ever forwarded (it
+    fails if the holder does not answer), the holder writes the client's reason, and its run is stopped by
+    the cancel, not by losing the task."""
     cl = await cluster_factory(3)
-    task = await start_task(cl.urls[0], "sleep:30;say:too-late")
+    task = await start_task(cl.urls[0], "sleep:600;say:too-late")
     await wait_for(cl.urls[0], task["id"], {"working"})
-    started = asyncio.get_running_loop().time()
     canceled = await rpc(cl.urls[1], "tasks/cancel", {"id": task["id"]})
-    assert asyncio.get_running_loop().time() - started < 1.0
     assert canceled["status"]["state"] == "canceled"
+    assert canceled["status"]["message"]["parts"][0]["text"] == CANCELED_BY_CLIENT
     again = await rpc(cl.urls[2], "tasks/get", {"id": task["id"]})
     assert again["status"]["state"] == "canceled"
-    async with httpx.AsyncClient(base_url=cl.urls[0]) as c, asyncio.timeout(5):
+    async with httpx.AsyncClient(base_url=cl.urls[0], timeout=30) as c, asyncio.timeout(60):
         while (await c.get("/healthz")).json()["runningAgents"]:
             await asyncio.sleep(0.05)
     assert "too-late" not in json.dumps(again["artifacts"])
     assert "Traceback" not in cl.log(0)
+    assert "taken over" not in cl.log(0), cl.log(0)[-3000:]
 
 
 async def test_answer_reaches_the_agent_waiting_on_another_replica(cluster_factory):
@@ -229,7 +246,7 @@ async def test_answer_reaches_the_agent_waiting_on_another_replica(cluster_facto
 
 
 async def test_many_tasks_with_a_small_concurrency_limit_all_complete(cluster_factory):
-    cl = await cluster_factory(3, MAX_CONCURRENT_TASKS="2", **FAST_LEASES)
+    cl = await cluster_factory(3, MAX_CONCURRENT_TASKS="2", **FAST_QUEUE)
     sends = [start_task(cl.nginx_url, f"sleep:0.2;say:t{i}") for i in range(30)]
     tasks = await asyncio.gather(*sends)
     finals = await asyncio.gather(*(wait_for(cl.nginx_url, t["id"], {"completed"}, within=90) for t in tasks))
@@ -240,13 +257,15 @@ async def test_many_tasks_with_a_small_concurrency_limit_all_complete(cluster_fa
 
 async def test_graceful_shutdown_sends_stream_clients_elsewhere(cluster_factory):
     cl = await cluster_factory(3)
-    task = await start_task(cl.urls[0], "chunks:2;sleep:1.5;chunks:2")
+    # The task waits on its user until the stream's replica has shut down: always mid-stream.
+    task = await start_task(cl.urls[0], "chunks:2;ask:go?;chunks:2")
     reader = Reader(task["id"])
     first = asyncio.create_task(reader.read(cl.urls[1]))
-    await asyncio.wait_for(reader.got_event.wait(), 30)
-    await asyncio.to_thread(cl.terminate, 1)
+    await asyncio.wait_for(reader.got_event.wait(), 60)
+    await asyncio.to_thread(cl.terminate, 1, True)
     assert await first is True, "the stream ended cleanly, not cut"
     assert not reader.done()
+    await answer(cl.urls[0], task["id"])
     await reader.follow([cl.nginx_url])
     reader.assert_complete()
     assert reader.events[-1][1]["status"]["state"] == "completed"
@@ -255,9 +274,9 @@ async def test_graceful_shutdown_sends_stream_clients_elsewhere(cluster_factory)
 async def test_graceful_shutdown_of_the_runner_ends_its_task_with_a_reason(cluster_factory):
     replica = 0
     cl = await cluster_factory(2)
-    task = await start_task(cl.urls[replica], "sleep:60")
+    task = await start_task(cl.urls[replica], "sleep:600")
     await wait_for(cl.urls[1], task["id"], {"working"})
-    await asyncio.to_thread(cl.terminate, replica)
+    await asyncio.to_thread(cl.terminate, replica, True)
     ended = await rpc(cl.urls[1], "tasks/get", {"id": task["id"]})
     assert ended["status"]["state"] == "failed"
     assert "shut down" in ended["status"]["message"]["parts"][0]["text"]
