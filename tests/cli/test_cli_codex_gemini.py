@@ -5,10 +5,10 @@ the CLI runs for real in the task's workspace and calls a fake of its model API 
 (tests/support/fakes), whose answer the prompt chooses (`FAKE:tool:<file>`, `FAKE:long:<n>`, `FAKE:hang`,
 ...).
 Per CLI, one server runs unattended (AGENT_FORCE=true: `codex exec`, `gemini -p --approval-mode yolo`),
-one with approvals on (`codex app-server`, `gemini --acp`) and one unattended with short idle and hard
-limits, each in the default jail with egress to its fake only and a HOME seeded with the CLI's
-configuration. Tests sharing a server are isolated by their context: each task gets its own workspace and
-CLI session, as in production, where every task of a principal shares the principal's HOME.
+one with approvals on (`codex app-server`, `gemini --acp`) and two unattended, one with a short idle limit
+and one with a short hard limit, each in the default jail with egress to its fake only and a HOME seeded
+with the CLI's configuration. Tests sharing a server are isolated by their context: each task gets its own
+workspace and CLI session, as in production, where every task of a principal shares the principal's HOME.
 """
 
 from __future__ import annotations
@@ -51,10 +51,13 @@ REFUSAL = {"codex": "rejected by user", "gemini": "was canceled by the user"}
 """What each CLI tells the model when the user denies the tool (the fake echoes the tool output)."""
 EDIT_QUESTION = {"codex": "Allow file_change ", "gemini": "Allow edit "}
 """How the question about a file edit starts (a shell command's names `shell` / `execute`)."""
-LIMITS = {"codex": (4, 10), "gemini": (8, 16)}
-"""AGENT_IDLE_TIMEOUT_S and AGENT_TIMEOUT_S of the limits server per CLI. The idle limit counts from the
-start, and Gemini prints nothing while it starts (2 s, much more on a busy machine): it must not fire
-before the loop of commands in the hard-limit test has begun."""
+IDLE_LIMIT_S = 20
+"""AGENT_IDLE_TIMEOUT_S of the idle-limit server (its hard limit the default). The idle limit counts from the
+CLI's start, and a CLI prints nothing while it starts (Gemini 2 s, much more on a busy machine): it must not
+fire before the CLI has sent its request to the model, which the idle test checks it was waiting for."""
+HARD_LIMIT_S = 20
+"""AGENT_TIMEOUT_S of the hard-limit server, whose idle limit never fires (start-up silence and the pauses
+of the command loop count for nothing there): the loop must have run a command before it ends the run."""
 LOST_SESSION = {
     "codex": ("codex exited with status 1: ", "no rollout found for thread id {}"),
     "gemini": ("gemini exited with status 42: ", "Error resuming session: No previous sessions found"),
@@ -142,11 +145,20 @@ async def approvals(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
 
 
 @pytest.fixture(scope="module")
-async def limits(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
-    """Unattended, with short idle and hard limits (`LIMITS`), to see both end a task."""
-    tmp = tmp_path_factory.mktemp(f"{cli.name}-limits")
-    idle, hard = LIMITS[cli.name]
-    limits = {"AGENT_IDLE_TIMEOUT_S": str(idle), "AGENT_TIMEOUT_S": str(hard), "CANCEL_GRACE_S": "1"}
+async def idle_limit(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
+    """Unattended, with a short idle limit (`IDLE_LIMIT_S`) and the default hard one."""
+    tmp = tmp_path_factory.mktemp(f"{cli.name}-idle-limit")
+    limits = {"AGENT_IDLE_TIMEOUT_S": str(IDLE_LIMIT_S), "CANCEL_GRACE_S": "1"}
+    async for served in _serve(cli, tmp, **limits):
+        yield served
+
+
+@pytest.fixture(scope="module")
+async def hard_limit(cli: Cli, tmp_path_factory: Any) -> AsyncIterator[Served]:
+    """Unattended, with a short hard limit (`HARD_LIMIT_S`) and an idle limit that never fires first, so
+    neither limit races the other."""
+    tmp = tmp_path_factory.mktemp(f"{cli.name}-hard-limit")
+    limits = {"AGENT_IDLE_TIMEOUT_S": "600", "AGENT_TIMEOUT_S": str(HARD_LIMIT_S), "CANCEL_GRACE_S": "1"}
     async for served in _serve(cli, tmp, **limits):
         yield served
 
@@ -377,29 +389,32 @@ async def test_approvals_on_next_turn_in_the_context(approvals: Served) -> None:
 # ---- limits (AGENT_IDLE_TIMEOUT_S, AGENT_TIMEOUT_S) --------------------------------------------------
 
 
-async def test_silent_cli_fails_on_the_idle_limit_and_is_stopped(limits: Served) -> None:
+async def test_silent_cli_fails_on_the_idle_limit_and_is_stopped(idle_limit: Served) -> None:
     """The model API accepts the request and sends nothing, so the CLI, waiting for it, prints nothing."""
+    c = idle_limit.client
     prompt = f"FAKE:hang {_unique('silence')}"
-    task = await wait_until_stopped(limits.client, await send_message(limits.client, prompt))
+    task = await wait_until_stopped(c, await send_message(c, prompt), within_s=IDLE_LIMIT_S + 60)
     assert task["status"]["state"] == "failed"
-    idle, _ = LIMITS[limits.cli.name]
-    assert f"{limits.cli.name} printed nothing for {idle} s (AGENT_IDLE_TIMEOUT_S)" in status_text(task)
-    assert any(prompt in json.dumps(body) for _, _, body in limits.cli.fake.requests), "the CLI was waiting"
+    name = idle_limit.cli.name
+    assert f"{name} printed nothing for {IDLE_LIMIT_S} s (AGENT_IDLE_TIMEOUT_S)" in status_text(task)
+    assert any(prompt in json.dumps(body) for _, _, body in idle_limit.cli.fake.requests), (
+        "the CLI was waiting"
+    )
     # Checked at once: the task failed only after the CLI was stopped.
-    assert working_in(limits.workspace(task)) == []
+    assert working_in(idle_limit.workspace(task)) == []
 
 
-async def test_run_past_the_hard_limit_fails_and_is_stopped(limits: Served) -> None:
-    """The model asks for one short command after another, so the CLI keeps printing and the idle
-    limit never fires; the hard limit ends the run."""
+async def test_run_past_the_hard_limit_fails_and_is_stopped(hard_limit: Served) -> None:
+    """The model asks for one short command after another, so the CLI keeps working; the hard limit ends
+    the run."""
+    c = hard_limit.client
     marker = _unique("loop")
-    _, hard = LIMITS[limits.cli.name]
     task = await wait_until_stopped(
-        limits.client, await send_message(limits.client, f"FAKE:loop:{marker}"), within_s=hard + 60
+        c, await send_message(c, f"FAKE:loop:{marker}"), within_s=HARD_LIMIT_S + 60
     )
     assert task["status"]["state"] == "failed"
-    assert f"did not finish within {hard} s" in status_text(task)
-    calls = [json.dumps(body) for _, _, body in limits.cli.fake.requests if marker in json.dumps(body)]
+    assert f"did not finish within {HARD_LIMIT_S} s" in status_text(task)
+    calls = [json.dumps(body) for _, _, body in hard_limit.cli.fake.requests if marker in json.dumps(body)]
     assert any(f"{marker}-1" in body for body in calls), "the CLI ran a command and went on"
-    assert working_in(limits.workspace(task)) == []
+    assert working_in(hard_limit.workspace(task)) == []
     assert find_process(marker) is None, _describe(find_process(marker))
