@@ -27,7 +27,7 @@ from app.store.models import IdempotencyKeyRow
 from tests.conftest import BACKENDS, make_server
 from tests.e2e.test_rest import REST, V1, v03_message, v10_message
 from tests.interop.test_interop_sdk import send_for_task, user_message
-from tests.support.rpc import result, send, text_message
+from tests.support.rpc import call, result, send, text_message
 from tests.support.server import ServerProcess
 
 WAIT_S = 30
@@ -57,12 +57,13 @@ async def test_retry_of_a_running_message_attaches_and_any_other_reuse_is_new(cl
     again = await result(client, "message/send", {"message": msg, "configuration": NOT_BLOCKING})
     assert again["id"] == first["id"], "the same message while its task runs is a retry"
     other_parts = {**msg, "parts": [{"kind": "text", "text": "sleep:61"}]}
+    others = [await result(client, "message/send", {"message": other_parts, "configuration": NOT_BLOCKING})]
+    assert others[0]["id"] != first["id"], "other parts: a new message"
+    # The same messageId sent into the running task's context is a new message, not a retry: refused as
+    # a second open task of that context (docs/protocol.md "One open task per context").
     other_context = {**msg, "contextId": first["contextId"]}
-    others = [
-        await result(client, "message/send", {"message": m, "configuration": NOT_BLOCKING})
-        for m in (other_parts, other_context)
-    ]
-    assert len({first["id"], *(t["id"] for t in others)}) == 3, "other parts or contextId: new messages"
+    refused = await call(client, "message/send", {"message": other_context, "configuration": NOT_BLOCKING})
+    assert refused["error"]["code"] == -32602 and refused["error"]["data"]["taskId"] == first["id"], refused
 
     # A streamed retry follows the running task: its snapshot first, then its end.
     body = {"jsonrpc": "2.0", "id": 7, "method": "message/stream", "params": {"message": msg}}

@@ -96,7 +96,7 @@ class Traffic:
                 "jsonrpc": "2.0",
                 "id": n,
                 "method": "message/stream",
-                "params": {"message": text_message("chunks:5", contextId="live-stream")},
+                "params": {"message": text_message("chunks:5", contextId=f"live-stream-{n}")},
             }
             last: dict[str, Any] = {}
             async with aconnect_sse(self.client, "POST", "/a2a/jsonrpc", json=body) as src:
@@ -192,7 +192,8 @@ async def test_prune_removes_exactly_the_old_ended_tasks_while_traffic_goes_on(b
             mine = 40 + 40 + len(live)
             assert await list_total(client) == mine
             assert await list_total(client, context_id="a-ctx-3") == 1
-            assert await list_total(client, context_id="live-stream") == len(traffic.streamed)
+            streams = [await list_total(client, context_id=f"live-stream-{n}") for n in range(2)]
+            assert sum(streams) == len(traffic.streamed)
             # Idempotency-Keys of the live traffic still answer with their task.
             key, task_id = next(iter(traffic.keyed.items()))
             body = {
