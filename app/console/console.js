@@ -456,7 +456,9 @@ function renderUsage(usage) {
   return el("div", {}, facts, table);
 }
 
-function renderTask(box, info, task, steer) {
+function renderTask(head, tail, info, task) {
+  // Around the steering panel, which stays in place: moving it out of the page and back would take the
+  // focus from the text box being typed in.
   const state = task.status?.state;
   const usage = task.metadata?.usage;
   const transitions = task.metadata?.stateTransitions || [];
@@ -469,7 +471,7 @@ function renderTask(box, info, task, steer) {
       el("h3", { text: a.name || a.artifactId }), renderParts(a.parts)));
   const calls = toolCalls(task);
   // replaceChildren, unlike el(), would show a null (no question) as the text "null".
-  box.replaceChildren(...[
+  head.replaceChildren(...[
     el("div", { class: "task-head" },
       el("h1", { text: textOf(task.history?.[0]?.parts).slice(0, 120) || task.id }),
       el("span", { id: "task-state", class: `state ${stateLabel(state)}`, "data-state": stateLabel(state), text: stateLabel(state) })),
@@ -481,7 +483,8 @@ function renderTask(box, info, task, steer) {
     WAITING.has(state) && statusMessage
       ? el("div", { class: "question", id: "question" }, el("h2", { text: "The agent asks" }), renderParts(statusMessage.parts))
       : null,
-    steer,
+  ].filter((node) => node !== null));
+  tail.replaceChildren(...[
     el("h2", { text: "Conversation" }), el("div", { class: "conversation", id: "conversation" }, historyNodes),
     el("h2", { text: "Artifacts" }), el("div", { id: "artifacts" }, artifacts.length ? artifacts : el("p", { text: "None yet." })),
     el("h2", { text: "Tool calls" }),
@@ -510,8 +513,17 @@ function steerPanel(info, task, onSent, draft = "") {
   const send = async (parts, sameTask) => {
     const message = { messageId: newId(), role: "ROLE_USER", contextId: task.contextId, parts };
     if (sameTask) message.taskId = task.id;
-    const result = await rpc(endpoint, "SendMessage", { message, configuration: { returnImmediately: true } });
+    // Cleared as it goes, not after the answer: the task may move on first, and the next panel would carry
+    // the sent text over as a draft. Put back if the send fails.
+    const typed = text.value;
     text.value = "";
+    let result;
+    try {
+      result = await rpc(endpoint, "SendMessage", { message, configuration: { returnImmediately: true } });
+    } catch (err) {
+      if (!text.value) text.value = typed;
+      throw err;
+    }
     onSent(result?.task?.id || task.id);
   };
   const guard = (fn) => async () => {
@@ -624,11 +636,13 @@ async function taskView(view, taskId) {
   const load = () => api(`/console/api/tasks/${encodeURIComponent(taskId)}`);
   let info = await load();
   const task = { ...info.task, endpoint: info.endpoint };
-  const box = el("div", { id: "task" });
+  const head = el("div");
+  const tail = el("div");
   const live = el("span", { id: "live", class: "live" });
   const steerBox = el("div");
+  const box = el("div", { id: "task" }, head, steerBox, tail);
   view.append(el("p", {}, el("a", { href: "/console", "data-nav": true, text: "← all tasks" }), " ", live), box);
-  let lastState = null;
+  let panelKey = null; // what the steering panel was built for: rebuilt only when that changes
   let pending = false;
   let seen = Number(info.lastSeq) || 0; // the newest event the page shows, from a snapshot or the stream
   const render = (seq = 0) => {
@@ -638,12 +652,15 @@ async function taskView(view, taskId) {
     requestAnimationFrame(() => {
       pending = false;
       if (token !== viewToken) return;
-      if (task.status?.state !== lastState) {
-        lastState = task.status?.state;
+      // Not on every snapshot: a rebuild replaces the text box under the user's typing (focus, caret, and
+      // what a test types in that instant are lost), so only a new state or new rights rebuild it.
+      const key = `${task.status?.state}|${info.own}|${info.endpoint}`;
+      if (key !== panelKey) {
+        panelKey = key;
         const draft = steerBox.querySelector("#reply-text")?.value || "";
         steerBox.replaceChildren(steerPanel(info, task, sent, draft));
       }
-      renderTask(box, info, task, steerBox);
+      renderTask(head, tail, info, task);
     });
   };
   const reload = async () => {
@@ -657,7 +674,6 @@ async function taskView(view, taskId) {
     seen = Math.max(seen, Number(info.lastSeq) || 0);
     for (const key of Object.keys(task)) if (key !== "endpoint") delete task[key];
     Object.assign(task, info.task);
-    lastState = null;
     render();
     return info;
   };

@@ -4,6 +4,7 @@ a new task), output that tries to run script, and one principal never seeing ano
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -125,7 +126,8 @@ async def test_approve_deny_answer_follow_up_and_cancel(
     # Only the page's own parts: once the question is gone nothing stands in for it (a null rendered as the
     # text "null" once did).
     assert await page.evaluate(
-        "[...document.getElementById('task').childNodes].every((n) => n.nodeType === 1)"
+        "[...document.getElementById('task').children].every((part) =>"
+        " [...part.childNodes].every((n) => n.nodeType === 1))"
     )
 
     await page.goto(f"{base}/console/tasks/{deny['id']}")
@@ -163,6 +165,56 @@ async def test_approve_deny_answer_follow_up_and_cancel(
     await page.click("#cancel")
     await expect(state_of(page)).to_have_attribute("data-state", "canceled", timeout=WAIT_MS)
     assert (await get_task(base, slow["id"]))["status"]["state"] == "TASK_STATE_CANCELED"
+    assert not watch.errors and not watch.dialogs
+    await page.context.close()
+
+
+async def test_a_snapshot_that_changes_nothing_leaves_the_text_being_typed_alone(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    """The cause of a follow-up that never happened: after an answer the page reloads the task, and that
+    snapshot (answered after the stream had shown `completed`) rebuilt the steering panel, so the text box
+    being typed in was replaced (focus and the typed text lost; the click then sent nothing). The page's
+    snapshot requests are held here until the stream has shown the end and the user has started typing:
+    the same box, focused, with its text, must still be there once they are answered."""
+    base = console_server.base_url
+    task = await send(base, "ask:Which branch?")
+    page, watch = await open_page(browser, console_server, path=f"/console/tasks/{task['id']}")
+    await expect(page.locator("#question")).to_contain_text("Which branch?", timeout=WAIT_MS)
+
+    held: list[Any] = []
+    release = asyncio.Event()
+
+    async def hold(route: Any) -> None:
+        held.append(route)
+        await release.wait()
+        await route.continue_()
+
+    url = f"**/console/api/tasks/{task['id']}"
+    asked: list[Any] = []
+    answered: list[Any] = []
+    page.on("request", lambda r: asked.append(r) if r.url.endswith(task["id"]) else None)
+    page.on("requestfinished", lambda r: answered.append(r) if r.url.endswith(task["id"]) else None)
+    await page.route(url, hold)
+    await page.fill("#reply-text", "release-2")
+    await page.click("#answer")
+    await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    async with asyncio.timeout(WAIT_MS / 1000):
+        while not held:  # the reload after the answer waits for its snapshot
+            await asyncio.sleep(0.05)
+    await page.click("#reply-text")
+    await page.keyboard.type("say:half")
+    await page.evaluate("window.typedIn = document.getElementById('reply-text')")
+    release.set()
+    async with asyncio.timeout(WAIT_MS / 1000):
+        while len(answered) < len(asked):  # every snapshot the page asked for is in (a reload may ask twice)
+            await asyncio.sleep(0.05)
+    await page.unroute(url)
+    await page.evaluate("new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    assert await page.evaluate("document.getElementById('reply-text') === window.typedIn"), "box replaced"
+    assert await page.evaluate("document.activeElement === window.typedIn"), "focus taken from the box"
+    await page.keyboard.type(" more")
+    assert await page.input_value("#reply-text") == "say:half more"
     assert not watch.errors and not watch.dialogs
     await page.context.close()
 
