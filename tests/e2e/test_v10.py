@@ -3,6 +3,7 @@ ListTasks, SubscribeToTask, content types, and the pre-0.3 names the seed docume
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -176,7 +177,10 @@ async def test_cancel_running(client):
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
 
 
-async def sse(client, method: str, params: dict, headers: dict | None = None) -> list[tuple[str, dict]]:
+async def sse(
+    client, method: str, params: dict, headers: dict | None = None, first: asyncio.Event | None = None
+) -> list[tuple[str, dict]]:
+    """The stream's (id, result) pairs once it ends; `first` is set at its first event."""
     body = {"jsonrpc": "2.0", "id": "s", "method": method, "params": params}
     out = []
     async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body, headers=headers or V10) as src:
@@ -185,7 +189,16 @@ async def sse(client, method: str, params: dict, headers: dict | None = None) ->
                 data = json.loads(ev.data)
                 assert data["id"] == "s"
                 out.append((ev.id, data["result"]))
+                if first is not None:
+                    first.set()
     return out
+
+
+async def until_state(client, task_id: str, state: str) -> dict:
+    async with asyncio.timeout(60):
+        while (task := await ok(client, "GetTask", {"id": task_id}))["status"]["state"] != state:
+            await asyncio.sleep(0.05)
+    return task
 
 
 async def test_streaming_message_shapes(client):
@@ -204,14 +217,20 @@ async def test_streaming_message_shapes(client):
 
 
 async def test_subscribe_sends_the_task_first_and_refuses_finished_tasks(client):
+    # The task waits on its user until the subscription is open: it cannot finish before it arrives.
     task = (
         await ok(
             client,
             "SendMessage",
-            {"message": message("sleep:0.3;say:x"), "configuration": {"returnImmediately": True}},
+            {"message": message("ask:go?;say:x"), "configuration": {"returnImmediately": True}},
         )
     )["task"]
-    events = await sse(client, "SubscribeToTask", {"id": task["id"]})
+    opened = asyncio.Event()
+    subscribed = asyncio.create_task(sse(client, "SubscribeToTask", {"id": task["id"]}, first=opened))
+    await asyncio.wait_for(opened.wait(), 60)
+    await until_state(client, task["id"], "TASK_STATE_INPUT_REQUIRED")
+    await ok(client, "SendMessage", {"message": message("yes", taskId=task["id"])})
+    events = await asyncio.wait_for(subscribed, 60)
     assert "task" in events[0][1]
     assert events[-1][1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     error_of(await rpc(client, "SubscribeToTask", {"id": task["id"]}), -32004, "UNSUPPORTED_OPERATION")
