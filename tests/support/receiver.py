@@ -88,7 +88,7 @@ class Receiver:
         with self._lock:
             return [c for c in self.calls if c.path == path]
 
-    async def wait_for(self, check: Callable[[], bool], timeout: float = 30) -> None:
+    async def wait_for(self, check: Callable[[], bool], timeout: float = 60) -> None:
         """Poll `check` until it holds; fail the test after `timeout` seconds."""
         async with asyncio.timeout(timeout):
             while not check():
