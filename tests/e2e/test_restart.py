@@ -27,7 +27,7 @@ async def events_from_start(client, task_id: str) -> list[tuple[str, dict]]:
 
 
 async def wait_state(client, task_id: str, state: str) -> dict:
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(60):
         while True:
             task = await result(client, "tasks/get", {"id": task_id})
             if task["status"]["state"] == state:
@@ -43,7 +43,7 @@ async def test_kill_and_restart_loses_nothing(backend, tmp_path):
             done = await send(client, "tool:Read;chunks:3;stats")
             done_events = await events_from_start(client, done["id"])
             waiting = await send(client, "ask:Continue?")
-            running = await send(client, "sleep:60", blocking=False)
+            running = await send(client, "sleep:600", blocking=False)
             await wait_state(client, running["id"], "working")
             queued = await send(client, "say:queued", blocking=False)
             assert (await result(client, "tasks/get", {"id": queued["id"]}))["status"]["state"] == "submitted"
@@ -78,10 +78,10 @@ async def test_graceful_shutdown_ends_running_tasks_with_a_reason(backend, tmp_p
     srv = await make_server(backend, tmp_path)
     try:
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
-            running = await send(client, "sleep:60", blocking=False)
+            running = await send(client, "sleep:600", blocking=False)
             await wait_state(client, running["id"], "working")
             waiting = await send(client, "ask:Later?")
-        srv.stop()
+        srv.stop(must_be_graceful=True)
         srv.start()
         async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
             ended = await result(client, "tasks/get", {"id": running["id"]})
