@@ -227,7 +227,9 @@ async def test_a_task_waiting_too_long_ends_canceled_for_its_stream_and_webhook(
     srv = await server_on(
         backend,
         tmp_path,
-        INPUT_REQUIRED_TTL_S="2",
+        # Long enough for the one read of the waiting run's gauge right after the send (no state can hold
+        # the expiry off); every later step waits on a state.
+        INPUT_REQUIRED_TTL_S="10",
         RETENTION_INTERVAL_S="0.5",
         PUSH_NOTIFICATION_ALLOW_HTTP="true",
         PUSH_NOTIFICATION_ALLOWED_HOSTS="127.0.0.1",
@@ -257,7 +259,7 @@ async def test_a_task_waiting_too_long_ends_canceled_for_its_stream_and_webhook(
             assert last["kind"] == "task" or last["final"] is True
             assert last["status"]["state"] == "canceled"
             reason = last["status"]["message"]["parts"][0]["text"]
-            assert "INPUT_REQUIRED_TTL_S" in reason and "2 s" in reason
+            assert "INPUT_REQUIRED_TTL_S" in reason and "10 s" in reason
 
             def canceled_delivered() -> bool:
                 return any(
