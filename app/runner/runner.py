@@ -402,6 +402,12 @@ class Runner:
         except TaskLostError:
             log.warning("task %s was ended or taken over by another replica; its agent was stopped", task_id)
         except UnrecordedError:
+            log.warning(
+                "task %s: the database was unreachable for more than %g s (DB_OUTAGE_GRACE_S); its agent was "
+                "stopped, and the task fails once the database is back",
+                task_id,
+                self._tasks.outage_grace_s,
+            )
             await self._fail_when_back(
                 task_id,
                 f"The database was unreachable for more than {self._tasks.outage_grace_s:g} s; the agent "
