@@ -30,14 +30,15 @@ async def pools(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerProc
     if not pg or not redis:
         pytest.skip("TEST_POSTGRES_URL and TEST_REDIS_URL are not set: `make test` starts both")
     db = await migrated_pg_database(pg)
-    common = {"AGENTS": json.dumps(AGENTS), "REDIS_URL": redis, "QUEUE_POLL_S": "0.5", "LEASE_TTL_S": "3"}
+    common = {"AGENTS": json.dumps(AGENTS), "REDIS_URL": redis, "QUEUE_POLL_S": "0.5"}
     servers = [
         ServerProcess(db, tmp_path / f"{role}.log", AGENT_ROLES=role, **common)
         for role in ("reviewer", "triager")
     ]
-    for s in servers:
-        s.start()
     try:
+        for s in servers:
+            s.start()
+        await until_available(servers, set(AGENTS))
         yield servers[0], servers[1]
     finally:
         for s in servers:
@@ -63,8 +64,25 @@ def msg(text: str, **extra: Any) -> dict[str, Any]:
 
 
 async def running(server: ServerProcess) -> int:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as c:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
         return (await c.get("/healthz")).json()["runningAgents"]
+
+
+async def until_available(servers: list[ServerProcess], roles: set[str]) -> None:
+    """Once discovery lists every role as available (ready does not mean registered); failing with the
+    servers' log tails."""
+    available: set[str] = set()
+    try:
+        async with httpx.AsyncClient(base_url=servers[0].base_url, timeout=30) as c, asyncio.timeout(WAIT_S):
+            while True:
+                body = (await c.get("/agents")).json()
+                available = {r["role"] for r in body["roles"] if r["available"]}
+                if roles <= available:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        tails = "\n".join(s.log_tail() for s in servers)
+        raise AssertionError(f"roles available: {sorted(available)}, not {sorted(roles)}\n{tails}") from None
 
 
 async def until_state(c: httpx.AsyncClient, path: str, task_id: str, states: set[str]) -> dict[str, Any]:
@@ -87,15 +105,18 @@ async def test_a_task_runs_only_where_its_role_runs(pools: tuple[ServerProcess, 
         (triagers, reviewers, triagers, ""),
     ):
         async with httpx.AsyncClient(base_url=taker.base_url, timeout=30) as c:
+            # The run waits on its user (a waiting run counts as running) until the counts are read.
             task = await rpc(
                 c,
                 path,
                 "message/send",
-                {"message": msg("say:start;sleep:3;say:end"), "configuration": {"blocking": False}},
+                {"message": msg("say:start;ask:go?;say:end"), "configuration": {"blocking": False}},
             )
-            await until_state(c, path, task["id"], {"working"})
+            await until_state(c, path, task["id"], {"input-required"})
             assert await running(runner) == 1, "the replica running the role runs it"
             assert await running(idle) == 0, "the replica that took the call does not"
+            answer = msg("yes", taskId=task["id"], contextId=task["contextId"])
+            await rpc(c, path, "message/send", {"message": answer, "configuration": {"blocking": False}})
             done = await until_state(c, path, task["id"], {"completed", "failed"})
             assert done["status"]["state"] == "completed" and "end" in texts(done)
 
