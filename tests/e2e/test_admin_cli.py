@@ -32,8 +32,9 @@ RUNS = 'a2a_agent_runs{role="default"}'
 
 @pytest.fixture(scope="module", params=BACKENDS)
 async def srv(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    # The default lease TTL (15 s): a freshly started CLI process must find the server's leases unexpired
+    # however long it takes to start; the paths without Redis wait for a heartbeat (TTL/3) at most.
     env = {
-        "LEASE_TTL_S": "3",
         "PUSH_NOTIFICATION_ALLOW_HTTP": "true",
         "PUSH_NOTIFICATION_ALLOWED_HOSTS": "127.0.0.1",
         "PUSH_POLL_S": "0.05",
@@ -219,7 +220,7 @@ async def test_tail_prints_events_as_they_come(srv, client):
 async def cancel_running(srv: ServerProcess, client: httpx.AsyncClient, redis: bool) -> str:
     """Cancel with the CLI a task whose agent sleeps on the server; a stream open on it on the server sees
     the cancel, and the server's run stops. Its output."""
-    task = await start(client, "sleep:60;say:too late")
+    task = await start(client, "sleep:600;say:too late")
     await until(lambda: _working(client, task["id"]))
     assert await metric(client, RUNS) == 1
     opened = asyncio.Event()
