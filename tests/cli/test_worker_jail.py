@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from app.api.auth import hash_key
+from scripts.cluster import log_tail
 from tests.conftest import make_server
 from tests.support.clis import FAKES, alive, find_process, response_text, send_message, wait_for_process
 from tests.support.rpc import result
@@ -27,6 +28,8 @@ PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 NDJSON = shlex.join([PYTHON, str(FAKES / "ndjson_agent.py")])
 KEY = "box-" + os.urandom(8).hex()
 remember(KEY)
+WAIT_S = 90.0
+"""How long a worker may take to start and register (a process start on a busy machine): a wait on a state."""
 
 
 def _start_worker(server_url: str, agents: str, tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -56,6 +59,27 @@ def _start_worker(server_url: str, agents: str, tmp_path: Path) -> subprocess.Po
         )
 
 
+async def until_available(server_url: str, role: str, worker: subprocess.Popen[bytes], log: Path) -> None:
+    """Once the server's discovery lists `role` available (the worker has registered); at once, with the
+    worker's log, if it exits first."""
+    async with httpx.AsyncClient(base_url=server_url, timeout=30) as c:
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while True:
+                    if worker.poll() is not None:
+                        raise AssertionError(
+                            f"the worker exited ({worker.returncode}); {log}:\n{log_tail(log, 40)}"
+                        )
+                    roles = (await c.get("/agents")).json()["roles"]
+                    if any(r["role"] == role and r["available"] for r in roles):
+                        return
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            raise AssertionError(
+                f"{role} not available after {WAIT_S:.0f}s; {log}:\n{log_tail(log, 40)}"
+            ) from None
+
+
 async def test_a_worker_runs_its_cli_in_the_jail_and_a_cancel_stops_the_tree(tmp_path: Path) -> None:
     coder = {"adapter": "ndjson", "command": NDJSON, "sandbox_read": [str(FAKES)]}
     agents = json.dumps({"default": {"adapter": "echo"}, "coder": coder})
@@ -68,6 +92,7 @@ async def test_a_worker_runs_its_cli_in_the_jail_and_a_cancel_stops_the_tree(tmp
     )
     worker = _start_worker(server.base_url, agents, tmp_path)
     try:
+        await until_available(server.base_url, "coder", worker, tmp_path / "worker.log")
         async with httpx.AsyncClient(base_url=server.base_url + "/agents/coder", timeout=60) as client:
             done = await send_message(client, "hello")
             assert done["status"]["state"] == "completed", done["status"]
@@ -86,7 +111,7 @@ async def test_a_worker_runs_its_cli_in_the_jail_and_a_cancel_stops_the_tree(tmp
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
-            worker.wait(15)
+            worker.wait(60)
         except subprocess.TimeoutExpired:
             worker.kill()
         server.stop()
