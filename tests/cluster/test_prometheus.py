@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scripts.cluster import port_in_use
+from scripts.cluster import log_tail, port_in_use
 from scripts.grafana_dashboard import DASHBOARD
 from tests.conftest import _fresh_pg_database
 from tests.support.rpc import send
@@ -25,6 +25,9 @@ from tests.support.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
+START_S = 240.0
+"""How long `cluster run` may take to be ready: a fresh database migrated, two replicas (each allowed 60 s by
+scripts/cluster.py), nginx and Prometheus, on a busy machine. A wait on its ready line."""
 
 
 async def _api(client: httpx.AsyncClient, path: str, **params: str) -> Any:
@@ -65,23 +68,29 @@ def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 def _stop(proc: subprocess.Popen[str], nginx_port: int, env: dict[str, str]) -> None:
     """`make cluster-stop`'s command; the supervisor must then exit, having stopped what it started."""
     stop = [sys.executable, "-m", "scripts.cluster", "stop", "--port", str(nginx_port)]
-    subprocess.run(stop, cwd=ROOT, env=env, capture_output=True)
+    subprocess.run(stop, cwd=ROOT, env=env, capture_output=True, timeout=120)
     try:
-        proc.wait(30)
+        proc.wait(60)  # its own stop gives each process it started up to 15 s
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         raise
 
 
-def _read_until_ready(proc: subprocess.Popen[str]) -> list[str]:
-    """The supervisor's lines up to its 'Ctrl-C' line (it is then ready); fails with them if it exits."""
-    lines: list[str] = []
+def _read_until_ready(proc: subprocess.Popen[str], lines: list[str]) -> None:
+    """Read the supervisor's lines into `lines` up to its 'Ctrl-C' line (it is then ready); fails with them
+    if it exits."""
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line.rstrip())
         if "cluster: Ctrl-C" in line:
-            return lines
+            return
     raise AssertionError("cluster run exited:\n" + "\n".join(lines))
+
+
+def _logs(workdir: Path) -> str:
+    """The tails of the replicas' and Prometheus's logs, for a failure message."""
+    paths = [*sorted(workdir.glob("replica-*.log")), workdir / "prometheus" / "prometheus.log"]
+    return "\n".join(f"{p}:\n{log_tail(p)}" for p in paths)
 
 
 async def test_make_cluster_runs_prometheus_scraping_every_replica(tmp_path: Path):
@@ -102,7 +111,14 @@ async def test_make_cluster_runs_prometheus_scraping_every_replica(tmp_path: Pat
     cmd += ["--database-url", await _fresh_pg_database(pg), "--redis-url", redis]
     proc = await asyncio.to_thread(_spawn, cmd, env)
     try:
-        lines = await asyncio.wait_for(asyncio.to_thread(_read_until_ready, proc), WAIT_S)
+        lines: list[str] = []
+        try:
+            await asyncio.wait_for(asyncio.to_thread(_read_until_ready, proc, lines), START_S)
+        except TimeoutError:
+            said = "\n".join(lines)
+            raise AssertionError(
+                f"cluster run not ready after {START_S:.0f}s:\n{said}\n{_logs(tmp_path)}"
+            ) from None
         replicas = dict(re.findall(r"^  (a2a-\d+)  http://(127\.0\.0\.1:\d+) ", "\n".join(lines), re.M))
         assert sorted(replicas.values()) == [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], lines
         assert any(f"prometheus  http://127.0.0.1:{prom_port}" in line for line in lines), lines
@@ -114,7 +130,7 @@ async def test_make_cluster_runs_prometheus_scraping_every_replica(tmp_path: Pat
 
 async def _check_prometheus(url: str, replicas: dict[str, str]) -> None:
     """`replicas`: instance (host:port) -> replica id."""
-    async with httpx.AsyncClient(base_url=url, timeout=10) as prom:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as prom:
 
         async def all_up() -> list[dict] | None:
             targets = (await _api(prom, "/api/v1/targets", state="active"))["activeTargets"]
