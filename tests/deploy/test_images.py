@@ -428,6 +428,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _until_listening(proc: subprocess.Popen[bytes], port: int, conf_dir: Path, within_s: float = 60) -> None:
+    """Once nginx accepts connections on `port`; if it exits or is not listening in time, fail with its
+    stderr and error.log (stopped first: its stderr is read only once it has ended, never blocking)."""
+    deadline = time.monotonic() + within_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(10)
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    errors = (conf_dir / "error.log").read_text(errors="replace") if (conf_dir / "error.log").exists() else ""
+    raise AssertionError(
+        f"nginx not listening on {port} (exit {proc.returncode}):\n{stderr}\n{errors[-3000:]}"
+    )
+
+
 def test_nginx_reaches_the_team_by_name_and_moves_past_a_dead_address(tmp_path: Path):
     """The team server as compose renders it, with a real nginx: the alias resolved per request to two
     addresses of which one has no replica (a stopped one), every request answered by the live one with its
@@ -450,17 +470,10 @@ def test_nginx_reaches_the_team_by_name_and_moves_past_a_dead_address(tmp_path: 
     assert nginx_command(tmp_path, conf)[0] == nginx
     proc = subprocess.Popen(nginx_command(tmp_path, conf), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", listen), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
-                time.sleep(0.05)
+        _until_listening(proc, listen, tmp_path)
         url = f"http://127.0.0.1:{listen}"
         path = "/agents/implementer/.well-known/agent-card.json?x=1"
-        with httpx.Client(timeout=5) as client:
+        with httpx.Client(timeout=30) as client:
             for _ in range(20):
                 r = client.get(url + path, headers={"Host": "team.example:8081"})
                 assert r.status_code == 200, r.text
