@@ -789,8 +789,8 @@ def test_rest_survives_anything(backend: Backend) -> None:
 
 def test_openapi_document_is_served_to_the_authenticated(backend: Backend) -> None:
     url = backend.server.base_url + "/a2a/rest/openapi.json"
-    assert httpx.get(url).status_code == 401
-    served = httpx.get(url, headers=key_of("bob")).json()
+    assert httpx.get(url, timeout=30).status_code == 401
+    served = httpx.get(url, headers=key_of("bob"), timeout=30).json()
     assert served == orjson.loads(orjson.dumps(document()))
 
 
