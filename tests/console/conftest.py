@@ -10,11 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import expect
 
 from tests.conftest import BACKENDS, make_server
 from tests.support.auth import api_keys_env
 from tests.support.browser import CHROMIUM, Browser, launch
 from tests.support.server import ServerProcess
+
+EXPECT_MS = 60_000
+"""What an `expect` without a timeout of its own waits (Playwright's default is 5 s): a wait on what the page
+shows, so a busy machine's slow page costs time, not a failure."""
+expect.set_options(timeout=EXPECT_MS)
 
 AGENTS = {
     "default": {"adapter": "scripted"},

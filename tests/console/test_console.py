@@ -271,7 +271,7 @@ async def test_hostile_output_is_shown_as_text_and_runs_nothing(
 
 
 async def test_the_page_carries_a_strict_policy(console_server: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=console_server.base_url) as c:
+    async with httpx.AsyncClient(base_url=console_server.base_url, timeout=30) as c:
         for path in (
             "/console",
             "/console/tasks/x",
@@ -309,7 +309,10 @@ async def test_bob_never_sees_alices_tasks(browser: Browser, console_server: Ser
     # Her task's deep link: not found, and nothing of hers in any answer the page read.
     await page.goto(f"{base}/console/tasks/{secret['id']}")
     await expect(page.locator("#status")).to_contain_text("not found", timeout=WAIT_MS)
-    await page.wait_for_timeout(1500)  # a few refreshes of whatever the page still polls
+    # Once the refusal the page showed is recorded (answers are read as they come), not after a pause.
+    async with asyncio.timeout(WAIT_MS / 1000):
+        while not any(secret["id"] in body for body in watch.bodies):
+            await asyncio.sleep(0.05)
     assert not any("secret plan" in body or "alice" in body for body in watch.bodies)
     # Her task's id comes back only in the refusal of the link bob followed.
     assert all('"error"' in body for body in watch.bodies if secret["id"] in body)
@@ -370,11 +373,12 @@ async def test_sign_in_refuses_a_wrong_credential_and_keeps_it_out_of_urls(
 async def test_the_agents_page_lists_roles_and_live_instances(
     browser: Browser, console_server: ServerProcess
 ) -> None:
-    async with httpx.AsyncClient(base_url=console_server.base_url) as c:
-        listing = (await c.get("/agents", headers=key_of("alice"))).json()
     page, watch = await open_page(browser, console_server, path="/console/agents")
     for role in ("default", "hostile"):
         await expect(page.locator(f"#roles tr[data-role='{role}']")).to_contain_text("yes", timeout=WAIT_MS)
+    # Read once both roles show as available: the server's entries are written by then.
+    async with httpx.AsyncClient(base_url=console_server.base_url, timeout=30) as c:
+        listing = (await c.get("/agents", headers=key_of("alice"))).json()
     rows = page.locator("#instances tbody tr")
     await expect(rows).to_have_count(len(listing["agents"]))
     first = listing["agents"][0]

@@ -21,7 +21,8 @@ __all__ = ["CHROMIUM", "Browser", "Watch", "launch", "sign_in"]
 @contextlib.asynccontextmanager
 async def launch() -> AsyncIterator[Browser]:
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        # Chromium's start on a busy machine: 120 s (Playwright's default is 30).
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], timeout=120_000)
         try:
             yield browser
         finally:
