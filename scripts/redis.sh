@@ -43,7 +43,7 @@ start() {
   "$(bin redis-server)" --bind 127.0.0.1 --port "$PORT" --protected-mode yes \
     --dir "$DIR" --save "" --appendonly no \
     --daemonize yes --pidfile "$PIDFILE" --logfile "$DIR/redis.log"
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 600); do # about 30 s: a start on a busy machine
     if ping && our_pid >/dev/null; then
       echo "redis.sh: Redis on 127.0.0.1:$PORT (pid $(our_pid))" >&2
       return

@@ -78,7 +78,7 @@ async def test_public_url_setting(tmp_path):
         GRPC_PORT=str(grpc_port),
     )
     try:
-        async with httpx.AsyncClient(base_url=srv.base_url) as client:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:
             card = (await client.get("/.well-known/agent-card.json")).json()
             v10 = (await client.get("/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})).json()
         assert card["url"] == "https://agents.example.com/a2a/jsonrpc"

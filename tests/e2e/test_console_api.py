@@ -44,7 +44,7 @@ async def listing(c: httpx.AsyncClient, who: str = "alice", **query: str) -> dic
 
 
 async def test_me_names_the_principal_roles_and_admin(srv: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=srv.base_url) as c:
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
         alice = (await c.get("/console/api/me", headers=key_of("alice"))).json()
         carol = (await c.get("/console/api/me", headers=key_of("carol"))).json()
         refused = await c.get("/console/api/me")
@@ -140,7 +140,7 @@ async def test_scoped_to_the_caller_and_admins_see_all(srv: ServerProcess) -> No
     ],
 )
 async def test_bad_queries_are_400(srv: ServerProcess, query: dict[str, str]) -> None:
-    async with httpx.AsyncClient(base_url=srv.base_url) as c:
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
         resp = await c.get("/console/api/tasks", params=query, headers=key_of("alice"))
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
@@ -148,6 +148,6 @@ async def test_bad_queries_are_400(srv: ServerProcess, query: dict[str, str]) ->
 
 
 async def test_an_unknown_task_is_404(srv: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=srv.base_url) as c:
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
         resp = await c.get("/console/api/tasks/no-such-task", headers=key_of("alice"))
     assert resp.status_code == 404 and resp.json()["error"]["status"] == "NOT_FOUND"

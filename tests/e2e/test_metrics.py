@@ -32,11 +32,16 @@ async def scrape(client: httpx.AsyncClient) -> Samples:
 
 
 async def after_streams_close(client: httpx.AsyncClient) -> Samples:
-    """A scrape once the server has closed every stream (its side ends just after the client's)."""
-    async with asyncio.timeout(10):
+    """A scrape once the server has closed every stream and every run has ended (their sides end just after
+    the client has its answer)."""
+    async with asyncio.timeout(30):
         while True:
             samples = await scrape(client)
-            if samples[("a2a_http_open_streams", (("binding", "jsonrpc"),))] == 0:
+            if (
+                samples[("a2a_http_open_streams", (("binding", "jsonrpc"),))] == 0
+                and samples[("a2a_agent_runs", (("role", "default"),))] == 0
+                and samples[("a2a_tasks_held", ())] == 0
+            ):
                 return samples
             await asyncio.sleep(0.05)
 

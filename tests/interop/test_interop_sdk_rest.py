@@ -346,7 +346,7 @@ async def test_push_configs_round_trip(sdk: Client, wire: Wire, server: ServerPr
     assert got.url == url and got.token != "secret"
     if wire.protocol == "0.3":
         # The 0.3 compat transport has no list or delete; delete over plain HTTP.
-        async with httpx.AsyncClient(base_url=server.base_url) as http:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
             resp = await http.delete(f"/a2a/rest/v1/tasks/{task.id}/pushNotificationConfigs/cfg-1")
             assert resp.status_code == 200
         assert wire.seen[1:] == [

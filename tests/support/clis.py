@@ -95,7 +95,7 @@ def find_process(marker: str) -> int | None:
     return None
 
 
-async def wait_for_process(marker: str, within_s: float = 30) -> int:
+async def wait_for_process(marker: str, within_s: float = 60) -> int:
     async with asyncio.timeout(within_s):
         while (pid := find_process(marker)) is None:
             await asyncio.sleep(0.05)
@@ -133,7 +133,7 @@ def working_in(path: Path) -> list[int]:
     return out
 
 
-async def wait_none_working_in(path: Path, within_s: float = 15) -> list[int]:
+async def wait_none_working_in(path: Path, within_s: float = 60) -> list[int]:
     """Wait for the processes in `path` to end; what is still there afterwards (empty when none)."""
     try:
         async with asyncio.timeout(within_s):

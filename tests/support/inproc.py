@@ -37,8 +37,11 @@ from app.store.writer import Write, Writer
 from app.wiring import wire
 
 OWNER = "alice"
-WAIT_S = 10.0
+WAIT_S = 30.0
 """A guard against a hang, never a timing assertion: every wait here ends on an event long before."""
+AGENT_TIMEOUT_S = 600.0
+"""A run's hard limit, far above every wait: a run slowed by a busy machine fails the test's wait, as a
+timeout, instead of ending the task as one that did not finish."""
 
 
 class ScriptAgent(Agent):
@@ -75,7 +78,7 @@ def settings_for(db: Path, **overrides: Any) -> Settings:
         "replica_id": "r1",
         "auth_mode": "off",
         "blocking_timeout_s": WAIT_S,
-        "agent_timeout_s": WAIT_S,
+        "agent_timeout_s": AGENT_TIMEOUT_S,
         "cancel_grace_s": 1.0,
         "push_deliver": False,
         "push_notification_allow_http": True,

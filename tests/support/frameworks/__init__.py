@@ -35,15 +35,21 @@ def python(venv: str) -> Path:
 
 
 def run_driver(venv: str, driver: str, *args: str, timeout_s: float = 180) -> list[dict[str, Any]]:
-    """Run `<driver>.py` of this folder in the venv; its JSON lines. A driver that fails, or prints
-    anything but JSON lines on stdout, fails the test with its output."""
-    done = subprocess.run(
-        [str(python(venv)), str(HERE / f"{driver}.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=HERE,
-    )
+    """Run `<driver>.py` of this folder in the venv; its JSON lines. A driver that fails, does not end in
+    `timeout_s`, or prints anything but JSON lines on stdout, fails the test with its output."""
+    try:
+        done = subprocess.run(
+            [str(python(venv)), str(HERE / f"{driver}.py"), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=HERE,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out, err = (_text(x) for x in (exc.stdout, exc.stderr))
+        raise AssertionError(
+            f"{driver} {' '.join(args)} did not end within {timeout_s:g}s:\n{out}\n{err[-4000:]}"
+        ) from None
     out = done.stdout.strip().splitlines()
     shown = f"{driver} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-4000:]}"
     assert done.returncode == 0, shown
@@ -51,6 +57,13 @@ def run_driver(venv: str, driver: str, *args: str, timeout_s: float = 180) -> li
         return [json.loads(line) for line in out if line.strip()]
     except json.JSONDecodeError:
         raise AssertionError(f"{driver} printed something that is not JSON:\n{done.stdout}") from None
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a timed-out run printed (bytes, whatever `text=True` asked for)."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 # ---- what the tests read of a driver's turns ------------------------------------------------------------
