@@ -100,7 +100,8 @@ class Reader:
 
 
 async def answer(base: str, task_id: str, text: str = "go") -> dict[str, Any]:
-    """Answer the task waiting on its user (`ask:`), through `base`."""
+    """Answer the task once it waits on its user (`ask:`), through `base`."""
+    await wait_for(base, task_id, {"input-required"})
     return await rpc(base, "message/send", {"message": text_message(text, taskId=task_id)})
 
 
@@ -122,9 +123,13 @@ def chunk_texts(reader: Reader) -> list[str]:
 
 async def test_stream_on_one_replica_while_the_task_runs_on_another(cluster_factory):
     cl = await cluster_factory(3)
-    task = await start_task(cl.urls[0], "chunks:20;sleep:0.3;chunks:5")
+    # The task waits on its user until the stream on the other replica is open: it is followed live.
+    task = await start_task(cl.urls[0], "chunks:20;ask:go?;chunks:5")
     reader = Reader(task["id"])
-    await reader.follow([cl.urls[1]])
+    streaming = asyncio.create_task(reader.follow([cl.urls[1]]))
+    await asyncio.wait_for(reader.got_event.wait(), 60)
+    await answer(cl.urls[0], task["id"])
+    await streaming
     reader.assert_complete()
     assert reader.events[-1][1]["status"]["state"] == "completed"
     assert chunk_texts(reader)[-5:] == [f"chunk-{i} " for i in range(5)]

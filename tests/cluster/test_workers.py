@@ -107,7 +107,9 @@ async def test_two_workers_are_two_replicas_and_stream_each_others_tasks(workers
                 for p in e["artifact"]["parts"]
             ]
             assert "".join(text) == "".join(f"c{i}" for i in range(CHUNKS))
-            assert updates[-1]["kind"] == "status-update" and updates[-1]["status"]["state"] == "completed"
+            # A stream opened once the task had ended (a busy machine) is its snapshot alone.
+            last = updates[-1] if updates else snapshot
+            assert last["kind"] in ("status-update", "task") and last["status"]["state"] == "completed"
         if len(served_by(workers.log_path, task["id"])) == 2:
             break
     else:

@@ -52,11 +52,11 @@ async def stream_items(client: httpx.AsyncClient, path: str, body: dict, **kw: A
 
 
 async def test_retry_of_a_running_message_attaches_and_any_other_reuse_is_new(client):
-    msg = text_message("sleep:60")
+    msg = text_message("sleep:600")
     first = await result(client, "message/send", {"message": msg, "configuration": NOT_BLOCKING})
     again = await result(client, "message/send", {"message": msg, "configuration": NOT_BLOCKING})
     assert again["id"] == first["id"], "the same message while its task runs is a retry"
-    other_parts = {**msg, "parts": [{"kind": "text", "text": "sleep:61"}]}
+    other_parts = {**msg, "parts": [{"kind": "text", "text": "sleep:601"}]}
     others = [await result(client, "message/send", {"message": other_parts, "configuration": NOT_BLOCKING})]
     assert others[0]["id"] != first["id"], "other parts: a new message"
     # The same messageId sent into the running task's context is a new message, not a retry: refused as
@@ -83,11 +83,15 @@ async def test_retry_of_a_running_message_attaches_and_any_other_reuse_is_new(cl
 
 
 async def test_concurrent_copies_of_a_blocking_send_run_once(client):
-    msg = text_message("sleep:2;chunks:3")
+    # The task waits on its user: both copies find it open, however late the second one arrives.
+    msg = text_message("ask:Go?;chunks:3")
     a, b = await asyncio.gather(*(result(client, "message/send", {"message": msg}) for _ in range(2)))
     assert a["id"] == b["id"]
-    assert a["status"]["state"] == b["status"]["state"] == "completed", "the retry waited for the task"
+    assert a["status"]["state"] == b["status"]["state"] == "input-required", "the retry waited for the task"
     assert [m["role"] for m in a["history"]].count("user") == 1
+    answer = text_message("yes", taskId=a["id"])
+    done = await result(client, "message/send", {"message": answer})
+    assert done["status"]["state"] == "completed"
 
 
 async def test_a_burst_of_copies_of_an_instant_message_never_errors(client):
@@ -103,7 +107,7 @@ async def test_a_burst_of_copies_of_an_instant_message_never_errors(client):
 
 
 async def test_a_retried_follow_up_attaches_while_the_task_runs(client):
-    task = await send(client, "ask:Go?;sleep:60")
+    task = await send(client, "ask:Go?;sleep:600")
     answer = text_message("go", taskId=task["id"])
     taken = await result(client, "message/send", {"message": answer, "configuration": NOT_BLOCKING})
     assert taken["status"]["state"] == "working"
@@ -312,13 +316,13 @@ async def test_keys_retries_and_follow_ups_hold_across_replicas(cluster_factory)
         assert (await keyed_send(two, "chunks:2", key, mid))["result"] == first
         assert (await keyed_send(two, "chunks:3", key, mid))["error"]["code"] == -32602
 
-        running = text_message("sleep:60")
+        running = text_message("sleep:600")
         a = await result(one, "message/send", {"message": running, "configuration": NOT_BLOCKING})
         b = await result(two, "message/send", {"message": running, "configuration": NOT_BLOCKING})
         assert b["id"] == a["id"], "a retry through another replica attaches to the running task"
         await result(two, "tasks/cancel", {"id": a["id"]})
 
-        waiting = await send(one, "ask:Go?;sleep:60")
+        waiting = await send(one, "ask:Go?;sleep:600")
         answer = {"message": text_message("go", taskId=waiting["id"]), "configuration": NOT_BLOCKING}
         taken = await result(two, "message/send", answer)
         assert taken["status"]["state"] == "working"

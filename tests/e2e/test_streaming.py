@@ -15,8 +15,17 @@ from tests.conftest import make_server
 from tests.support.rpc import result, send, sse_data, text_message
 
 
-async def collect(client, method: str, params: Any, rid: int = 1, headers: dict | None = None, until=None):
-    """Read the whole SSE stream; returns (response, [(sse id, json data)])."""
+async def collect(
+    client,
+    method: str,
+    params: Any,
+    rid: Any = 1,
+    headers: dict | None = None,
+    until=None,
+    opened: asyncio.Event | None = None,
+):
+    """Read the whole SSE stream; returns (response, [(sse id, json data)]). `opened` is set at its first
+    event."""
     body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
     events: list[tuple[str, dict]] = []
     async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body, headers=headers or {}) as src:
@@ -24,9 +33,20 @@ async def collect(client, method: str, params: Any, rid: int = 1, headers: dict 
             data = json.loads(sse.data)
             assert data["id"] == rid and data["jsonrpc"] == "2.0"
             events.append((sse.id, data["result"]))
+            if opened is not None:
+                opened.set()
             if until is not None and until(data["result"]):
                 break
         return src.response, events
+
+
+async def answer_when_asked(client, task_id: str, text: str = "go") -> None:
+    """Answer the task once it waits on its user (`ask:`), without waiting for what follows."""
+    async with asyncio.timeout(60):
+        while (await result(client, "tasks/get", {"id": task_id}))["status"]["state"] != "input-required":
+            await asyncio.sleep(0.02)
+    answer = {"message": text_message(text, taskId=task_id), "configuration": {"blocking": False}}
+    await result(client, "message/send", answer)
 
 
 async def test_stream_events_in_order_with_kinds_and_ids(client):
@@ -239,18 +259,23 @@ async def test_a_stopping_server_ends_each_sse_stream_with_a_farewell(tmp_path) 
 
 
 async def test_keepalive_comments_while_idle(client):
+    """A task that stays silent far longer than the test: the stream carries a keep-alive comment (read
+    as it comes, within a deadline), then the task is canceled."""
     body = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "message/stream",
-        "params": {"message": text_message("sleep:2.5")},
+        "params": {"message": text_message("sleep:300")},
     }
-    comments = 0
-    async with client.stream("POST", "/a2a/jsonrpc", json=body) as resp:
+    task_id = None
+    async with client.stream("POST", "/a2a/jsonrpc", json=body) as resp, asyncio.timeout(60):
         async for line in resp.aiter_lines():
+            if line.startswith("data:") and task_id is None:
+                task_id = json.loads(line[5:])["result"]["id"]
             if line.startswith(":"):
-                comments += 1
-    assert comments >= 1
+                break
+    assert task_id is not None, "the task's snapshot came first"
+    await result(client, "tasks/cancel", {"id": task_id})
 
 
 @pytest.mark.parametrize(
@@ -282,9 +307,16 @@ async def test_v10_stream_errors_before_the_first_event_are_plain_responses(clie
 
 
 async def test_resubscribe_to_running_task_gets_the_rest(client):
-    task = await send(client, "sleep:0.3;chunks:2", blocking=False)
-    _, events = await collect(client, "tasks/resubscribe", {"id": task["id"]}, rid="r")
-    assert events[0][1]["kind"] == "task"
+    # The task waits on its user until the subscription has its snapshot: it is running when it comes.
+    task = await send(client, "ask:go?;chunks:2", blocking=False)
+    opened = asyncio.Event()
+    subscribed = asyncio.create_task(
+        collect(client, "tasks/resubscribe", {"id": task["id"]}, rid="r", opened=opened)
+    )
+    await asyncio.wait_for(opened.wait(), 60)
+    await answer_when_asked(client, task["id"])
+    _, events = await asyncio.wait_for(subscribed, 60)
+    assert events[0][1]["kind"] == "task" and events[0][1]["status"]["state"] != "completed"
     assert events[-1][1]["status"]["state"] == "completed"
     seqs = [int(i) for i, _ in events]
     assert seqs == sorted(set(seqs))
@@ -318,7 +350,7 @@ async def test_resubscribe_live_with_cursor_while_running(client):
         "jsonrpc": "2.0",
         "id": 9,
         "method": "message/stream",
-        "params": {"message": text_message("say:a;sleep:0.5;say:b")},
+        "params": {"message": text_message("say:a;ask:go?;say:b")},
     }
     first: list[tuple[str, dict]] = []
     async with aconnect_sse(client, "POST", "/a2a/jsonrpc", json=body) as src:
@@ -328,20 +360,34 @@ async def test_resubscribe_live_with_cursor_while_running(client):
                 break  # the client "drops" here, mid-task
     task_id = first[0][1]["id"]
     cursor = first[-1][0]
-    _, rest = await collect(client, "tasks/resubscribe", {"id": task_id}, headers={"Last-Event-ID": cursor})
+    # The task waits on its user until the resubscription is open: it resumes live, not from a finished log.
+    opened = asyncio.Event()
+    resumed = asyncio.create_task(
+        collect(
+            client, "tasks/resubscribe", {"id": task_id}, headers={"Last-Event-ID": cursor}, opened=opened
+        )
+    )
+    await asyncio.wait_for(opened.wait(), 60)
+    await answer_when_asked(client, task_id)
+    _, rest = await asyncio.wait_for(resumed, 60)
     seqs = [int(i) for i, _ in first] + [int(i) for i, _ in rest]
     assert seqs == list(range(1, len(seqs) + 1)), "no event lost or repeated across the reconnect"
     assert rest[-1][1]["status"]["state"] == "completed"
 
 
 async def test_many_concurrent_streams_get_identical_events(client):
-    task = await send(client, "sleep:0.3;chunks:20", blocking=False)
-    results = await asyncio.gather(
-        *(
-            collect(client, "tasks/resubscribe", {"id": task["id"]}, headers={"Last-Event-ID": "0"})
-            for _ in range(5)
+    # The task waits on its user until all five streams are open: they follow it live.
+    task = await send(client, "ask:go?;chunks:20", blocking=False)
+    opened = [asyncio.Event() for _ in range(5)]
+    streams_ = [
+        asyncio.create_task(
+            collect(client, "tasks/resubscribe", {"id": task["id"]}, headers={"Last-Event-ID": "0"}, opened=o)
         )
-    )
+        for o in opened
+    ]
+    await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 60)
+    await answer_when_asked(client, task["id"])
+    results = await asyncio.wait_for(asyncio.gather(*streams_), 60)
     streams = [[e for _, e in ev] for _, ev in results]
     assert all(s == streams[0] for s in streams)
     assert streams[0][-1]["status"]["state"] == "completed"

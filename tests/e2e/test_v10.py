@@ -124,10 +124,13 @@ async def test_unknown_fields_ignored_required_ones_checked(client):
 
 
 async def test_return_immediately_and_history_length(client):
+    # A run far longer than the call: the answer can only have come without waiting for it.
     result = await ok(
-        client, "SendMessage", {"message": message("sleep:0.3"), "configuration": {"returnImmediately": True}}
+        client, "SendMessage", {"message": message("sleep:300"), "configuration": {"returnImmediately": True}}
     )
     assert result["task"]["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    await until_state(client, result["task"]["id"], "TASK_STATE_WORKING")
+    await ok(client, "CancelTask", {"id": result["task"]["id"]})
     task = (
         await ok(client, "SendMessage", {"message": message("tool:X"), "configuration": {"historyLength": 0}})
     )["task"]
