@@ -179,7 +179,7 @@ async def test_killed_runner_replica_fails_its_task_once_its_lease_is_void(clust
 
 async def test_queued_tasks_of_a_killed_replica_run_elsewhere(cluster_factory):
     cl = await cluster_factory(2, MAX_CONCURRENT_TASKS="1", **FAST_LEASES)
-    blockers = [await start_task(cl.urls[i], "sleep:60") for i in range(2)]
+    blockers = [await start_task(cl.urls[i], "sleep:600") for i in range(2)]
     for b in blockers:
         await wait_for(cl.urls[0], b["id"], {"working"})
     queued = [await start_task(cl.urls[0], f"say:q{i}") for i in range(3)]

@@ -61,7 +61,7 @@ async def test_grpc_through_nginx_and_forwarded_to_the_holder(cluster_factory: C
             first, second = (f"127.0.0.1:{r.grpc_port}" for r in cluster.replicas)
             async with grpc.aio.insecure_channel(first) as ch1, grpc.aio.insecure_channel(second) as ch2:
                 sent = await a2a_pb2_grpc.A2AServiceStub(ch1).SendMessage(
-                    request("sleep:30", return_immediately=True)
+                    request("sleep:300", return_immediately=True)
                 )
                 assert sent.task.status.state in (a2a_pb2.TASK_STATE_SUBMITTED, a2a_pb2.TASK_STATE_WORKING)
                 canceled = await a2a_pb2_grpc.A2AServiceStub(ch2).CancelTask(

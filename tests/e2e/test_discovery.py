@@ -75,7 +75,7 @@ async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshe
             ]
 
             # A running agent shows at the next heartbeat, and is gone once it ends.
-            task = await send(client, "sleep:60", blocking=False)
+            task = await send(client, "sleep:600", blocking=False)
             await until(client, lambda b: running(b, "default:disc-1") == 1)
             assert by_name(await agents(client))["default:disc-1"]["free"] == 2
             await result(client, "tasks/cancel", {"id": task["id"]})

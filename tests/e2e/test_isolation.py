@@ -151,7 +151,7 @@ async def alices_tasks(alice_and_bob) -> dict[str, dict[str, Any]]:
     alice, _ = alice_and_bob
     tasks = {
         "waiting": await _send(alice, "ask:proceed?"),
-        "running": await _send(alice, "sleep:60", blocking=False),
+        "running": await _send(alice, "sleep:600", blocking=False),
         "done": await _send(alice, "say:x"),
     }
     assert tasks["waiting"]["status"]["state"] == "input-required"
@@ -274,7 +274,7 @@ async def test_forwarded_cancel_carries_the_owner(cluster_factory):
     async with (
         httpx.AsyncClient(base_url=cluster.urls[0], headers=key_of("alice"), timeout=15) as alice,
     ):
-        task = await _send(alice, "sleep:60", blocking=False)
+        task = await _send(alice, "sleep:600", blocking=False)
     for url in cluster.urls:
         async with httpx.AsyncClient(base_url=url, headers=key_of("bob"), timeout=15) as bob:
             resp = await bob.post(f"/a2a/rest/tasks/{task['id']}:cancel")

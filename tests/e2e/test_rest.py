@@ -189,7 +189,7 @@ async def test_v10_a_body_sent_as_a2a_json_gets_a2a_json_back(client):
 
 
 async def test_v10_send_configuration(client):
-    task = await send_v10(client, "sleep:30", returnImmediately=True, historyLength=0)
+    task = await send_v10(client, "sleep:300", returnImmediately=True, historyLength=0)
     assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     assert "history" not in task
     resp = await client.post(f"{REST}/tasks/{task['id']}:cancel")
@@ -319,7 +319,7 @@ async def test_v10_list(client):
 
 
 async def test_v10_cancel(client):
-    task = await send_v10(client, "sleep:30", returnImmediately=True)
+    task = await send_v10(client, "sleep:300", returnImmediately=True)
     # The task of the path wins over an id in the body.
     resp = await client.post(f"{REST}/tasks/{task['id']}:cancel", json={"id": "other"})
     assert resp.status_code == 200, resp.text
@@ -410,7 +410,7 @@ async def test_v10_tenant_form(client):
     assert [t["id"] for t in page["tasks"]] == [task["id"]]
     events = await sse(client, "POST", f"{tenant}/message:stream", json={"message": v10_message("say:t")})
     assert one_key(events[0][1]) == "task"
-    running = await send_v10(client, "sleep:30", path=tenant, returnImmediately=True)
+    running = await send_v10(client, "sleep:300", path=tenant, returnImmediately=True)
     resp = await client.post(f"{tenant}/tasks/{running['id']}:cancel")
     assert resp.json()["status"]["state"] == "TASK_STATE_CANCELED"
     resp = await client.get(f"{tenant}/tasks/{task['id']}:subscribe")
@@ -510,7 +510,7 @@ async def test_v03_blocking_follows_proto3_defaults(client):
     # No configuration: a blocking send. A configuration without `blocking: true`: proto3's false.
     task = await send_v03(client, "say:b")
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    task = await send_v03(client, "sleep:30", acceptedOutputModes=["text/plain"])
+    task = await send_v03(client, "sleep:300", acceptedOutputModes=["text/plain"])
     assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     resp = await client.post(f"{V1}/tasks/{task['id']}:cancel")
     assert resp.json()["status"]["state"] == "TASK_STATE_CANCELLED"
@@ -552,7 +552,7 @@ async def test_v03_get(client):
 
 
 async def test_v03_cancel(client):
-    task = await send_v03(client, "sleep:30", blocking=False)
+    task = await send_v03(client, "sleep:300", blocking=False)
     resp = await client.post(f"{V1}/tasks/{task['id']}:cancel", headers={"Content-Type": "application/json"})
     assert resp.status_code == 200, resp.text
     assert resp.json()["status"]["state"] == "TASK_STATE_CANCELLED", "two Ls in the v0.3 proto"

@@ -173,7 +173,7 @@ async def test_cancel_running(client):
         await ok(
             client,
             "SendMessage",
-            {"message": message("sleep:30"), "configuration": {"returnImmediately": True}},
+            {"message": message("sleep:300"), "configuration": {"returnImmediately": True}},
         )
     )["task"]
     canceled = await ok(client, "CancelTask", {"id": task["id"]})

@@ -183,7 +183,7 @@ async def test_sdk_picks_the_grpc_transport_of_its_protocol(sdk: Client, protoco
 
 
 async def test_send_non_blocking_then_cancel_and_get(sdk: Client) -> None:
-    task = await send_for_task(sdk, user_message("sleep:30"), return_immediately=True)
+    task = await send_for_task(sdk, user_message("sleep:300"), return_immediately=True)
     assert task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING)
     canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
     assert canceled.id == task.id and canceled.status.state == S.TASK_STATE_CANCELED

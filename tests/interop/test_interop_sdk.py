@@ -346,7 +346,7 @@ async def test_get_task_with_history(sdk: Client, wire: Wire) -> None:
 
 
 async def test_cancel_a_running_task(sdk_stream: Client, sdk: Client) -> None:
-    async with open_stream(sdk_stream, user_message("sleep:30")) as stream:
+    async with open_stream(sdk_stream, user_message("sleep:300")) as stream:
         first = await stream.next()
         task_id = first.task.id
         if first.task.status.state != TaskState.TASK_STATE_WORKING:
@@ -370,7 +370,7 @@ async def test_cancel_a_running_task(sdk_stream: Client, sdk: Client) -> None:
 
 
 async def test_cancel_a_task_started_non_blocking(sdk: Client) -> None:
-    task = await send_for_task(sdk, user_message("sleep:30"), return_immediately=True)
+    task = await send_for_task(sdk, user_message("sleep:300"), return_immediately=True)
     assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
     canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))

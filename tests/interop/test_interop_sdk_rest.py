@@ -164,7 +164,7 @@ async def test_send_blocking_completes_with_echoed_text(sdk: Client, wire: Wire)
 
 
 async def test_send_non_blocking_returns_at_once(sdk: Client, wire: Wire) -> None:
-    task = await send_for_task(sdk, user_message("sleep:30"), return_immediately=True)
+    task = await send_for_task(sdk, user_message("sleep:300"), return_immediately=True)
     assert task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING)
     canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
     assert canceled.status.state == S.TASK_STATE_CANCELED
@@ -248,7 +248,7 @@ async def test_list_tasks(sdk: Client, wire: Wire) -> None:
 
 
 async def test_cancel_a_running_task(sdk_stream: Client, sdk: Client, wire: Wire) -> None:
-    async with open_stream(sdk_stream, user_message("sleep:30")) as stream:
+    async with open_stream(sdk_stream, user_message("sleep:300")) as stream:
         first = await stream.next()
         task_id = first.task.id
         if first.task.status.state != S.TASK_STATE_WORKING:
