@@ -194,6 +194,8 @@ class Cluster:
         self.prometheus: subprocess.Popen[bytes] | None = None
         self.stop_timeout_s = STOP_TIMEOUT_S
         """How long a replica's graceful exit may take before it is killed."""
+        self.ready_timeout_s = READY_TIMEOUT_S
+        """How long a process it starts (replica, nginx, Prometheus) may take to be ready."""
 
     # -- URLs and environment ------------------------------------------------------------------------------
 
@@ -267,8 +269,10 @@ class Cluster:
         if done.returncode != 0:
             raise RuntimeError(f"migration failed:\n{done.stdout}{done.stderr}")
 
-    def wait_all_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        """Wait until every running replica and nginx answer /readyz with 200."""
+    def wait_all_ready(self, timeout: float | None = None) -> None:
+        """Wait until every running replica and nginx answer /readyz with 200 (within `ready_timeout_s`
+        unless `timeout` says otherwise)."""
+        timeout = self.ready_timeout_s if timeout is None else timeout
         for r in self.replicas:
             if r.alive():
                 self.wait_ready(r.index, timeout)
@@ -298,8 +302,10 @@ class Cluster:
         self._spawn(self.replicas[i])
         self.wait_ready(i)
 
-    def wait_ready(self, i: int, timeout: float = READY_TIMEOUT_S) -> None:
-        """Poll replica `i`'s /readyz until 200; fail early, with its log, if the process exits."""
+    def wait_ready(self, i: int, timeout: float | None = None) -> None:
+        """Poll replica `i`'s /readyz until 200 (within `ready_timeout_s` unless `timeout` says otherwise);
+        fail early, with its log, if the process exits."""
+        timeout = self.ready_timeout_s if timeout is None else timeout
         r = self.replicas[i]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -349,7 +355,7 @@ class Cluster:
             )
         finally:
             out.close()
-        self._wait_nginx(READY_TIMEOUT_S)
+        self._wait_nginx(self.ready_timeout_s)
 
     def _write_nginx_conf(self) -> Path:
         routed = [r for r in self.replicas if r.index in self.routed]
@@ -357,7 +363,7 @@ class Cluster:
         grpc = [f"127.0.0.1:{r.grpc_port}" for r in routed if r.grpc_port]
         return write_local(self.nginx_dir, upstreams, self.nginx_port, grpc, self.grpc_port)
 
-    def route(self, indexes: Iterable[int] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
+    def route(self, indexes: Iterable[int] | None = None, timeout: float | None = None) -> None:
         """Send nginx's new requests to these replicas only (None: all): the config rendered again and
         nginx reloaded (SIGHUP: new workers take new connections, the old ones finish what they carry, open
         streams included), as a load balancer takes a replica out before it is stopped. Returns once
@@ -370,6 +376,7 @@ class Cluster:
             return
         self.nginx.send_signal(signal.SIGHUP)
         wanted = {self.replicas[i].replica_id for i in self.routed}
+        timeout = self.ready_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         in_a_row = 0
         while in_a_row < 2 * len(self.replicas) + 2:
@@ -423,7 +430,7 @@ class Cluster:
             )
         finally:
             out.close()
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while http_status(self.prometheus_url + "/-/ready", PROBE_TIMEOUT_S) != 200:
             if self.prometheus.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(

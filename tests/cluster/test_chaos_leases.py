@@ -421,7 +421,7 @@ async def finish_run(run: Run, notes: list[str]) -> LeaseFigures:
             problems.append(f"client ({c.version}) of {c.task_id} never saw the end (task {state})")
     # Agents of ended tasks must be gone: a brief poll (a run stops within its cancel grace), not a wait.
     agents = await running_agents(cl)
-    deadline = asyncio.get_running_loop().time() + 30
+    deadline = asyncio.get_running_loop().time() + 60
     while any(agents.values()) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.5)
         agents = await running_agents(cl)
