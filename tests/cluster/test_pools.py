@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import migrated_pg_database
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, until_available
 
 AGENTS = {
     "reviewer": {"adapter": "scripted"},
@@ -38,7 +38,7 @@ async def pools(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerProc
     try:
         for s in servers:
             s.start()
-        await until_available(servers, set(AGENTS))
+        await until_available(servers, AGENTS)
         yield servers[0], servers[1]
     finally:
         for s in servers:
@@ -66,23 +66,6 @@ def msg(text: str, **extra: Any) -> dict[str, Any]:
 async def running(server: ServerProcess) -> int:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
         return (await c.get("/healthz")).json()["runningAgents"]
-
-
-async def until_available(servers: list[ServerProcess], roles: set[str]) -> None:
-    """Once discovery lists every role as available (ready does not mean registered); failing with the
-    servers' log tails."""
-    available: set[str] = set()
-    try:
-        async with httpx.AsyncClient(base_url=servers[0].base_url, timeout=30) as c, asyncio.timeout(WAIT_S):
-            while True:
-                body = (await c.get("/agents")).json()
-                available = {r["role"] for r in body["roles"] if r["available"]}
-                if roles <= available:
-                    return
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        tails = "\n".join(s.log_tail() for s in servers)
-        raise AssertionError(f"roles available: {sorted(available)}, not {sorted(roles)}\n{tails}") from None
 
 
 async def until_state(c: httpx.AsyncClient, path: str, task_id: str, states: set[str]) -> dict[str, Any]:

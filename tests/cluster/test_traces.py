@@ -26,7 +26,7 @@ from tests.e2e.test_push import PUSH_ENV
 from tests.support.otlp import OtlpReceiver, Span
 from tests.support.receiver import Receiver
 from tests.support.rpc import send_request
-from tests.support.server import ServerProcess, free_port
+from tests.support.server import ServerProcess, free_port, until_available
 
 WAIT_S = 60
 FAKE = """
@@ -75,6 +75,7 @@ async def replicas(tmp_path: Path) -> AsyncIterator[tuple[ServerProcess, ServerP
     try:
         a.start()
         b.start()
+        await until_available([a, b], agents)  # sends to A reach B's coder without waiting for it
         yield a, b, receiver
     finally:
         a.stop()

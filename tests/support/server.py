@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import random
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import httpx
@@ -130,6 +132,32 @@ class ServerProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+async def until_available(
+    servers: Sequence[ServerProcess],
+    roles: Collection[str],
+    headers: dict[str, str] | None = None,
+    within_s: float = READY_TIMEOUT_S,
+) -> None:
+    """Once the first server's discovery (`GET /agents`) lists every role of `roles` as available: ready
+    does not mean registered (start-up waits for its first discovery write only so long). Fails with what
+    was available and the servers' log tails."""
+    available: set[str] = set()
+    try:
+        async with (
+            httpx.AsyncClient(base_url=servers[0].base_url, headers=headers, timeout=30) as c,
+            asyncio.timeout(within_s),
+        ):
+            while True:
+                body = (await c.get("/agents")).json()
+                available = {r["role"] for r in body["roles"] if r["available"]}
+                if set(roles) <= available:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        tails = "\n".join(s.log_tail() for s in servers)
+        raise AssertionError(f"roles available: {sorted(available)}, not {sorted(roles)}\n{tails}") from None
 
 
 def migrate(env: dict[str, str]) -> None:
