@@ -153,8 +153,9 @@ class Browse:
         if stored is None:
             return None
         async with self._engine.connect() as conn:
-            role = (await conn.execute(select(_tasks.c.role).where(_tasks.c.id == task_id))).scalar_one()
-        return stored, role
+            role = (await conn.execute(select(_tasks.c.role).where(_tasks.c.id == task_id))).scalar()
+        # Deleted in between (retention pruning it): not found, as it would be a moment later.
+        return None if role is None else (stored, role)
 
 
 def _loose(filters: Filters, c: Any) -> list[ColumnElement[bool]]:

@@ -4,10 +4,12 @@ on, on both databases: a match older than the window is found on a later page, n
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import delete
 
 from app.protocol.model import TaskState
 from app.store.browse import Browse, Filters
 from app.store.db import create_engine
+from app.store.models import TaskRow
 from app.store.writer import Writer
 from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.inproc import OWNER, seeded_write
@@ -43,6 +45,31 @@ async def test_a_sparse_filter_walks_window_by_window(backend, tmp_path):
         assert (await browse.page(Filters(owner="mallory", text="needle"), limit=5)).lines == []
         everyone = await browse.page(Filters(owner=None, state=TaskState.COMPLETED), limit=5)
         assert len(everyone.lines) == 5 and everyone.next_cursor
+    finally:
+        await writer.stop()
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_task_deleted_between_its_reads_is_not_found_not_an_error(backend, tmp_path):
+    """Retention may delete a task between Browse.task's read of the task and of its role (seen: the admin
+    command line's `tasks show` died with NoResultFound while the server pruned): it is simply not found."""
+    engine = create_engine(await migrated_database_url(backend, tmp_path))
+    writer = Writer(engine)
+    writer.start()
+    try:
+        await writer.commit(seeded_write("t-gone", TaskState.COMPLETED, "r", 60))
+        browse = Browse(engine)
+        read = browse._repo.get_task
+
+        async def read_then_prune(task_id: str, **kw):
+            stored = await read(task_id, **kw)
+            async with engine.begin() as conn:
+                await conn.execute(delete(TaskRow).where(TaskRow.id == task_id))
+            return stored
+
+        browse._repo.get_task = read_then_prune  # type: ignore[method-assign]
+        assert await browse.task("t-gone", None) is None
     finally:
         await writer.stop()
         await engine.dispose()
