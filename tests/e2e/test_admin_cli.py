@@ -35,6 +35,9 @@ async def srv(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIte
     # The default lease TTL (15 s): a freshly started CLI process must find the server's leases unexpired
     # however long it takes to start; the paths without Redis wait for a heartbeat (TTL/3) at most.
     env = {
+        # The server's own retention off: its pass (every 10 min, on a slow run within this module's life)
+        # would delete the old tasks the prune test writes before the command line does.
+        "TASK_RETENTION_DAYS": "0",
         "PUSH_NOTIFICATION_ALLOW_HTTP": "true",
         "PUSH_NOTIFICATION_ALLOWED_HOSTS": "127.0.0.1",
         "PUSH_POLL_S": "0.05",
