@@ -72,8 +72,10 @@ http {{
     client_max_body_size 32m;
 {http}
     upstream a2a {{
-        # Passive health: one failure (refused, reset, timeout, 502/503) takes a replica out for 2 s,
-        # so a killed replica costs at most one quick retry per worker.
+        # Passive health: one failure (refused, reset, timeout, 502) takes a replica out for 2 s, so a
+        # killed replica costs at most one quick retry per worker. Not a 503: that is every replica's answer
+        # while the database is away, and counted as failures it took all of them out in turn, so nginx
+        # answered 502 (no live upstream) instead of the replicas' 503 with Retry-After.
 {servers}
         keepalive 32;
         keepalive_timeout 60s;
@@ -111,7 +113,7 @@ _PROXY = """
             # Failover to another replica. nginx never retries a POST once it was sent to a replica
             # (that would need `non_idempotent`, deliberately absent): a JSON-RPC call is only retried
             # when the replica refused the connection or failed before the request went out.
-            proxy_next_upstream error timeout http_502 http_503;
+            proxy_next_upstream error timeout http_502;
             proxy_next_upstream_timeout 10s;"""
 
 _GRPC = """

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
+
 from scripts.cluster import log_tail
 from tests.cluster.test_chaos_load import Client, event_log, reason, rpc, streaming_script
 from tests.conftest import _fresh_pg_database
@@ -65,6 +67,13 @@ async def test_past_the_grace_a_run_ends_failed_by_its_replica_or_by_the_reaper(
                     await c.streaming.wait()
                     c.streaming.clear()
         await asyncio.to_thread(own_services.stop_pg)
+        # Through nginx a read answers the replicas' 503 with Retry-After, every time: nginx once counted
+        # each 503 as a failure, took every replica out for 2 s and answered 502 meanwhile (`make soak`).
+        async with httpx.AsyncClient(base_url=cl.nginx_url, timeout=30) as c:
+            answers = [await c.get("/a2a/rest/tasks") for _ in range(10)]
+        assert [(r.status_code, "retry-after" in r.headers) for r in answers] == [(503, True)] * 10, [
+            (r.status_code, r.text[:80]) for r in answers
+        ]
         await until_logged(cl, 0, f"task {survivor['id']}: {GAVE_UP}")
         await asyncio.to_thread(cl.kill, 1)  # its task is now nobody's: a reaper's, once the database is back
         await asyncio.to_thread(own_services.start_pg)

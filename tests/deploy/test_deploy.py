@@ -21,7 +21,7 @@ SSE_DIRECTIVES = [
     "proxy_http_version 1.1;",
     'proxy_set_header Connection "";',
     "proxy_set_header Last-Event-ID $http_last_event_id;",
-    "proxy_next_upstream error timeout http_502 http_503;",
+    "proxy_next_upstream error timeout http_502;",
     "gzip off;",
     "keepalive 32;",
 ]
