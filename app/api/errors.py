@@ -14,7 +14,7 @@ import orjson
 from fastapi import Request, Response
 
 from app.protocol import errors
-from app.protocol.errors import A2AError, DatabaseUnavailableError, RateLimitedError
+from app.protocol.errors import A2AError, RateLimitedError, UnavailableError
 
 ERROR_DOMAIN = "a2a-protocol.org"
 A2A_JSON = "application/a2a+json"
@@ -35,7 +35,7 @@ def error_info(err: A2AError) -> dict[str, Any]:
 def http_headers(err: A2AError) -> dict[str, str]:
     """Headers an error adds to its HTTP response: `Retry-After` for a rate limit or an unavailable
     database."""
-    retryable = isinstance(err, RateLimitedError | DatabaseUnavailableError)
+    retryable = isinstance(err, RateLimitedError | UnavailableError)
     if retryable and isinstance(err.data, dict) and "retryAfter" in err.data:
         return {"Retry-After": str(err.data["retryAfter"])}
     return {}

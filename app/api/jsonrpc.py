@@ -97,8 +97,9 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             raise MethodNotFoundError(f"Method {method} not found")
         result = await handler(params, call)
     except A2AError as err:
-        if err.http_status == 429 and not batched:
-            # A limit is an HTTP matter too: 429 (with Retry-After) tells any client or proxy to back off.
+        if err.http_status in (429, 503) and not batched:
+            # A limit or an outage is an HTTP matter too: 429 or 503 (with Retry-After) tells any client or
+            # proxy to back off.
             request.scope[LIMITED_KEY] = err
         return None if notification else jsonrpc_error(rid, err, v10)
     except Exception as exc:

@@ -215,7 +215,24 @@ class TooManyStreamsError(A2AError):
     default_message = "Too many open streams"
 
 
-class DatabaseUnavailableError(A2AError):
+class UnavailableError(A2AError):
+    """A part the request needs is away for a moment (the database, the replica holding the task): HTTP 503
+    with `Retry-After`, gRPC UNAVAILABLE; the JSON-RPC code stays the spec's internal error, the message
+    names the cause. Nothing was carried out: the same request may be sent again."""
+
+    code = -32603
+    http_status = 503
+    rest_v03_status = 503
+    grpc_status = "UNAVAILABLE"
+    reason = "UNAVAILABLE"
+    default_message = "A part of the service is unreachable right now; retry in a few seconds"
+    retry_after_s = 5
+
+    def __init__(self, message: str | None = None, data: object = None) -> None:
+        super().__init__(message, data if data is not None else {"retryAfter": self.retry_after_s})
+
+
+class DatabaseUnavailableError(UnavailableError):
     """The task store cannot be reached (a restart, an outage): HTTP 503 with `Retry-After`; the
     JSON-RPC code stays the spec's internal error, the message names the cause."""
 

@@ -13,7 +13,13 @@ from typing import Any
 
 from app.bus.base import Bus
 from app.protocol import errors
-from app.protocol.errors import A2AError, DatabaseUnavailableError, InternalError, InvalidParamsError
+from app.protocol.errors import (
+    A2AError,
+    DatabaseUnavailableError,
+    InternalError,
+    InvalidParamsError,
+    UnavailableError,
+)
 from app.protocol.model import Message
 from app.store.idempotency import IdemKey
 from app.store.leases import Leases
@@ -27,9 +33,9 @@ log = logging.getLogger(__name__)
 CONTROL_TIMEOUT_S = 5.0
 
 
-class UnreachableHolderError(InternalError):
-    """The replica holding the task did not answer a forwarded request (dead, cut off, or not on this
-    bus): the request was not carried out."""
+class UnreachableHolderError(UnavailableError):
+    """The replica holding the task did not answer a forwarded request (dead, cut off, Redis restarting,
+    or not on this bus): the request was not carried out, and may be sent again (503, `Retry-After`)."""
 
 
 class Control:

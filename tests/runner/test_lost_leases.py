@@ -26,8 +26,10 @@ from app.admin import tasks_cancel
 from app.agents.sdk import TaskContext
 from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.errors import http_headers
 from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow
+from app.tasks.control import UnreachableHolderError
 from app.tasks.follow import DEAF_POLL_S
 from app.wiring import wire
 from tests.support.inproc import (
@@ -316,3 +318,19 @@ async def _last(stream: AsyncIterator[Any]) -> Any:
     async for rec in stream:
         last = rec
     return last
+
+
+async def test_a_cancel_the_holder_cannot_hear_is_a_503_to_send_again_not_an_internal_error(tmp_path):
+    """A cancel forwarded to a holder that does not answer (Redis restarting, the holder just killed; here:
+    another in-process bus) was carried out nowhere. It was JSON-RPC -32603 with HTTP 200 and no hint, so
+    clients gave up (seen in `make soak`'s Redis restarts); it is 503 with Retry-After, UNAVAILABLE."""
+    agent = Agent()
+    async with pair(tmp_path, agent, r2_ttl_s=60.0) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+        with pytest.raises(UnreachableHolderError) as unheard:
+            await r2.service.cancel(OWNER, task_id)
+        err = unheard.value
+        assert (err.code, err.http_status, err.grpc_status) == (-32603, 503, "UNAVAILABLE")
+        assert http_headers(err) == {"Retry-After": "5"}
+        assert (await r1.service.get(OWNER, task_id)).status.state is TaskState.WORKING  # nothing was done
+        assert not agent.stopped.is_set()
