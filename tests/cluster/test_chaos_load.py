@@ -31,6 +31,7 @@ from tests.interop.test_interop_grpc import error_info
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.rpc import text_message
+from tests.support.sse import ENDED, V10, v10_as_v03
 
 TASKS_PER_WAVE = 9
 PG_DOWN_S = 30.0
@@ -39,30 +40,9 @@ BURST = 3000
 by back-pressure until the database is back, and none of them may be lost."""
 
 
-ENDED = ("completed", "failed", "canceled", "rejected")
-
-
 def streaming_script(seconds: float) -> str:
     """Two chunks every quarter second for about `seconds`."""
     return ";".join(["chunks:2", "sleep:0.25"] * int(seconds * 4))
-
-
-V10 = {"A2A-Version": "1.0"}
-
-
-def v10_as_v03(result: dict[str, Any]) -> dict[str, Any]:
-    """A v1.0 stream result (`{"task"|"statusUpdate"|"artifactUpdate": ...}`, `TASK_STATE_*` names) in the
-    v0.3 shape the checks read: `kind`, lower-case `status.state`, `final` on a status that ends the
-    stream."""
-    ((field_name, body),) = result.items()
-    kind = {"task": "task", "statusUpdate": "status-update", "artifactUpdate": "artifact-update"}[field_name]
-    out = {**body, "kind": kind}
-    if "status" in body:
-        state = body["status"]["state"].removeprefix("TASK_STATE_").lower().replace("_", "-")
-        out["status"] = {**body["status"], "state": state}
-        if kind == "status-update":
-            out["final"] = state in (*ENDED, "input-required", "auth-required")
-    return out
 
 
 @dataclass

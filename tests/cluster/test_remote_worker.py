@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,10 +27,11 @@ from httpx_sse import aconnect_sse
 from app.api.auth import hash_key
 from tests.cluster.test_chaos_load import ENDED, event_log
 from tests.conftest import migrated_pg_database
+from tests.support import worker as workers
 from tests.support.auth import KEYS, api_keys_env, key_of
 from tests.support.cluster import Cluster, Replica
 from tests.support.secrets import remember
-from tests.support.server import BIN, ROOT
+from tests.support.worker import WorkerProcess
 
 WORKER_KEY = "worker-" + os.urandom(8).hex()
 remember(WORKER_KEY)
@@ -56,57 +55,6 @@ TRIAGER = "/agents/triager"
 WAIT_S = 90
 
 
-class WorkerProcess:
-    def __init__(self, server_url: str, log_path: Path, instance: str) -> None:
-        self.server_url = server_url
-        self.log_path = log_path
-        self.instance = instance
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "A2A_WORKER_KEY": WORKER_KEY,
-            "AGENTS": json.dumps({"triager": AGENTS["triager"]}),
-            "LOG_LEVEL": "info",
-        }
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [
-                str(BIN / "a2a-server"),
-                "worker",
-                "--server",
-                self.server_url,
-                "--role",
-                "triager",
-                "--instance",
-                self.instance,
-                "--slots",
-                "4",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
 @pytest.fixture
 async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, str]]:
     pg, redis = os.environ.get("TEST_POSTGRES_URL"), os.environ.get("TEST_REDIS_URL")
@@ -126,7 +74,14 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
     )
     cl = Pools(db, redis, tmp_path / "cluster", 2, grpc=True, migrated=True, **env)
     await asyncio.to_thread(cl.start)
-    worker = WorkerProcess(cl.nginx_url, tmp_path / "worker.log", "vm1")
+    worker = WorkerProcess(
+        cl.nginx_url,
+        tmp_path / "worker.log",
+        "vm1",
+        key=WORKER_KEY,
+        agents={"triager": AGENTS["triager"]},
+        role="triager",
+    )
     worker.start()
     try:
         # Ready means listed: a send before the worker's first announcement would wait ROLE_WAIT_S for an
@@ -353,19 +308,11 @@ async def test_a_worker_key_opens_only_the_worker_endpoints(team: tuple[Cluster,
 
 
 async def listing(base: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
-        resp = await c.get("/agents", headers=key_of("alice"))
-    assert resp.status_code == 200, resp.text
-    return resp.json()
+    return await workers.listing(base, key_of("alice"))
 
 
 async def until_listed(base: str, role: str, available: bool) -> dict[str, Any]:
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            found = await listing(base)
-            if {r["role"]: r["available"] for r in found["roles"]}[role] is available:
-                return found
-            await asyncio.sleep(0.2)
+    return await workers.until_listed(base, role, available, key_of("alice"), WAIT_S)
 
 
 async def test_discovery_lists_the_worker_and_a_role_without_instances_refuses_work(
