@@ -217,7 +217,10 @@ async def test_streams_survive_replica_redis_and_database_faults(own_services: O
         services.redis_url,
         tmp_path / "cluster",
         3,
-        LEASE_TTL_S="3",
+        # The default-like 15 s: after the 30 s outage every live holder must renew within one TTL of a
+        # reaper's mark while three replicas reconnect under the burst; wave 1 restarts its killed replica
+        # under its own name, which recovers its tasks at once (no reaping needed).
+        LEASE_TTL_S="15",
         QUEUE_POLL_S="0.5",
         DB_OUTAGE_GRACE_S="120",
         grpc=True,

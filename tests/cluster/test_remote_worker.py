@@ -64,7 +64,9 @@ async def team(tmp_path: Path) -> AsyncIterator[tuple[Cluster, WorkerProcess, st
     env = api_keys_env(
         AGENTS=json.dumps(AGENTS),
         WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "dev-vm"}),
-        LEASE_TTL_S="3",
+        # Long enough that a worker's renewal through nginx on a busy machine is never late; the killed
+        # worker's task is still reaped well within WAIT_S.
+        LEASE_TTL_S="10",
         QUEUE_POLL_S="0.5",
         DISCOVERY_HEARTBEAT_S="1",
         # A live worker stays listed through a busy machine's stalls (ten heartbeats); a killed one leaves
@@ -359,7 +361,8 @@ async def test_tasks_sent_through_nginx_run_only_where_their_role_runs(
 ):
     cl, _, _ = team
     for path, runner in (("", 0), ("/agents/implementer", 1)):
-        body = {"message": msg("say:start;sleep:2;say:end"), "configuration": {"blocking": False}}
+        # The run waits on its user (a waiting run counts in runningAgents) until the counts are read.
+        body = {"message": msg("say:start;ask:go?;say:end"), "configuration": {"blocking": False}}
         send = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": body}
         async with httpx.AsyncClient(base_url=cl.nginx_url, timeout=30) as c:
             task_id = (await c.post(f"{path}/a2a/jsonrpc", json=send, headers=key_of("alice"))).json()[
@@ -371,6 +374,16 @@ async def test_tasks_sent_through_nginx_run_only_where_their_role_runs(
                 ):
                     await asyncio.sleep(0.05)
             assert counts[runner] == 1 and counts[1 - runner] == 0, (path, counts)
+            asking = {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"id": task_id}}
+            async with asyncio.timeout(WAIT_S):
+                while (await c.post(f"{path}/a2a/jsonrpc", json=asking, headers=key_of("alice"))).json()[
+                    "result"
+                ]["status"]["state"] != "input-required":
+                    await asyncio.sleep(0.1)
+            answer = {"message": msg("go", taskId=task_id), "configuration": {"blocking": False}}
+            body = {"jsonrpc": "2.0", "id": 3, "method": "message/send", "params": answer}
+            answered = (await c.post(f"{path}/a2a/jsonrpc", json=body, headers=key_of("alice"))).json()
+            assert "result" in answered, answered
             get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task_id}}
             async with asyncio.timeout(WAIT_S):
                 while True:
