@@ -31,6 +31,9 @@ shutdown, crash shutdown, cannot connect now: starting up or shutting down)."""
 
 _SQLITE_AWAY = ("locked", "busy", "unable to open", "disk i/o")
 
+_CONTENTION = ("40P01", "40001")
+"""Deadlock detected, serialization failure: PostgreSQL aborted the transaction to let another go on."""
+
 
 def is_unavailable(exc: BaseException) -> bool:
     """True when `exc` means the database could not be reached or lost the connection, not that the
@@ -62,6 +65,19 @@ def is_unavailable(exc: BaseException) -> bool:
         cause = getattr(orig, "__cause__", None)
         if isinstance(cause, OSError | TimeoutError):
             return True
+    return False
+
+
+def is_contention(exc: BaseException) -> bool:
+    """True when PostgreSQL aborted `exc`'s transaction whole because of another one (a deadlock between
+    two writers of one task): the same transaction, tried again, is expected to pass."""
+    seen: BaseException | None = exc
+    for _ in range(4):  # SQLAlchemy's error, its adapted driver error, asyncpg's own
+        if seen is None:
+            return False
+        if str(getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None) or "") in _CONTENTION:
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
     return False
 
 

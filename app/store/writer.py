@@ -59,10 +59,13 @@ from .models import (
     TaskRow,
     TaskUsageRow,
 )
-from .outage import is_unavailable
+from .outage import is_contention, is_unavailable
 from .tables import push_configs as _configs, task_counts as _counts, tasks as _tasks
 
 log = logging.getLogger(__name__)
+
+CONTENTION_TRIES = 3
+"""A batch PostgreSQL aborted for a deadlock or a serialization failure is tried this many times in all."""
 
 _update_task = (
     update(_tasks)
@@ -350,7 +353,16 @@ class Writer:
     async def _flush_batch(self, batch: list[tuple[Write, asyncio.Future[None]]], shard: int) -> None:
         started = time.perf_counter()
         try:
-            await self._flush([w for w, _ in batch], shard)
+            for attempt in range(1, CONTENTION_TRIES + 1):
+                try:
+                    await self._flush([w for w, _ in batch], shard)
+                    break
+                except Exception as exc:
+                    # Two writers of one task (a cancel here, a remote worker's batch on another replica)
+                    # can deadlock on its row and an event number; PostgreSQL aborts one of them whole.
+                    if attempt == CONTENTION_TRIES or not is_contention(exc):
+                        raise
+                    log.info("store write tried again after a deadlock", extra={"attempt": attempt})
         except IntegrityError as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], _conflict(exc))

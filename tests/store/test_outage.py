@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from app.store.outage import is_unavailable
+from app.store.outage import is_contention, is_unavailable
 
 
 def _dsn() -> str:
@@ -89,3 +89,21 @@ def test_class_57_is_an_outage_bare_and_wrapped_by_sqlalchemy(error: type[asyncp
         assert is_unavailable(wrapper("SELECT 1", {}, DialectError("shutting down"))), wrapper
     not_57 = type("DialectError", (Exception,), {"sqlstate": "42P01"})  # undefined table: a bug
     assert not is_unavailable(sa_exc.ProgrammingError("SELECT 1", {}, not_57("no table")))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError],
+    ids=["40P01-deadlock", "40001-serialization"],
+)
+def test_a_deadlock_is_contention_bare_and_wrapped_not_an_outage(error: type[asyncpg.PostgresError]) -> None:
+    """A transaction PostgreSQL aborted for another one's sake is tried again by the writer, on either path
+    (asyncpg's own error on the one-statement path; SQLAlchemy's, with the driver's error as its cause,
+    in a transaction); it is neither an outage nor any other failed statement."""
+    bare = error("deadlock detected")
+    assert is_contention(bare) and not is_unavailable(bare)
+    adapted = RuntimeError("deadlock detected")
+    adapted.__cause__ = bare
+    assert is_contention(sa_exc.DBAPIError("UPDATE tasks", {}, adapted))
+    assert not is_contention(asyncpg.exceptions.UniqueViolationError("taken"))
+    assert not is_contention(sa_exc.DBAPIError("UPDATE tasks", {}, RuntimeError("other")))

@@ -268,3 +268,53 @@ async def test_a_restarted_postgresql_costs_the_one_statement_path_no_failed_wri
     finally:
         await writer.stop()
         await engine.dispose()
+
+
+async def test_a_transaction_that_deadlocks_with_a_step_statement_is_tried_again(tmp_path):
+    """A cancel (the writer's transaction: its event, then the task's row) and a remote worker's batch for
+    the same task (one statement whose UPDATE of the row may come before its event's insert) can wait on
+    each other: PostgreSQL aborts one (40P01). The writer's side is tried again, not handed to the caller
+    as a failure: here the other side holds the row and then inserts the same event number, so the writer's
+    transaction is the one aborted, and once the other side gives way the retry commits."""
+    url = await migrated_database_url("postgresql", tmp_path)
+    engine = create_engine(url)
+    writer = Writer(engine)
+    writer.start()
+    other = await engine.connect()
+    try:
+        await writer.commit(new_task_write("t", "m"))
+        cancel = step_write("t", 2, "canceled")
+        cancel.task_metadata = {"_id": "t", "_metadata": {"canceledBy": "client"}}
+        assert not steps.fits([cancel]), "the transaction path, as a cancel that writes metadata takes"
+        await other.exec_driver_sql("BEGIN")
+        await other.exec_driver_sql("SET LOCAL deadlock_timeout = '60s'")  # the writer detects it
+        await other.exec_driver_sql("UPDATE tasks SET last_seq = 2 WHERE id = 't'")
+        committed = asyncio.ensure_future(writer.commit(cancel))
+        blocked = (
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND a.pid <> pg_backend_pid() AND a.datname = current_database()"
+        )
+        async with engine.connect() as watch:
+            for _ in range(600):
+                if (await watch.exec_driver_sql(blocked)).scalar():
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the writer's transaction never waited for the task's row")
+        insert_event = (
+            "INSERT INTO events (task_id, seq, kind, body, created_at) "
+            "VALUES ('t', 2, 'status', '{}'::jsonb, now())"
+        )
+        # Waits for the writer's event 2 until PostgreSQL aborts the writer's transaction, then goes in.
+        await other.exec_driver_sql(insert_event)
+        await other.exec_driver_sql("ROLLBACK")
+        await asyncio.wait_for(committed, 60)
+        async with engine.connect() as conn:
+            row = (await conn.execute(select(TaskRow).where(TaskRow.id == "t"))).one()
+            assert row.state == "canceled" and row.metadata == {"canceledBy": "client"}
+            seqs = (await conn.scalars(select(EventRow.seq).where(EventRow.task_id == "t"))).all()
+            assert sorted(seqs) == [1, 2]
+    finally:
+        await other.close()
+        await writer.stop()
+        await engine.dispose()
