@@ -40,8 +40,8 @@ migrate: $(VENV)/.installed
 ## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx and Prometheus installed for
 ## the cluster tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
 ## pinned coding-agent CLIs from npm into .cache/cli; the agent frameworks' venvs into .cache/frameworks), run the suite on SQLite and PostgreSQL in two pytest-xdist
-## workers (tests/support/parallel.py; the cluster tests one after another in one of them). `PYTEST_XDIST=` runs
-## it in one process.
+## workers (tests/support/parallel.py; the cluster tests, the soak's short form among them, one after another in
+## one of them). `PYTEST_XDIST=` runs it in one process.
 PYTEST_XDIST ?= -n 2
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
@@ -52,7 +52,8 @@ test: $(VENV)/.test-installed
 	scripts/install-deb.sh chromium chromium
 	scripts/install-clis.sh
 	scripts/install-frameworks.sh
-	TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
+	SOAK_SHORT=1 TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) \
+		$(BIN)/python -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## The in-process tests only (marker `unit`: the room folders of tests/, see docs/testing.md), in under a
 ## minute right after cloning: SQLite only, no PostgreSQL, Redis or server process (their cases skip).
@@ -90,7 +91,7 @@ soak: $(VENV)/.test-installed
 	$(BIN)/python -m bench.soak --duration-min 60 --fault-every-s 300 --workdir $(SOAK_DIR) $(SOAK_ARGS)
 
 ## The soak's short form as a test (tests/cluster/test_soak.py, about 4.5 minutes: six windows of 37 s, each
-## fault once), every target asserted MET. Not in `make test` yet (its 20-minute budget).
+## fault once), every target asserted MET; alone. `make test` runs it too (with the cluster tests).
 soak-short: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start
