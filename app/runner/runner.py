@@ -279,6 +279,20 @@ class Runner:
             if task_id not in renewed:
                 self.lost(task_id)
         await self._heard()
+        await self._webhooks(runs)
+
+    async def _webhooks(self, runs: list[str]) -> None:
+        """Have the runs alive here whose tasks gained a webhook elsewhere notify it from now on.
+
+        The replica that stores a webhook tells the holder over the bus (`Control.webhook_added`); a word
+        lost there (Redis restarting, the holder slow to answer) would leave the task's later events
+        without notifications for good. So each heartbeat looks up the webhooks of the runs not notifying:
+        a missed word costs at most `LEASE_TTL_S`/3 of events, not the rest of the task."""
+        quiet = [t for t in runs if (live := self._tasks.get(t)) is not None and not live.push]
+        for task_id in await self._tasks.repo.webhooked(quiet):
+            live = self._tasks.get(task_id)
+            if live is not None and not live.push:
+                live.push = True
 
     async def _heard(self) -> None:
         """Send this replica's followers of a task taken from it to its log once the taker has written.

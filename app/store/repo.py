@@ -126,6 +126,14 @@ class Repository:
             traceparent=row.traceparent,
         )
 
+    async def webhooked(self, task_ids: Sequence[str]) -> set[str]:
+        """Which of these tasks have webhooks (for the runner's own bookkeeping: no owner check)."""
+        if not task_ids:
+            return set()
+        query = select(PushConfigRow.task_id).where(PushConfigRow.task_id.in_(task_ids)).distinct()
+        async with self._engine.connect() as conn:
+            return set((await conn.scalars(query)).all())
+
     async def task_head(self, task_id: str, *, owner: str) -> TaskHead | None:
         """The owner's task's row only: one keyed lookup, whatever the task holds."""
         query = select(_tasks.c.context_id, _tasks.c.state, _tasks.c.last_seq).where(
