@@ -703,8 +703,9 @@ class Sample:
     fds: int
     db: int | None
     conns: int = 0
-    """Of its fds, the TCP connections that follow the load: from nginx to a replica's port, and to
-    PostgreSQL (its pool's)."""
+    """Of its fds, the TCP connections that follow the load: from nginx to a replica's port, and its pools'
+    to PostgreSQL, to Redis (redis-py's, grown to the most commands at once) and to the webhook receiver
+    (the deliverer's keep-alive connections, as many as deliveries were in flight lately)."""
 
 
 class Sampler:
@@ -757,6 +758,7 @@ class Sampler:
         ports = await self.client_ports()
         sockets = tcp_sockets()
         pg_port = self.soak.services.pg_port
+        pools = {pg_port, self.soak.services.redis_port, self.soak.receiver.port}
         listening = {r.replica_id: r.port for r in self.soak.cluster.replicas}
         for name, pids in self.processes().items():
             rss = fds = conns = 0
@@ -771,7 +773,7 @@ class Sampler:
                 fds += f[0]
                 mine = [sockets[i] for i in f[1] if i in sockets]
                 to_pg = {local for local, remote in mine if remote == pg_port}
-                conns += len(to_pg) + sum(local == listening.get(name) for local, _ in mine)
+                conns += sum(remote in pools or local == listening.get(name) for local, remote in mine)
                 if ports is None:
                     db = None
                 elif db is not None:
@@ -1246,9 +1248,9 @@ def stability(soak: Soak, end: float) -> tuple[list[Target], dict[str, Any]]:
     taken outside the faults (a fault and `SETTLE_S` after its recovery: PostgreSQL away closes every
     database connection): within `tolerance`. The fds are compared at the baseline's count of the
     connections that come and go with the load (`Sample.conns`: nginx's to the replica, as many as its
-    keep-alive pool holds at the moment, and the database pool's, as many as it has grown to): the end's
-    fds less its connections, plus the baseline's connections. A process that did not live a window past
-    its baseline is not judged."""
+    keep-alive pool holds at the moment, and the pools' to PostgreSQL, Redis and the webhook receiver, as
+    many as they have grown to): the end's fds less its connections, plus the baseline's connections. A
+    process that did not live a window past its baseline is not judged."""
     cfg = soak.cfg
     every = cfg.fault_every_s
     calm = [(f.start, f.end + SETTLE_S) for f in soak.faults]
