@@ -26,8 +26,9 @@ worker serving again, nginx answering from every replica).
 Per window: requests, errors by kind, p50/p99 of answered requests, and for every process (replicas,
 worker, nginx, Redis, PostgreSQL, this harness) RSS, open fds and database connections (pg_stat_activity
 rows whose client port is one of the process's sockets), medians of the samples. An error is a failure
-unless excused: a 503 with `Retry-After` while PostgreSQL or Redis is away, a connection error or a cut
-stream while a replica is killed or nginx reloads, nginx's 502 for a POST that had reached the killed
+unless excused: a 503 with `Retry-After` while PostgreSQL or Redis is away or a replica is killed (an answer
+forwarded to the killed holder: docs/operations.md), a connection error or a cut stream while a replica is
+killed or nginx reloads, nginx's 502 for a POST that had reached the killed
 replica (docs/operations.md). At the end, once every task
 has ended: tasks lost (acknowledged, not stored), doubled (two tasks of one send, or a turn whose run started
 twice: the scripted agent is not `pure`, so a run is started once and a lost one ends `failed`),
@@ -70,8 +71,9 @@ from tests.support.sse import ENDED, V10, v10_as_v03
 from tests.support.worker import WorkerProcess, until_listed
 
 FAULTS = ("replica-kill", "redis-restart", "pg-restart", "pg-down", "worker-kill", "nginx-reload")
-OUTAGES = {"redis-restart", "pg-restart", "pg-down"}
-"""Faults during which a 503 with Retry-After is the documented answer."""
+OUTAGES = {"redis-restart", "pg-restart", "pg-down", "replica-kill"}
+"""Faults during which a 503 with Retry-After is the documented answer (a replica killed: to an answer
+forwarded to it while it held the task)."""
 CUTS = {"replica-kill", "nginx-reload"}
 """Faults during which a connection error or a cut stream is what a client sees; and, while a replica is
 killed, nginx's 502 for a POST that had reached it (never retried: docs/operations.md)."""

@@ -8,6 +8,7 @@ agents. A send finds an earlier copy of itself first (`copies`), then stores a n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,12 +43,14 @@ from app.store.repo import InvalidPageToken, TaskPage
 from app.store.writer import ContextTakenError, DuplicateError
 from app.telemetry import logs
 
-from .control import Control
+from .control import Control, UnreachableHolderError
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
 from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
 from .push_configs import PushConfigCalls
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
 
@@ -391,7 +394,7 @@ class TaskService:
     ) -> Task:
         """Cancel the task with `reason` as its status message (default: by the client), where it is
         written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
-        when the holder cannot be reached) its lease is taken even from a live holder, which stops its run
+        or a holder that did not answer) its lease is taken even from a live holder, which stops its run
         at its next commit or heartbeat (`LiveTasks.writable`)."""
         logs.bind(task_id=task_id)
         try:
@@ -402,7 +405,13 @@ class TaskService:
             body = {"op": "cancel", "owner": owner, "task": task_id}
             if reason is not None:
                 body["reason"] = reason
-            await self._control.forward(held.replica_id, body)
+            try:
+                await self._control.forward(held.replica_id, body)
+            except UnreachableHolderError:
+                # Killed, cut off, or Redis restarting: a cancel needs nothing of the holder, so it is
+                # written here over its lease instead of failing (an answer does need its run: it stays 503).
+                log.warning("replica %s did not answer; task %s canceled here", held.replica_id, task_id)
+                return await self.cancel(owner, task_id, 1, reason, take_over=True)
             return (await self._reader.load(owner, task_id)).task
         event = status_update(task_id, live.task.context_id, TaskState.CANCELED, reason or CANCELED_BY_CLIENT)
         if live.task.status.state.terminal or not await self._tasks.apply(live, [event]):
