@@ -41,7 +41,8 @@ from app.store import rows
 from app.store.leases import Held, Leases
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository
-from app.store.writer import SeqTakenError, Write, Writer
+from app.store.write import Write
+from app.store.writer import SeqTakenError, Writer
 from app.telemetry import traces
 
 from .state import check_transition
