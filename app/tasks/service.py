@@ -46,8 +46,10 @@ from .control import Control
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
-from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
+from .held import HeldElsewhereError, LiveTask
+from .live import LiveTasks
 from .push_configs import PushConfigCalls
+from .step import STOP_STATES, NewTask, Snapshot
 
 __all__ = ["Executor", "IdempotencyKeyReusedError", "Snapshot", "TaskService"]
 
