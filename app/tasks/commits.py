@@ -1,8 +1,8 @@
 """How one step of a held task commits: at once for a request, or, for the task's own run, waiting out a
 database that is away up to the outage grace.
 
-It imports the writer and the leases (to read what a retried commit left) and `held.py`; the live tasks
-(`live.py`) commit every step through it.
+It imports the stores (the writer; the leases, to read what a retried commit left; `rows`, `outage`) and
+`held.py`; the live tasks (`live.py`) commit every step through it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 the reaper, and restart recovery for what this replica's previous life ran) and a queued task whose role
 has no live instance (`refuse`: `runner/idle.py`). A remote worker ends neither: the replicas do.
 
-It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the leases;
-the runner (`runner/runner.py`) and `runner/idle.py` call it.
+It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the stores;
+the runner (`runner/runner.py`, its `Losses` given by the wiring) and `runner/idle.py` call it.
 """
 
 from __future__ import annotations
