@@ -270,6 +270,7 @@ class Worker:
             queue_poll_s=1.0,
             prices=self.prices,
             role=self.role.name,
+            losses=None,  # a worker reaps nothing: the server's replicas do
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}

@@ -109,7 +109,8 @@ class Runner:
         queue_poll_s: float = 2.0,
         prices: PriceTable | None = None,
         role: str = "default",
-        losses: Losses | None = None,
+        *,
+        losses: Losses | None,
     ) -> None:
         self._tasks = tasks
         self._losses = losses
