@@ -22,12 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.bus.base import Bus
 from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
-from app.protocol.model import (
-    EventRecord,
-    TaskState,
-    status_update,
-    utcnow,
-)
+from app.protocol.model import EventRecord, TaskState, status_update, utcnow
 from app.protocol.usage import TOKEN_KINDS, Usage
 from app.store.leases import Leases
 from app.store.repo import Repository
