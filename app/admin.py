@@ -485,7 +485,7 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
         repo = Repository(engine, scope)
         leases = Leases(engine, bus.replica_id, settings.lease_ttl_s, scope)
         tasks = LiveTasks(repo, writer, bus, leases, role=scope, role_name=record.role)
-        stack.push_async_callback(tasks.notices_sent)
+        stack.push_async_callback(tasks.notices.sent)
         service = TaskService(
             tasks,
             _Bystander(),

@@ -51,6 +51,7 @@ from app.store.retention import Pruning
 from app.store.usage import UsageReads
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
+from app.tasks.losses import Losses
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
 from app.telemetry import logs
@@ -234,6 +235,7 @@ async def wire(
                 role_name=name,
                 exclusive=effects,
             )
+            losses = Losses(tasks)
             runner: Runner | Idle = (
                 Runner(
                     tasks,
@@ -247,10 +249,12 @@ async def wire(
                     queue_poll_s=settings.queue_poll_s,
                     prices=prices,
                     role=name,
+                    losses=losses,
                 )
                 if role.runs_here
                 else Idle(
                     tasks,
+                    losses,
                     leases,
                     bus,
                     min(settings.queue_poll_s, settings.lease_ttl_s / 5),

@@ -5,7 +5,7 @@ Redis credential.
 
 It is the replica's `Runner`, jailed agents and all, over two small stand-ins for what a replica reads from
 the database: `RemoteLeases` (claims, lease renewals, a lease read) and `RemoteTasks` (its runs' tasks, whose
-events it numbers itself with the same `tasks.live.step` and hands to the server in order, retried until
+events it numbers itself with the same `tasks.step.step` and hands to the server in order, retried until
 acknowledged: idempotent by event number, so a replica restarting under it loses and doubles nothing). A
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
 task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/workers.py`.
@@ -32,7 +32,8 @@ from app.runner.runner import Runner
 from app.settings import Settings
 from app.store.leases import Held
 from app.store.outage import backoff
-from app.tasks.live import LiveTask, TaskLostError, UnrecordedError, step
+from app.tasks.held import LiveTask, TaskLostError, UnrecordedError
+from app.tasks.step import step
 from app.tasks.workers import events_to_wire, task_from_wire
 from app.telemetry import logs, traces
 
@@ -163,9 +164,6 @@ class RemoteTasks:
         if task_ids:
             await self._server.call("POST", "/workers/v1/release", {"tasks": task_ids}, give_up_s=5)
 
-    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:
-        return False  # a worker reaps nothing: the server's replicas do
-
 
 class RemoteLeases:
     """The worker's leases, as the `Runner` claims and renews them (`Leases`' runner side)."""
@@ -272,6 +270,7 @@ class Worker:
             queue_poll_s=1.0,
             prices=self.prices,
             role=self.role.name,
+            losses=None,  # a worker reaps nothing: the server's replicas do
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}

@@ -19,6 +19,7 @@ from app.protocol.model import Message
 from app.store.leases import Leases
 from app.store.outage import OutageLog
 from app.tasks.live import LiveTasks
+from app.tasks.losses import Losses
 
 from .runner import reap
 
@@ -35,6 +36,7 @@ class Idle:
     def __init__(
         self,
         tasks: LiveTasks,
+        losses: Losses,
         leases: Leases,
         bus: Bus,
         reap_every_s: float,
@@ -43,6 +45,7 @@ class Idle:
         role_wait_s: float = 30.0,
     ) -> None:
         self._tasks = tasks
+        self._losses = losses
         self._leases = leases
         self._bus = bus
         self._every_s = reap_every_s
@@ -94,7 +97,7 @@ class Idle:
             "task was sent, so it was not started. Send it again once one is (GET /agents lists them)."
         )
         for task_id in waiting:
-            await self._tasks.refuse(task_id, reason)
+            await self._losses.refuse(task_id, reason)
 
     async def _reaper(self) -> None:
         """Mark expired leases and end the working tasks whose lease stayed void (as `Runner._reap`); fail
@@ -102,7 +105,7 @@ class Idle:
         outage = OutageLog("reaper")
         while True:
             try:
-                await reap(self._leases, self._tasks)
+                await reap(self._leases, self._losses)
                 await self._refuse_unserved()
                 outage.ok()
             except Exception as exc:

@@ -30,11 +30,13 @@ from app.protocol.errors import InternalError
 from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.live import WORKER_PREFIX, LiveTask, StillbornError, TaskLostError, UnrecordedError
+from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
+from app.tasks.step import WORKER_PREFIX
 from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
+    from app.tasks.losses import Losses
 
     from .prices import PriceTable
 
@@ -62,7 +64,6 @@ class RunTasks(Protocol):
     def forget(self, task_id: str) -> None: ...
     def lose(self, task_id: str) -> bool: ...
     async def release(self, task_ids: list[str]) -> None: ...
-    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool: ...
 
 
 class RunLeases(Protocol):
@@ -108,8 +109,13 @@ class Runner:
         queue_poll_s: float = 2.0,
         prices: PriceTable | None = None,
         role: str = "default",
+        *,
+        losses: Losses | None,
     ) -> None:
         self._tasks = tasks
+        self._losses = losses
+        """Ends the tasks whose run was lost (the reaper, restart recovery); None in a remote worker, which
+        reaps nothing: the server's replicas do."""
         self.role = role
         """The role whose agents run here (what a run's log records and span name)."""
         self._prices = prices
@@ -215,8 +221,10 @@ class Runner:
         self._loops = [
             asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
             asyncio.create_task(self._every(self._heartbeat, self._ttl_s / 3), name="heartbeat"),
-            asyncio.create_task(self._every(self._reap, min(self._poll_s, self._ttl_s / 5)), name="reaper"),
         ]
+        if self._losses is not None:
+            reaper = self._every(self._reap, min(self._poll_s, self._ttl_s / 5))
+            self._loops.append(asyncio.create_task(reaper, name="reaper"))
 
     async def aclose(self) -> None:
         """Stop taking work and stop every run. A task that was working ends failed with the reason;
@@ -346,8 +354,9 @@ class Runner:
     async def _recover(self) -> None:
         for held in await self._leases.mine():
             if held.running:  # its agent had started: lost with the previous life, never run again
-                reason = "The server restarted while this task was running; its agent was lost."
-                await self._tasks.end_lost(held, reason, restarted=True)
+                if self._losses is not None:
+                    reason = "The server restarted while this task was running; its agent was lost."
+                    await self._losses.end_lost(held, reason, restarted=True)
             elif held.state is TaskState.SUBMITTED:
                 await self._start_claimed(held.task_id)
             else:
@@ -390,7 +399,8 @@ class Runner:
         """End tasks whose replica died mid-run: mark the leases found expired (`Leases.suspect`), end the
         working tasks whose lease stayed unrenewed a lease TTL after its mark (`Leases.expired`). Queued
         and waiting tasks need nothing: claims take a void lease, answers an expired one."""
-        await reap(self._leases, self._tasks, self._runs)
+        assert self._losses is not None
+        await reap(self._leases, self._losses, self._runs)
 
     async def _run(self, task_id: str) -> None:
         live = self._tasks.get(task_id)
@@ -581,14 +591,14 @@ class Runner:
                 await producer
 
 
-async def reap(leases: RunLeases, tasks: RunTasks, alive: Collection[str] = ()) -> None:
+async def reap(leases: RunLeases, losses: Losses, alive: Collection[str] = ()) -> None:
     """One pass of a reaper (a runner's, or `Idle`'s for a role not run here): mark the leases found expired,
     end the running tasks (`Held.running`: working, or submitted with a run started) whose lease stayed void.
     Never a run in `alive`: the one guard against a reaper ending a live run of its own replica."""
     await leases.suspect()
     for held in await leases.expired():
         if held.running and held.task_id not in alive:
-            await tasks.end_lost(held, lost_reason(held.owner))
+            await losses.end_lost(held, lost_reason(held.owner))
 
 
 def lost_reason(holder: str) -> str:

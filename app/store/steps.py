@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from .models import Base
 
 if TYPE_CHECKING:
-    from .writer import Write
+    from .write import Write
 
 _TABLES = ("tasks", "messages", "events", "artifacts", "task_usage", "idempotency_keys", "push_configs")
 """The tables a fitting write inserts into; each insert names the columns its rows carry (the others get

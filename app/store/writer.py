@@ -1,6 +1,6 @@
 """Group commit: every event is committed before it is published, many tasks share one transaction.
 
-Callers hand a `Write` (the rows one step of one task produces) to `Writer.commit` and wait. A few
+Callers hand a `Write` (`write.py`: the rows one step of one task produces) to `Writer.commit` and wait. A few
 flushers each drain whatever has queued into one transaction, so under load a commit's round trips and
 fsync are shared by many requests, while one flusher's commit is in flight the next batch is already
 being written, and an idle server still commits each write at once. Writes of one task never overlap (the
@@ -61,6 +61,7 @@ from .models import (
 )
 from .outage import is_contention, is_unavailable
 from .tables import push_configs as _configs, task_counts as _counts, tasks as _tasks
+from .write import RUNNING, Write
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,6 @@ _update_task = (
     )
 )
 
-_RUNNING = frozenset({"submitted", "working"})
 _update_metadata = (
     update(_tasks).where(_tasks.c.id == bindparam("_id")).values(metadata=bindparam("_metadata"))
 )
@@ -171,60 +171,6 @@ def _conflict(exc: IntegrityError) -> ConflictError:
         if text.startswith(_SQLITE_UNIQUE):
             name = _BY_COLUMNS.get(text[len(_SQLITE_UNIQUE) :])
     return _CONFLICTS.get(name or "", ConflictError)(str(orig))
-
-
-@dataclass(slots=True)
-class Write:
-    """The rows one step of one task adds or changes."""
-
-    new_task: dict[str, Any] | None = None
-    task_update: dict[str, Any] | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    artifacts: list[dict[str, Any]] = field(default_factory=list)
-    push_configs: list[dict[str, Any]] = field(default_factory=list)
-    """New webhooks (inline in a send), inserted before the notifications."""
-    notifications: list[dict[str, Any]] = field(default_factory=list)
-    """Per event: `task_id`, `seq`, `history_len`, `created_at` (see `app.push.payloads`)."""
-    folded_artifacts: list[dict[str, Any]] | None = None
-    """Set when the task ends: its artifact rows are replaced by these, one folded row per artifact."""
-    idempotency_key: dict[str, Any] | None = None
-    """The caller's Idempotency-Key row, stored with what its request made (after the task it names)."""
-    usage: list[dict[str, Any]] = field(default_factory=list)
-    """`task_usage` rows of the usage reports the step's events carry."""
-    task_metadata: dict[str, Any] | None = None
-    """The task's new metadata (its usage summed), when the step changes it: `{"_id", "_metadata"}`."""
-    trace: Any = None
-    """The span the write was made in (tracing on): its batch's span hangs off the first, links the rest."""
-
-    def then(self, later: Write) -> Write:
-        """This write and `later` (the next step of the same task) as one: a new task's creation with its
-        run's first step, committed together. The task row is inserted as the step leaves it (one
-        statement, not an insert and an update); its retry key only while it still runs, as an update
-        would have left it."""
-        new_task = self.new_task or later.new_task
-        task_update = later.task_update or self.task_update
-        task_metadata = later.task_metadata or self.task_metadata
-        if new_task is not None and task_update is not None and task_update["_id"] == new_task["id"]:
-            new_task = {**new_task, **{k: v for k, v in task_update.items() if k != "_id"}}
-            if new_task["state"] not in _RUNNING:
-                new_task["retry_key"] = None
-            if task_metadata is not None:
-                new_task["metadata"] = task_metadata["_metadata"]
-            task_update = task_metadata = None
-        return Write(
-            new_task=new_task,
-            task_update=task_update,
-            messages=self.messages + later.messages,
-            events=self.events + later.events,
-            artifacts=self.artifacts + later.artifacts,
-            push_configs=self.push_configs + later.push_configs,
-            notifications=self.notifications + later.notifications,
-            folded_artifacts=later.folded_artifacts,
-            idempotency_key=self.idempotency_key or later.idempotency_key,
-            usage=self.usage + later.usage,
-            task_metadata=task_metadata,
-        )
 
 
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -405,7 +351,7 @@ class Writer:
         for w in writes:
             if w.task_update is not None:
                 u = w.task_update
-                updates[u["_id"]] = {**u, "running": u["state"] in _RUNNING}
+                updates[u["_id"]] = {**u, "running": u["state"] in RUNNING}
         async with self._engine.begin() as conn:
             if new_tasks:
                 await conn.execute(insert(TaskRow), new_tasks)

@@ -26,7 +26,8 @@ from app.store.leases import Leases
 from app.store.outage import is_unavailable
 from app.store.writer import DuplicateError
 
-from .live import WORKER_PREFIX, LiveTasks
+from .live import LiveTasks
+from .step import WORKER_PREFIX
 
 log = logging.getLogger(__name__)
 

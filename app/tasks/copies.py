@@ -12,7 +12,8 @@ from app.protocol.errors import InvalidParamsError
 from app.protocol.model import Message, PushConfig, Role, SendConfig, Task
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import Repository
-from app.store.writer import Write, Writer
+from app.store.write import Write
+from app.store.writer import Writer
 
 MAX_KEY_CHARS = 256
 

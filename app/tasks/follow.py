@@ -18,7 +18,9 @@ from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task,
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import Repository, TaskHead
 
-from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, Snapshot
+from .held import HeldElsewhereError, LiveTask
+from .live import LiveTasks
+from .step import STOP_STATES, Snapshot
 
 _T = TypeVar("_T")
 REPLAY_PAGE = 500

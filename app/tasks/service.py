@@ -47,8 +47,10 @@ from .control import Control, UnreachableHolderError
 from .copies import Copies, IdempotencyKeyReusedError, in_history, retry_key
 from .executor import Executor
 from .follow import Reader
-from .live import STOP_STATES, HeldElsewhereError, LiveTask, LiveTasks, NewTask, Snapshot
+from .held import HeldElsewhereError, LiveTask
+from .live import LiveTasks
 from .push_configs import PushConfigCalls
+from .step import STOP_STATES, NewTask, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,9 @@ from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import SeqTakenError
 
-from .live import WORKER_PREFIX, LiveTask, LiveTasks
+from .held import LiveTask
+from .live import LiveTasks
+from .step import WORKER_PREFIX
 
 MAX_WAIT_S = 30.0
 """The longest a worker's long poll is held (below proxies' usual read timeouts)."""

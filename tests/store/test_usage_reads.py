@@ -13,7 +13,8 @@ from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 from app.store import rows
 from app.store.db import create_engine
 from app.store.usage import GROUPS, UsageQuery, UsageReads, grouped
-from app.store.writer import Write, Writer
+from app.store.write import Write
+from app.store.writer import Writer
 from tests.conftest import BACKENDS, migrated_database_url
 
 TODAY = utcnow()

@@ -13,7 +13,8 @@ from app.protocol.model import utcnow
 from app.store import steps
 from app.store.db import create_engine
 from app.store.models import ArtifactRow, EventRow, MessageRow, PushConfigRow, PushOutboxRow, TaskRow
-from app.store.writer import DuplicateError, SeqTakenError, Write, Writer
+from app.store.write import Write
+from app.store.writer import DuplicateError, SeqTakenError, Writer
 from tests.conftest import BACKENDS, migrated_database_url, migrated_pg_database
 
 

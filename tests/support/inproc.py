@@ -33,7 +33,8 @@ from app.settings import Settings
 from app.store import rows
 from app.store.db import create_engine
 from app.store.models import Base
-from app.store.writer import Write, Writer
+from app.store.write import Write
+from app.store.writer import Writer
 from app.wiring import wire
 
 OWNER = "alice"

@@ -14,6 +14,7 @@ from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
+from app.tasks.losses import Losses
 from app.tasks.service import TaskService
 from tests.conftest import BACKENDS, migrated_database_url
 
@@ -27,7 +28,9 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     repo, bus, leases = Repository(engine), MemoryBus("r"), Leases(engine, "r", 15)
     tasks = LiveTasks(repo, writer, bus, leases)
     # No slots: the tasks stay queued, as with no runner at all.
-    runner = Runner(tasks, leases, bus, EchoAgent(), max_concurrent=0, timeout_s=5, cancel_grace_s=1)
+    runner = Runner(
+        tasks, leases, bus, EchoAgent(), max_concurrent=0, timeout_s=5, cancel_grace_s=1, losses=Losses(tasks)
+    )
     service = TaskService(tasks, runner, blocking_timeout_s=5)
     try:
         for owner, n in (("alice", 3), ("bob", 2)):

@@ -10,7 +10,7 @@ import pytest
 from app.agents.sdk import TaskContext
 from app.protocol.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import EventRecord, PushConfig, Role, StatusUpdate, TaskState
-from app.tasks.live import Snapshot
+from app.tasks.step import Snapshot
 from tests.support.inproc import OWNER, WAIT_S, running, send, status_text, texts, user
 
 

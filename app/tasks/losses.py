@@ -1,0 +1,83 @@
+"""Endings of tasks no run will end, a replica's alone: a running task whose holder is gone (`end_lost`:
+the reaper, and restart recovery for what this replica's previous life ran) and a queued task whose role
+has no live instance (`refuse`: `runner/idle.py`). A remote worker ends neither: the replicas do.
+
+It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the stores;
+the runner (`runner/runner.py`, its `Losses` given by the wiring) and `runner/idle.py` call it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from app.protocol.model import TaskState, status_update
+from app.store.writer import SeqTakenError
+
+from .held import LiveTask
+
+if TYPE_CHECKING:
+    from app.store.leases import Held
+
+    from .live import LiveTasks
+
+log = logging.getLogger(__name__)
+
+
+class Losses:
+    """Ends one role's tasks that lost their run or will never get one, through its live tasks."""
+
+    def __init__(self, tasks: LiveTasks) -> None:
+        self._tasks = tasks
+        self._leases = tasks.leases
+        self._repo = tasks.repo
+
+    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:
+        """Fail a working task whose agent is gone, if this replica can take it; True when it did.
+
+        With `restarted`, the holder is this replica's previous life (its name): gone for sure. Otherwise
+        the lease is seized only if its holder left it void (`Leases.seize`), and a holder that commits
+        after the seizure wins: its newer event number stops this write."""
+        expected: int | None = None
+        if restarted:
+            if not await self._leases.take(held.task_id):
+                return False
+        else:
+            seized = await self._leases.seize(held)
+            if seized is None:
+                return False
+            expected = seized.last_seq
+        stored = await self._repo.get_task(held.task_id, owner=None, to_write=True)
+        if stored is None or stored.task.status.state.terminal:
+            return False
+        if expected is not None and stored.last_seq != expected:
+            log.warning(
+                "task %s: its holder %s committed as it was reaped; left to it", held.task_id, held.owner
+            )
+            return False
+        live = LiveTask(stored.task, stored.owner, expected or stored.last_seq, stored.push)
+        self._tasks.hold(live)
+        event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
+        try:
+            ended = bool(await self._tasks.apply(live, [event]))
+        except SeqTakenError:
+            return False
+        if ended and not restarted:
+            self._tasks.notices.tell(held.owner, held.task_id)
+        return ended
+
+    async def refuse(self, task_id: str, reason: str) -> bool:
+        """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
+        this replica can take it; True when it did."""
+        if not await self._leases.take(task_id):
+            return False
+        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        if stored is None or stored.task.status.state is not TaskState.SUBMITTED:
+            await self._leases.release([task_id])
+            return False
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
+        event = status_update(task_id, stored.task.context_id, TaskState.FAILED, reason)
+        try:
+            return bool(await self._tasks.apply(live, [event]))
+        except SeqTakenError:
+            return False
