@@ -39,12 +39,12 @@ from app.protocol.errors import (
 from app.protocol.model import PushConfig, TaskState
 from app.protocol.validation import snake
 
-from . import ops_v03, ops_v10
-from .admission import open_stream
-from .calls import Call, Handler, StreamHandler
-from .errors import media_type, rest_error
-from .faults import unexpected
-from .sanity import check_json
+from ..errors import media_type, rest_error
+from ..faults import unexpected
+from ..ops import v03 as ops_v03, v10 as ops_v10
+from ..ops.admission import open_stream
+from ..ops.calls import Call, Handler, StreamHandler
+from ..sanity import check_json
 from .sse import SseResponse
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from .card import card_response
-from .deps import components
-from .paths import CARD_PATH, LEGACY_CARD_PATH
+from ..deps import components
+from ..paths import CARD_PATH, LEGACY_CARD_PATH
+from .build import card_response
 
 router = APIRouter()
 

@@ -37,12 +37,12 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 
-from . import ops_v10
-from .calls import Call
-from .card import card_response
-from .errors import response_media, status_error
+from ..card.build import card_response
+from ..errors import response_media, status_error
+from ..ops import v10 as ops_v10
+from ..ops.calls import Call
+from ..versions import raw_version
 from .rest import Endpoint, RestBinding, error_path, list_query, query_fields, read_json_body
-from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

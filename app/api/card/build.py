@@ -41,10 +41,10 @@ from app.protocol import json_v03, protojson_v10
 from app.roles import Role
 from app.settings import SettingError, Settings, extension_entry
 
-from . import card_signing
-from .auth import security_fields
-from .extensions import Declared
-from .versions import raw_version
+from ..edge.auth import security_fields
+from ..extensions import Declared
+from ..versions import raw_version
+from . import signing
 
 ROLE_METADATA = "a2a-role"
 """The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
@@ -328,7 +328,7 @@ def build_card(
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(settings),
     }
-    signer = card_signing.signer(settings)
+    signer = signing.signer(settings)
     if signer is not None:
         # Over the card as the v1.0 AgentCard proto sees it: the same for both variants.
         card["signatures"] = signer.signatures(v10_only(card))

@@ -43,11 +43,11 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 
-from . import ops_v03
-from .calls import Call
-from .errors import rest_error
+from ..errors import rest_error
+from ..ops import v03 as ops_v03
+from ..ops.calls import Call
+from ..versions import raw_version
 from .rest import Endpoint, Params, RestBinding, read_json_body
-from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()
