@@ -1,4 +1,4 @@
-"""The agent card, built and rendered: what `card_routes.py` serves at `/.well-known/agent-card.json` (and the
+"""The agent card, built and rendered: what `routes.py` serves at `/.well-known/agent-card.json` (and the
 `agent.json` alias), and the extended card operations return, cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
@@ -7,7 +7,7 @@ when one is configured (and authentication is on), and the security schemes in f
 
 It declares the A2A extensions of the agent and of CARD_EXTENSIONS (`capabilities.extensions`; what a
 request must name is checked by `extensions.Declared`), and, with CARD_SIGNING_KEY_FILE, carries a JWS per
-key in `signatures` (`card_signing.py`), over the v1.0 view, so every variant is signed alike; the ETag is
+key in `signatures` (`signing.py`), over the v1.0 view, so every variant is signed alike; the ETag is
 the body's, so it changes with the keys.
 
 It comes in two variants. The hybrid one serves both versions in one document: v1.0 clients read

@@ -1,5 +1,5 @@
 """The public agent card's routes: `GET` (and the CORS preflight) at `/.well-known/agent-card.json` and the
-v0.3 alias `/.well-known/agent.json`, open to any origin. The card itself is built in `card.py`."""
+v0.3 alias `/.well-known/agent.json`, open to any origin. The card itself is built in `build.py`."""
 
 from __future__ import annotations
 
