@@ -49,7 +49,7 @@ def serve() -> None:
     import uvicorn
 
     from app.agents.loader import AdapterError
-    from app.api.grpc_server import check_port
+    from app.api.bindings.grpc_server import check_port
     from app.main import create_app
     from app.settings import SettingError
 
@@ -120,7 +120,7 @@ def worker_app() -> Any:
 
 def hash_key(key: str | None, generate: bool) -> None:
     """Print the API_KEYS entry for a key (read from stdin when not given), or for a new random key."""
-    from app.api.auth import hash_key as digest, new_key
+    from app.api.edge.auth import hash_key as digest, new_key
 
     if generate:
         key = new_key()

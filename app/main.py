@@ -14,29 +14,20 @@ from starlette.exceptions import HTTPException
 from app import roles as roles_
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
-from app.api import (
-    card,
-    card_routes,
-    card_signing,
-    console,
-    health,
-    jsonrpc,
-    openapi,
-    rest,
-    rest_v03,
-    rest_v10,
-    workers,
-)
-from app.api.agents import router as agents_router
-from app.api.auth import Authenticator
-from app.api.auth_guard import CorsExceptCard, Guard
+from app.api.bindings import jsonrpc, openapi, rest, rest_v03, rest_v10
+from app.api.card import routes as card_routes, signing as card_signing
+from app.api.card.build import extended_skills
+from app.api.edge.auth import Authenticator
+from app.api.edge.auth_guard import CorsExceptCard, Guard
+from app.api.edge.fallback import Fallback, http_error
+from app.api.edge.metrics import Metrics, RequestMetrics
+from app.api.edge.observe import Observe
+from app.api.edge.slashes import StripTrailingSlash
+from app.api.endpoints import console, health, workers
+from app.api.endpoints.discovery import router as discovery_router
+from app.api.endpoints.metrics_live import Live
+from app.api.endpoints.usage import router as usage_router
 from app.api.extensions import EchoExtensions
-from app.api.fallback import Fallback, http_error
-from app.api.metrics import Metrics, RequestMetrics
-from app.api.metrics_live import Live
-from app.api.slashes import StripTrailingSlash
-from app.api.telemetry import Observe
-from app.api.usage import router as usage_router
 from app.settings import Settings, get_settings
 from app.wiring import lifespan, price_table, role_agent
 
@@ -45,7 +36,7 @@ log = logging.getLogger(__name__)
 NO_NATIVE_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}
 """FastAPI's native OpenTelemetry hooks stay off (the root app's and each role's): they would look the
 providers up on every request, and with tracing on (`app/telemetry/traces.py` sets the global provider) make
-a second span per request beside `api/telemetry.py`'s."""
+a second span per request beside `api/edge/observe.py`'s."""
 
 
 def create_app(settings: Settings | None = None, agent: Agent | None = None) -> FastAPI:
@@ -59,7 +50,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         for i, (name, role) in enumerate(roles.items())
     }
     authenticator = Authenticator(settings)
-    extra_skills = card.extended_skills(settings)
+    extra_skills = extended_skills(settings)
     card_signing.signer(settings)  # a signing key that cannot sign fails here, before anything starts
     price_table(settings)  # a bad PRICE_TABLE_FILE fails start-up here, before anything starts
 
@@ -77,7 +68,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     _bindings(app)
     app.include_router(health.router)
     app.include_router(workers.router)
-    app.include_router(agents_router)
+    app.include_router(discovery_router)
     app.include_router(usage_router)
     app.include_router(openapi.router)
     app.include_router(console.router)
@@ -98,7 +89,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     # Outside the fallback, so every answer is counted, refusals and faults included.
     if metrics is not None:
         app.add_middleware(RequestMetrics, metrics=metrics)
-    # Outside the metrics: the request's log fields and span (app/api/telemetry.py) cover all of it.
+    # Outside the metrics: the request's log fields and span (app/api/edge/observe.py) cover all of it.
     app.add_middleware(Observe)
     # Outermost: a trailing slash is dropped before CORS, the guard and the router look at the path.
     app.add_middleware(StripTrailingSlash)

@@ -22,10 +22,11 @@ from app import limits, roles as roles_
 from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
-from app.api import card, grpc_server, grpc_v03, grpc_v10
-from app.api.auth import Authenticator
+from app.api.bindings import grpc_server, grpc_v03, grpc_v10
+from app.api.card.build import Card, build_card
 from app.api.deps import Components
-from app.api.metrics import Metrics
+from app.api.edge.auth import Authenticator
+from app.api.edge.metrics import Metrics
 from app.api.paths import CARD_PATH
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
@@ -196,7 +197,7 @@ async def wire(
         several = len(roles) > 1
         every: dict[str, Components] = {}
         cards = {
-            name: card.build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
+            name: build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
             for name, role in roles.items()
         }
         instances = Instances(engine)
@@ -280,7 +281,7 @@ async def wire(
                 card=cards[name],
                 input_modes=tuple(agent.input_modes),
                 extended_card=(
-                    card.build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
+                    build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
                     if has_extended
                     else None
                 ),
@@ -349,7 +350,7 @@ def _running(every: Mapping[str, Components], role: str) -> int:
     return every[role].runner.running
 
 
-def _describe(settings: Settings, role: Role, role_card: card.Card) -> InstanceRecord:
+def _describe(settings: Settings, role: Role, role_card: Card) -> InstanceRecord:
     """How discovery describes an instance of the role, as its card does (instance id, kind and load are
     filled in by who announces it: this process, or the replica a remote worker talks to)."""
     public = orjson.loads(role_card.hybrid.body)
@@ -376,7 +377,7 @@ def _describe(settings: Settings, role: Role, role_card: card.Card) -> InstanceR
 def _instances(
     settings: Settings,
     roles: dict[str, Role],
-    cards: Mapping[str, card.Card],
+    cards: Mapping[str, Card],
     every: Mapping[str, Components],
 ) -> list[Instance]:
     """This process's instance of each role it runs, as its card describes it; its running agents are read

@@ -8,7 +8,7 @@ the database: `RemoteLeases` (claims, lease renewals, a lease read) and `RemoteT
 events it numbers itself with the same `tasks.step.step` and hands to the server in order, retried until
 acknowledged: idempotent by event number, so a replica restarting under it loses and doubles nothing). A
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
-task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/workers.py`.
+task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
 """
 
 from __future__ import annotations

@@ -88,11 +88,11 @@ TARGET_RSS_MIB = 300.0
 """Issue 24: the replica's VmRSS with TARGET_STREAMS open streams."""
 REF_POLL_S = 0.5
 READER_SLACK_MIB = 32.0
-"""Issue 24: the slow reader's peak growth at most the fast reader's plus this. What a lagging stream may
-hold is bounded and small: 64 framed events ahead of the client (app/api/sse.py BUFFER) and a 64 KiB batch,
-a bus subscription of at most 1,024 records, one 500-event replay page (app/tasks/follow.py), the transport's
-64 KiB write buffer: a few MiB at most. The rest of the slack is the allocator's noise between two fresh
-processes. Lag kept in memory costs far more: the issue saw 237 MiB for the same task."""
+"""Issue 24: the slow reader's peak growth at most the fast reader's plus this. What a lagging stream may hold
+is bounded and small: 64 framed events ahead of the client (app/api/bindings/sse.py BUFFER) and a 64 KiB
+batch, a bus subscription of at most 1,024 records, one 500-event replay page (app/tasks/follow.py), the
+transport's 64 KiB write buffer: a few MiB at most. The rest of the slack is the allocator's noise between two
+fresh processes. Lag kept in memory costs far more: the issue saw 237 MiB for the same task."""
 READER_MIN_LAG = 0.1
 """The slow reader counts as behind when the task completes with at least this share of its events unread;
 else the slow row is not judged (it did not lag, so it says nothing about lag)."""

@@ -62,7 +62,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from scripts.cluster import log_tail
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices

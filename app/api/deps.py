@@ -13,6 +13,8 @@ from app.settings import Settings
 from app.tasks.service import TaskService
 from app.tasks.workers import WorkerDesk
 
+from .edge.auth import PRINCIPAL_KEY
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,11 +28,8 @@ if TYPE_CHECKING:
     from app.store.writer import Writer
     from app.tasks.live import LiveTasks
 
-    from .card import Card
-    from .metrics import Metrics
-
-PRINCIPAL_KEY = "a2a.principal"
-"""Where the guard middleware leaves the authenticated principal in the ASGI scope."""
+    from .card.build import Card
+    from .edge.metrics import Metrics
 
 
 @dataclass(slots=True)

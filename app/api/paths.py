@@ -13,7 +13,11 @@ CARD_PATHS = frozenset({CARD_PATH, LEGACY_CARD_PATH})
 METRICS_PATH = "/metrics"
 OPS_PATHS = frozenset({"/healthz", "/readyz", METRICS_PATH})
 PUBLIC_PATHS = CARD_PATHS | OPS_PATHS
-"""What needs no credential (besides the console's page and assets, `console.is_public`)."""
+"""What needs no credential at the root and under every role's prefix (besides the console's page and
+assets: `is_public`)."""
+CONSOLE_PATH = "/console"
+CONSOLE_API = f"{CONSOLE_PATH}/api/"
+"""The console's reads: authenticated like the A2A endpoints, unlike its page and assets."""
 JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
 WORKER_PATHS = "/workers/"
 """Remote workers' endpoints: a worker credential only, and it nowhere else."""
@@ -26,3 +30,11 @@ def route_path(path: str) -> str:
         if sep:
             return "/" + tail
     return path
+
+
+def is_public(path: str) -> bool:
+    """Whether `path` needs no credential: `PUBLIC_PATHS` (the card, health, metrics) under any role's prefix,
+    and the console's page and assets at the root (the page asks for a credential; its API needs one)."""
+    if route_path(path) in PUBLIC_PATHS:
+        return True
+    return path == CONSOLE_PATH or (path.startswith(f"{CONSOLE_PATH}/") and not path.startswith(CONSOLE_API))

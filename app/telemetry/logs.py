@@ -1,8 +1,8 @@
 """Logs: one line per record, as text or as a JSON object (`LOG_FORMAT`), with what is known of the request
 or agent run it comes from, and secrets masked whatever a log call passes.
 
-- **Context fields.** `scope(...)` starts the fields of a request (the edge, `api/telemetry.py`) or of a run
-  (the runner, the push deliverer); `bind(...)` adds to them as they become known (the principal at the
+- **Context fields.** `scope(...)` starts the fields of a request (the edge, `api/edge/observe.py`) or of a
+  run (the runner, the push deliverer); `bind(...)` adds to them as they become known (the principal at the
   guard, the role where the call is built, the task and context ids in the task service). The fields are one
   dict per request or run, held in a context variable, so a record logged anywhere below (uvicorn's access
   line included, which is logged as the answer starts) carries them. The principal is never logged, only the

@@ -6,7 +6,7 @@ provider, which the agents' CLI span uses through the OpenTelemetry API. Without
 configured: `ENABLED` stays False, the SDK is never imported, and every helper here returns at once (`span`
 gives a shared null context), so the request path pays one attribute read per helper.
 
-Where spans are (docs/operations.md "Traces"): a request (`api/telemetry.py`; gRPC in `grpc_server.py`), an
+Where spans are (docs/operations.md "Traces"): a request (`api/edge/observe.py`; gRPC in `grpc_server.py`), an
 agent run (`runner.py`, its parent the task's stored traceparent), a commit batch (`store/writer.py`, its
 parent the first write's span, linked to the others'), a bus publish (`bus/`), a webhook call
 (`push/deliverer.py`, its parent the task's traceparent, sent on as the `traceparent` header) and a CLI

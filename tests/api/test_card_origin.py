@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.agents.echo import EchoAgent
-from app.api import card
+from app.api.card import build as card
 from app.settings import Settings
 
 BUILT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -21,7 +21,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from app import roles as roles_
 from app.agents.echo import EchoAgent
-from app.api import card, card_signing
+from app.api.card import build as card, signing as card_signing
 from app.settings import SettingError, Settings
 
 ALGORITHMS = ("ES256", "RS256", "EdDSA")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.api.health import _known_revisions, head_revision, migration_gap
+from app.api.endpoints.health import _known_revisions, head_revision, migration_gap
 
 
 def test_at_head_is_ready():

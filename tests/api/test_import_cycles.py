@@ -1,5 +1,6 @@
 """No import loop between the modules of `app/`, counting the imports of `if TYPE_CHECKING:` blocks and those
-inside functions: every import is read from the source, none is run (docs/ARCHITECTURE.md, Rooms)."""
+inside functions: every import is read from the source, none is run; and each room of `app/api/` imports only
+what its `__init__.py` says it may (docs/ARCHITECTURE.md, Rooms)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,21 @@ from pathlib import Path
 import app
 
 ROOT = Path(app.__file__).parent.parent
+
+
+LEAVES = {"paths", "versions", "errors", "extensions", "sanity", "faults"}
+"""The modules at the top of `app/api/` but `deps`: any room may import them; they import none of `api/`."""
+MAY_IMPORT: dict[str, set[str]] = {
+    "leaves": set(),
+    "deps": {"edge.auth", "edge.metrics", "card.build"},
+    "edge": {"edge", *LEAVES},
+    "card": {"card", "deps", "edge.auth", *LEAVES},
+    "ops": {"ops", "deps", "card", *LEAVES},
+    "bindings": {"bindings", "deps", "edge", "card", "ops", *LEAVES},
+    "endpoints": {"endpoints", "deps", "edge.auth", *LEAVES},
+}
+"""What each room's modules may import (a module, or a package and everything in it), below `app.api`: the
+rule each `__init__.py` states. `deps` names the card and the metrics for types only."""
 
 
 def imports(root: Path, room: str = "app") -> dict[str, set[str]]:
@@ -55,11 +71,35 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return loops
 
 
+def room(module: str) -> str:
+    """The room of `app/api/` a module is in: its sub-package, `deps`, or the leaves at the top."""
+    first = module.removeprefix("app.api").removeprefix(".").split(".")[0]
+    if first in MAY_IMPORT or first == "deps":
+        return first
+    return "leaves"
+
+
+def may_import(module: str, imported: str) -> bool:
+    below = imported.removeprefix("app.api.")
+    return any(below == allowed or below.startswith(allowed + ".") for allowed in MAY_IMPORT[room(module)])
+
+
+def api_imports() -> dict[str, set[str]]:
+    """The modules of `app/api/` and those of `app/api/` each imports."""
+    return {
+        m: {i for i in found if i.startswith("app.api")}
+        for m, found in imports(ROOT).items()
+        if m.startswith("app.api")
+    }
+
+
 def test_the_graph_sees_every_kind_of_import() -> None:
     graph = imports(ROOT)
-    assert "app.api.card" in graph["app.api.deps"]  # in `if TYPE_CHECKING:`
-    assert "app.api.deps" in graph["app.api.card_routes"]  # `from .deps import components`
-    assert "app.api.card_signing" in graph["app.api.card"]  # `from . import card_signing`
+    assert "app.api.card.build" in graph["app.api.deps"]  # in `if TYPE_CHECKING:`
+    assert "app.api.deps" in graph["app.api.card.routes"]  # `from ..deps import components`
+    assert "app.api.card.signing" in graph["app.api.card.build"]  # `from . import signing`
+    assert "app.api.ops.v03" in graph["app.api.bindings.jsonrpc"]  # `from ..ops import v03 as ops_v03`
+    assert "app.api.edge.auth" in graph["app.api.edge.auth_guard"]  # `from .auth import ...`
     assert "app.tasks.live" in graph["app.api.deps"]  # `from app.tasks.live import ...`, another room
 
 
@@ -74,3 +114,12 @@ def test_no_import_loop_in_app() -> None:
     assert not found, "import loops in app/ (each module imports the next):\n" + "\n".join(
         " -> ".join(loop) for loop in found
     )
+
+
+def test_each_room_imports_only_what_it_may() -> None:
+    graph = api_imports()
+    assert {room(m) for m in graph} == set(MAY_IMPORT)  # every sub-package is walked
+    top = {m for m in graph if room(m) == "leaves"}
+    assert top == {"app.api", *(f"app.api.{leaf}" for leaf in LEAVES)}, "a new module at the top of app/api/"
+    wrong = sorted(f"{m} -> {i}" for m, imported in graph.items() for i in imported if not may_import(m, i))
+    assert not wrong, "imports against the rooms' rules (their __init__.py): " + ", ".join(wrong)

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.api.sse import BUFFER, SseResponse
+from app.api.bindings.sse import BUFFER, SseResponse
 from app.protocol.model import EventRecord
 
 

@@ -19,7 +19,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from app.agents.jail.sandbox import principal_key
-from app.api.auth import ANONYMOUS
+from app.api.edge.auth import ANONYMOUS
 from tests.conftest import make_server
 from tests.support.clis import (
     CLI_BIN,

@@ -19,7 +19,7 @@ import pytest
 from app.agents.cli.ndjson import NdjsonAgent
 from app.agents.jail.sandbox import principal_key
 from app.agents.options import AgentOptions
-from app.api.auth import ANONYMOUS
+from app.api.edge.auth import ANONYMOUS
 from tests.conftest import make_server
 from tests.support.clis import (
     FAKES,

@@ -27,7 +27,7 @@ from a2a.types import GetTaskRequest
 from google.protobuf import json_format
 
 from app.agents.jail.sandbox import principal_key
-from app.api.auth import ANONYMOUS
+from app.api.edge.auth import ANONYMOUS
 from tests.cli.test_cli_fakes import PYTHON
 from tests.conftest import make_server
 from tests.interop.test_interop_sdk import only_v03

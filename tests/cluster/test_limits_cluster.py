@@ -20,7 +20,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from app.limits.redis import STREAMS_PREFIX, RedisStreamSlots, RedisTaskRate, principal_key
 from app.protocol.errors import RateLimitedError, TooManyStreamsError
 from tests.conftest import ClusterFactory

@@ -24,7 +24,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from httpx_sse import aconnect_sse
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from tests.cluster.test_chaos_load import ENDED, event_log
 from tests.conftest import migrated_pg_database
 from tests.support import worker as workers

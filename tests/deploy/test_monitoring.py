@@ -1,7 +1,7 @@
 """Dashboards: deploy/prometheus.yml is the rendered one and scrapes every replica service, Grafana's
 provisioning points at it, and the dashboard's every expression names a metric a server really exports (read
-from a /metrics scrape of the app in process), so the panels cannot drift from app/api/metrics.py. Prometheus
-itself reads the expressions in tests/cluster/test_prometheus.py."""
+from a /metrics scrape of the app in process), so the panels cannot drift from app/api/edge/metrics.py.
+Prometheus itself reads the expressions in tests/cluster/test_prometheus.py."""
 
 from __future__ import annotations
 

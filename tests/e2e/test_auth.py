@@ -13,7 +13,7 @@ import pytest
 from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from tests.conftest import make_server
 from tests.support.auth import KEYS, api_keys_env, bearer, key_of
 from tests.support.rpc import text_message

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from app.api.agents import ROUTING_NOTE
+from app.api.endpoints.discovery import ROUTING_NOTE
 from app.protocol.model import parse_iso
 from app.store.db import create_engine
 from app.store.instances import InstanceRecord, Instances

@@ -29,8 +29,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.api import ops_v03, ops_v10
-from app.api.openapi import document
+from app.api.bindings.openapi import document
+from app.api.ops import v03 as ops_v03, v10 as ops_v10
 from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.auth import api_keys_env, key_of
 from tests.support.counting import CountingClient, Tally

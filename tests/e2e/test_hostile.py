@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, Router
 
-from app.api.fallback import Fallback
+from app.api.edge.fallback import Fallback
 from tests.conftest import BACKENDS, make_server
 from tests.support.rpc import text_message
 

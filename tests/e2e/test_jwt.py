@@ -14,7 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from app.api.jwks import InvalidTokenError, JwtVerifier
+from app.api.edge.jwks import InvalidTokenError, JwtVerifier
 from app.settings import Settings
 from tests.conftest import make_server
 from tests.support.auth import AUDIENCE, ISSUER, JwksServer, SigningKey, bearer

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.api.sse import FAREWELL
+from app.api.bindings.sse import FAREWELL
 from tests.conftest import make_server
 from tests.support.rpc import result, send, sse_data, text_message
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from tests.conftest import BACKENDS, make_server
 from tests.e2e.test_metrics import delta, scrape
 from tests.support.rpc import text_message

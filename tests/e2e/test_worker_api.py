@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from app.protocol.model import TaskState, status_update
 from app.tasks.workers import events_to_wire
 from tests.conftest import BACKENDS, make_server

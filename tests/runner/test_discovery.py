@@ -13,8 +13,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
-from app.api import agents as agents_api
-from app.api.agents import ROUTING_NOTE, listing
+from app.api.endpoints.discovery import ROUTING_NOTE, listing, router as listing_router
 from app.protocol.model import utcnow
 from app.runner.discovery import Discovery, Instance
 from app.store.db import create_engine
@@ -303,7 +302,7 @@ class Away:
 
 async def test_agents_answers_503_with_retry_after_while_the_database_is_away():
     app = FastAPI()
-    app.include_router(agents_api.router)
+    app.include_router(listing_router)
     app.state.components = SimpleNamespace(
         discovery=Away(), roles=(), settings=SimpleNamespace(public_url="http://p")
     )

@@ -24,8 +24,8 @@ from sqlalchemy import select, update
 
 from app.admin import tasks_cancel
 from app.agents.sdk import TaskContext
-from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.edge.auth import Authenticator
 from app.api.errors import http_headers
 from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow

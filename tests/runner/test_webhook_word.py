@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import func, select
 
 from app.agents.sdk import TaskContext
-from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.edge.auth import Authenticator
 from app.protocol.model import PushConfig, TaskState
 from app.store.models import EventRow, PushConfigRow, PushOutboxRow
 from app.tasks import control

@@ -10,7 +10,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from app.api.auth import hash_key
+from app.api.edge.auth import hash_key
 from tests.support.loopback import Loopback, QuietHandler
 from tests.support.secrets import remember
 

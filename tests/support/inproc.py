@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from app.agents.sdk import Agent, TaskContext
-from app.api.auth import Authenticator
 from app.api.deps import Components
+from app.api.edge.auth import Authenticator
 from app.protocol.model import (
     EventRecord,
     Message,

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.tasks.workers import WorkerDesk, WorkerLostError, holder_of
 
-from .deps import PRINCIPAL_KEY, Components, components
+from ..deps import Components, components
+from ..edge.auth import PRINCIPAL_KEY
 
 router = APIRouter(prefix="/workers/v1")
 

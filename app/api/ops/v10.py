@@ -14,9 +14,9 @@ from app.protocol import protojson_v10, pushconfig
 from app.protocol.errors import UnsupportedOperationError
 from app.tasks.service import TaskPage
 
+from ..card.build import Card
 from .admission import admit
 from .calls import Call, Handler, Replies, Stream, StreamHandler, last_event_id
-from .card import Card
 
 INLINE = "configuration.taskPushNotificationConfig"
 

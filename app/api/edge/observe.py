@@ -16,8 +16,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.telemetry import logs, traces
 
+from ..paths import OPS_PATHS, route_path
 from .asgi import HttpLayer
-from .paths import OPS_PATHS, route_path
 
 UNTRACED = OPS_PATHS
 """Probes and scrapes: a trace each every few seconds would bury the traces that matter."""

@@ -26,15 +26,17 @@ from app.protocol.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from app.protocol.model import TaskState, parse_iso
 from app.store.browse import BadCursor, Browse, Filters, TaskLine
 
-from .deps import PRINCIPAL_KEY, components, owner_of
-from .errors import status_error
-from .faults import unexpected
+from ..deps import components, owner_of
+from ..edge.auth import PRINCIPAL_KEY
+from ..errors import status_error
+from ..faults import unexpected
+from ..paths import CONSOLE_API, CONSOLE_PATH
 
 router = APIRouter(include_in_schema=False)
 
-PREFIX = "/console"
+PREFIX = CONSOLE_PATH
 ASSETS = f"{PREFIX}/assets/"
-API = f"{PREFIX}/api/"
+API = CONSOLE_API
 PAGE_LIMIT = 100
 """Most tasks one list call answers."""
 
@@ -56,11 +58,6 @@ MEDIA_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
 }
-
-
-def is_public(path: str) -> bool:
-    """The page and its assets need no credential (the page asks for one); the console's API does."""
-    return path == PREFIX or (path.startswith(f"{PREFIX}/") and not path.startswith(API))
 
 
 @dataclass(frozen=True, slots=True)

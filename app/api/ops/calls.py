@@ -13,9 +13,9 @@ from app.protocol.model import Event, EventRecord, Message, Task
 from app.tasks.service import Snapshot
 from app.telemetry import logs
 
-from .deps import Components, components, owner_of
-from .extensions import ACTIVE_KEY, split
-from .versions import requested_version
+from ..deps import Components, components, owner_of
+from ..extensions import ACTIVE_KEY, split
+from ..versions import requested_version
 
 DISCOVERY = frozenset({"agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard", "GetAgentCard"})
 """The operations (JSON-RPC methods, gRPC RPCs) that fetch a card: they never need an extension."""

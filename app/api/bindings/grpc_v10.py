@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from a2a.types import a2a_pb2
 
-from . import ops_v10
+from ..ops import v10 as ops_v10
 from .grpc_server import Service
 
 SERVICE = Service.of(

@@ -25,16 +25,16 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 
-from . import ops_v03, ops_v10
-from .admission import open_stream
-from .asgi import HttpLayer
-from .calls import DISCOVERY, Call
-from .errors import http_headers, jsonrpc_error
-from .faults import unexpected
-from .paths import JSONRPC_PATHS
-from .sanity import check_json
+from ..edge.asgi import HttpLayer
+from ..errors import http_headers, jsonrpc_error
+from ..faults import unexpected
+from ..ops import v03 as ops_v03, v10 as ops_v10
+from ..ops.admission import open_stream
+from ..ops.calls import DISCOVERY, Call
+from ..paths import JSONRPC_PATHS
+from ..sanity import check_json
+from ..versions import raw_version
 from .sse import SseResponse, sse_once
-from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

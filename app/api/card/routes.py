@@ -1,13 +1,13 @@
 """The public agent card's routes: `GET` (and the CORS preflight) at `/.well-known/agent-card.json` and the
-v0.3 alias `/.well-known/agent.json`, open to any origin. The card itself is built in `card.py`."""
+v0.3 alias `/.well-known/agent.json`, open to any origin. The card itself is built in `build.py`."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from .card import card_response
-from .deps import components
-from .paths import CARD_PATH, LEGACY_CARD_PATH
+from ..deps import components
+from ..paths import CARD_PATH, LEGACY_CARD_PATH
+from .build import card_response
 
 router = APIRouter()
 

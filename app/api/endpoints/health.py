@@ -16,12 +16,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from .deps import components
-from .faults import requests_outage
+import app
+
+from ..deps import components
+from ..faults import requests_outage
 
 router = APIRouter()
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(app.__file__).resolve().parent.parent
+"""Where `alembic.ini` and `migrations/` are, found from the package so that moving this module keeps them."""
 
 
 @lru_cache

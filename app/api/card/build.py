@@ -1,4 +1,4 @@
-"""The agent card, built and rendered: what `card_routes.py` serves at `/.well-known/agent-card.json` (and the
+"""The agent card, built and rendered: what `routes.py` serves at `/.well-known/agent-card.json` (and the
 `agent.json` alias), and the extended card operations return, cache-friendly.
 
 The card is built once at start-up from the settings and the active agent; it advertises only what
@@ -7,7 +7,7 @@ when one is configured (and authentication is on), and the security schemes in f
 
 It declares the A2A extensions of the agent and of CARD_EXTENSIONS (`capabilities.extensions`; what a
 request must name is checked by `extensions.Declared`), and, with CARD_SIGNING_KEY_FILE, carries a JWS per
-key in `signatures` (`card_signing.py`), over the v1.0 view, so every variant is signed alike; the ETag is
+key in `signatures` (`signing.py`), over the v1.0 view, so every variant is signed alike; the ETag is
 the body's, so it changes with the keys.
 
 It comes in two variants. The hybrid one serves both versions in one document: v1.0 clients read
@@ -41,10 +41,10 @@ from app.protocol import json_v03, protojson_v10
 from app.roles import Role
 from app.settings import SettingError, Settings, extension_entry
 
-from . import card_signing
-from .auth import security_fields
-from .extensions import Declared
-from .versions import raw_version
+from ..edge.auth import security_fields
+from ..extensions import Declared
+from ..versions import raw_version
+from . import signing
 
 ROLE_METADATA = "a2a-role"
 """The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
@@ -328,7 +328,7 @@ def build_card(
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(settings),
     }
-    signer = card_signing.signer(settings)
+    signer = signing.signer(settings)
     if signer is not None:
         # Over the card as the v1.0 AgentCard proto sees it: the same for both variants.
         card["signatures"] = signer.signatures(v10_only(card))

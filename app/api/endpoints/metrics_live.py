@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from .deps import Components
+from ..deps import Components
 
 
 class Live(Collector):

@@ -21,13 +21,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDeniedError, UnauthenticatedError
 from app.telemetry import logs
 
-from .auth import Authenticator, challenge
-from .console import is_public
-from .deps import PRINCIPAL_KEY
-from .errors import http_headers, jsonrpc_error, rest_error, status_error
-from .paths import CARD_PATHS, JSONRPC_PATHS, PUBLIC_PATHS, WORKER_PATHS, route_path
-from .sanity import NUL, nul_error
-from .versions import raw_version
+from ..errors import http_headers, jsonrpc_error, rest_error, status_error
+from ..paths import CARD_PATHS, JSONRPC_PATHS, WORKER_PATHS, is_public, route_path
+from ..sanity import NUL, nul_error
+from ..versions import raw_version
+from .auth import PRINCIPAL_KEY, Authenticator, challenge
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +71,7 @@ class Guard:
         self.max_body = max_body_bytes
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        if scope["type"] != "http" or route_path(scope["path"]) in PUBLIC_PATHS or is_public(scope["path"]):
+        if scope["type"] != "http" or is_public(scope["path"]):
             return self.app(scope, receive, send)  # no frame of its own (`asgi.py`)
         return self._guard(scope, receive, send)
 

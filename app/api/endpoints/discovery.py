@@ -16,10 +16,10 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol.model import iso
 
-from .deps import components
-from .errors import status_error
-from .faults import unexpected
-from .paths import CARD_PATH
+from ..deps import components
+from ..errors import status_error
+from ..faults import unexpected
+from ..paths import CARD_PATH
 
 if TYPE_CHECKING:
     from app.store.instances import InstanceRecord

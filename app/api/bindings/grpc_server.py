@@ -47,16 +47,16 @@ from app.protocol.errors import (
 from app.settings import SettingError, Settings
 from app.telemetry import logs, traces
 
-from .admission import open_stream
-from .auth import Authenticator
-from .calls import DISCOVERY, Call
-from .card import ROLE_METADATA
-from .deps import Components
-from .errors import error_info, error_name
-from .extensions import echo_metadata, split
-from .faults import unexpected
-from .sanity import check_json
-from .versions import parse_version, version_header
+from ..card.build import ROLE_METADATA
+from ..deps import Components
+from ..edge.auth import Authenticator
+from ..errors import error_info, error_name
+from ..extensions import echo_metadata, split
+from ..faults import unexpected
+from ..ops.admission import open_stream
+from ..ops.calls import DISCOVERY, Call
+from ..sanity import check_json
+from ..versions import parse_version, version_header
 
 log = logging.getLogger(__name__)
 

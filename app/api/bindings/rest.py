@@ -11,7 +11,7 @@ Aliases (version-neutral paths, v0.3 shapes, the v0.3 REST error body):
   or `{"pushNotificationConfig": ...}`) → the v0.3 `TaskPushNotificationConfig`, secrets redacted.
 - `GET /a2a/tasks/{taskId}/pushNotificationConfig`: the task's webhooks, a bare array of those.
 
-Each alias builds params and calls an operation handler (`ops_v03`, or `ops_v10.list_page` for ListTasks),
+Each alias builds params and calls an operation handler (`ops/v03.py`, or `ops_v10.list_page` for ListTasks),
 as the bindings do. The bindings themselves live in `rest_v10` (HTTP+JSON v1.0 under `/a2a/rest`) and
 `rest_v03` (HTTP+JSON v0.3 under `/a2a/rest/v1`); what they share is here: `RestBinding` (a route's
 `unary` or `streaming` endpoint), `error_path` (each binding's one error path), `read_json_body`.
@@ -39,12 +39,12 @@ from app.protocol.errors import (
 from app.protocol.model import PushConfig, TaskState
 from app.protocol.validation import snake
 
-from . import ops_v03, ops_v10
-from .admission import open_stream
-from .calls import Call, Handler, StreamHandler
-from .errors import media_type, rest_error
-from .faults import unexpected
-from .sanity import check_json
+from ..errors import media_type, rest_error
+from ..faults import unexpected
+from ..ops import v03 as ops_v03, v10 as ops_v10
+from ..ops.admission import open_stream
+from ..ops.calls import Call, Handler, StreamHandler
+from ..sanity import check_json
 from .sse import SseResponse
 
 log = logging.getLogger(__name__)

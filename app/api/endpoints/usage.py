@@ -21,9 +21,9 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol.errors import A2AError, InvalidParamsError, PermissionDeniedError
 
-from .deps import components, owner_of
-from .errors import status_error
-from .faults import unexpected
+from ..deps import components, owner_of
+from ..errors import status_error
+from ..faults import unexpected
 
 router = APIRouter()
 

@@ -21,6 +21,8 @@ from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, Jwt
 ANONYMOUS = "anonymous"
 REALM = "a2a"
 API_KEY_HEADER = "X-API-Key"
+PRINCIPAL_KEY = "a2a.principal"
+"""Where the guard (`auth_guard.Guard`) leaves the authenticated `Principal` in the ASGI scope."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from a2a.compat.v0_3 import a2a_v0_3_pb2
 
 from app.protocol.errors import InvalidParamsError
 
-from . import ops_v03
+from ..ops import v03 as ops_v03
 from .grpc_server import Service
 
 TASKS = "tasks/"

@@ -17,9 +17,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.protocol.errors import A2AError, InternalError, InvalidRequestError, MethodNotFoundError
 
+from ..faults import unexpected
 from .asgi import HttpLayer
 from .auth_guard import error_response
-from .faults import unexpected
 
 
 class RouteNotFoundError(MethodNotFoundError):

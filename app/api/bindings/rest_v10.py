@@ -17,7 +17,7 @@
 `statusTimestampAfter` (ISO 8601), `includeArtifacts` (`true`/`false`).
 
 The request message is built from the path, the query string and the JSON body (each field under its JSON
-or its proto name, as ProtoJSON parsers read them), then the v1.0 operation handlers (`ops_v10`) run it,
+or its proto name, as ProtoJSON parsers read them), then the v1.0 operation handlers (`ops/v10.py`) run it,
 exactly as for JSON-RPC. These routes speak v1.0 whatever the request says, so `A2A-Version` may be left
 out; an explicit version other than 1.x is refused (-32009). Bodies are read as `application/a2a+json` or
 `application/json`; answers (errors too) are `application/a2a+json` when the request names it in `Accept`
@@ -37,12 +37,12 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 
-from . import ops_v10
-from .calls import Call
-from .card import card_response
-from .errors import response_media, status_error
+from ..card.build import card_response
+from ..errors import response_media, status_error
+from ..ops import v10 as ops_v10
+from ..ops.calls import Call
+from ..versions import raw_version
 from .rest import Endpoint, RestBinding, error_path, list_query, query_fields, read_json_body
-from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -19,9 +19,9 @@ pushNotificationConfig}}`, JSON or proto names), or just the `TaskPushNotificati
 Configs come back as `{name: "tasks/{id}/pushNotificationConfigs/{configId}", pushNotificationConfig}`.
 
 Each route builds the request message from path, query and body and calls the v0.3 operation handlers
-(`ops_v03`) with their `REST` wire, as JSON-RPC calls them with theirs; `GET /v1/card` and `GET /v1/tasks` are
-this binding's own (`ops_v03.agent_card` also answers gRPC's GetAgentCard). Payloads are ProtoJSON of the v0.3
-proto (`protocol/protojson_v03.py`), not the JSON-RPC shapes. Official v0.3 clients append `/v1` to the
+(`ops/v03.py`) with their `REST` wire, as JSON-RPC calls them with theirs; `GET /v1/card` and `GET /v1/tasks`
+are this binding's own (`ops_v03.agent_card` also answers gRPC's GetAgentCard). Payloads are ProtoJSON of the
+v0.3 proto (`protocol/protojson_v03.py`), not the JSON-RPC shapes. Official v0.3 clients append `/v1` to the
 interface URL themselves, so the card advertises `/a2a/rest` for both versions. Errors are `{"code": <JSON-RPC
 code>, "type": "<ErrorClassName>", "message": ...}` (the Python client maps `type`, the JavaScript client
 `code`), with the HTTP status a2a-python 0.3 used (`rest_v03_status`). A request without `A2A-Version` is
@@ -43,11 +43,11 @@ from app.protocol.errors import (
     VersionNotSupportedError,
 )
 
-from . import ops_v03
-from .calls import Call
-from .errors import rest_error
+from ..errors import rest_error
+from ..ops import v03 as ops_v03
+from ..ops.calls import Call
+from ..versions import raw_version
 from .rest import Endpoint, Params, RestBinding, read_json_body
-from .versions import raw_version
 
 log = logging.getLogger(__name__)
 router = APIRouter()
