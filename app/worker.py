@@ -26,7 +26,7 @@ import httpx
 
 from app import roles as roles_
 from app.agents.sdk import Agent
-from app.protocol.model import INTERRUPTED_STATES, Message, Role, TaskState, status_update
+from app.protocol.model import INTERRUPTED_STATES, Message, TaskState, status_update
 from app.runner.prices import PriceTable
 from app.runner.runner import Runner
 from app.settings import Settings
@@ -34,7 +34,7 @@ from app.store.leases import Held
 from app.store.outage import backoff
 from app.tasks.held import LiveTask, TaskLostError, UnrecordedError
 from app.tasks.step import step
-from app.tasks.workers import events_to_wire, task_from_wire
+from app.tasks.worker_wire import Claimed, events_to_wire, known_to_wire
 from app.telemetry import logs, traces
 
 log = logging.getLogger("app.worker")
@@ -107,7 +107,7 @@ class RemoteTasks:
     @property
     def held(self) -> dict[str, dict[str, Any]]:
         """Each run's task as the server's sync takes it: last event number, last user message id."""
-        return {task_id: _known(live) for task_id, live in self._live.items()}
+        return {task_id: known_to_wire(live) for task_id, live in self._live.items()}
 
     async def adopt(self, task_id: str) -> bool:
         live = self.claimed.pop(task_id, None)
@@ -183,17 +183,15 @@ class RemoteLeases:
             raise RuntimeError(f"claim refused (HTTP {status}): {body}")
         ids = []
         for item in body["tasks"]:
-            task = task_from_wire(item["task"])
-            self._tasks.claimed[task.id] = LiveTask(
-                task, item["owner"], item["lastSeq"], traceparent=item.get("traceparent")
-            )
-            ids.append(task.id)
+            c = Claimed.from_wire(item)
+            self._tasks.claimed[c.task.id] = LiveTask(c.task, c.owner, c.last_seq, traceparent=c.traceparent)
+            ids.append(c.task.id)
         return ids
 
     async def renew(self, task_ids: Collection[str]) -> set[str]:
         if not task_ids:
             return set()
-        held = {t: _known(live) if (live := self._tasks.get(t)) else {"seq": 0} for t in task_ids}
+        held = {t: known_to_wire(live) if (live := self._tasks.get(t)) else {"seq": 0} for t in task_ids}
         _status, body = await self._server.call("POST", "/workers/v1/sync", {"tasks": held}, give_up_s=10)
         lost = {t for t, item in body.get("news", {}).items() if item.get("lost")}
         return set(task_ids) - lost
@@ -213,11 +211,6 @@ class RemoteLeases:
 
     async def release(self, task_ids: list[str]) -> None:
         await self._tasks.release(task_ids)
-
-
-def _known(live: LiveTask) -> dict[str, Any]:
-    user = next((m.message_id for m in reversed(live.task.history) if m.role is Role.USER), None)
-    return {"seq": live.seq, "user": user}
 
 
 class _NoBus:

@@ -17,29 +17,14 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.bus.base import Bus, Subscription
-from app.protocol.model import (
-    Artifact,
-    Event,
-    EventRecord,
-    Message,
-    Role,
-    StateTransition,
-    StatusUpdate,
-    Task,
-    TaskState,
-    TaskStatus,
-    event_from_store,
-    event_kind,
-    utcnow,
-)
+from app.protocol.model import EventRecord, Role, StatusUpdate, event_kind, utcnow
 from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
 from app.store.repo import Repository
@@ -48,6 +33,7 @@ from app.store.writer import SeqTakenError
 from .held import LiveTask
 from .live import LiveTasks
 from .step import WORKER_PREFIX
+from .worker_wire import Claimed, events_from_wire, known_from_wire
 
 MAX_WAIT_S = 30.0
 """The longest a worker's long poll is held (below proxies' usual read timeouts)."""
@@ -60,49 +46,6 @@ class WorkerLostError(Exception):
 def holder_of(principal: str, instance: str) -> str:
     """The lease holder name of a worker instance (the principal its credential names, and its instance)."""
     return f"{WORKER_PREFIX}{principal}:{instance}"
-
-
-def task_to_wire(task: Task) -> dict[str, Any]:
-    """A task as a worker receives it: store forms of its parts, and its metadata (its usage so far).
-    A worker's events carry their usage reports in their metadata (`to_store`), as a replica's do."""
-    return {
-        "id": task.id,
-        "contextId": task.context_id,
-        "status": task.status.to_store(),
-        "history": [m.to_store() for m in task.history],
-        "artifacts": [a.to_store() for a in task.artifacts],
-        "transitions": [{"state": t.state.value, "timestamp": t.timestamp} for t in task.transitions],
-        "metadata": task.metadata,
-    }
-
-
-def task_from_wire(d: Mapping[str, Any]) -> Task:
-    return Task(
-        id=d["id"],
-        context_id=d["contextId"],
-        status=TaskStatus.from_store(d["status"]),
-        history=[Message.from_store(m) for m in d.get("history", [])],
-        artifacts=[Artifact.from_store(a) for a in d.get("artifacts", [])],
-        transitions=[
-            StateTransition(TaskState(t["state"]), t["timestamp"]) for t in d.get("transitions", [])
-        ],
-        metadata=d.get("metadata"),
-    )
-
-
-def events_to_wire(events: list[Event]) -> list[dict[str, Any]]:
-    return [{"kind": event_kind(e), "body": e.to_store()} for e in events]
-
-
-def events_from_wire(task: Task, items: Sequence[Mapping[str, Any]]) -> list[Event]:
-    return [event_from_store(task.id, task.context_id, i["kind"], i["body"]) for i in items]
-
-
-def _known(value: Any) -> tuple[int, str | None]:
-    """A held task as the worker describes it: its last event number and last user message id."""
-    if isinstance(value, dict):
-        return int(value.get("seq", 0)), value.get("user")
-    return int(value), None
 
 
 async def _status_change(subs: list[Subscription], wait_s: float) -> bool:
@@ -158,21 +101,6 @@ class Announcer:
         self._last.pop(holder, None)
         self._started.pop(holder, None)
         await self._instances.forget([instance_name(self._template.role, holder.removeprefix(WORKER_PREFIX))])
-
-
-@dataclass(slots=True)
-class Claimed:
-    task: Task
-    owner: str
-    last_seq: int
-    traceparent: str | None = None
-    """The trace context the task was created in: the worker's run continues it."""
-
-    def to_wire(self) -> dict[str, Any]:
-        out = {"task": task_to_wire(self.task), "owner": self.owner, "lastSeq": self.last_seq}
-        if self.traceparent:
-            out["traceparent"] = self.traceparent
-        return out
 
 
 class WorkerDesk:
@@ -262,7 +190,7 @@ class WorkerDesk:
         the last user message it has}`) and say what others did to them: `{"lost": true}`, or the newer
         `lastSeq` and `state` with the user's answer (`message`). With nothing to say, waits up to `wait_s`
         for a status change on one of them (the worker's own chunks do not wake it)."""
-        known = {t: _known(v) for t, v in held.items()}
+        known = {t: known_from_wire(v) for t, v in held.items()}
         leases = self._leases(holder)
         subs: list[Subscription] = []
         try:

@@ -13,7 +13,7 @@ import pytest
 
 from app.api.edge.auth import hash_key
 from app.protocol.model import TaskState, status_update
-from app.tasks.workers import events_to_wire
+from app.tasks.worker_wire import events_to_wire
 from tests.conftest import BACKENDS, make_server
 from tests.support.rpc import send_request
 from tests.support.secrets import remember
