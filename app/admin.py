@@ -52,13 +52,13 @@ from app.settings import SettingError, Settings
 from app.store.admin import AdminReads, TaskRecord
 from app.store.browse import Browse, Filters
 from app.store.db import create_engine
-from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.retention import TABLES, Pruning
 from app.store.writer import SeqTakenError, Writer
 from app.tasks.control import UnreachableHolderError
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
+from app.wiring import role_parts
 
 ADMIN_REASON = "Task canceled by an administrator"
 TAIL_POLL_S = 0.5
@@ -477,14 +477,11 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
             several = len(roles_.load(settings)) > 1
         except SettingError as exc:
             raise AdminError(f"invalid setting {exc.name}: {exc}") from None
-        scope = record.role if several else None
         bus = await _bus(settings, stack)
         writer = Writer(engine)
         writer.start()
         stack.push_async_callback(writer.stop)
-        repo = Repository(engine, scope)
-        leases = Leases(engine, bus.replica_id, settings.lease_ttl_s, scope)
-        tasks = LiveTasks(repo, writer, bus, leases, role=scope, role_name=record.role)
+        tasks = LiveTasks(role_parts(settings, engine, writer, bus, record.role, several=several))
         stack.push_async_callback(tasks.notices.sent)
         service = TaskService(
             tasks,

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
 from app.agents.loader import AdapterError, load_agent
@@ -53,11 +54,12 @@ from app.store.usage import UsageReads
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.losses import Losses
+from app.tasks.parts import RoleParts
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
 from app.telemetry import logs
 
-__all__ = ["Components", "lifespan", "price_table", "role_agent", "wire"]
+__all__ = ["Components", "lifespan", "price_table", "role_agent", "role_parts", "wire"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,24 @@ def role_agent(
         if isinstance(exc, SettingError):
             field = exc.name.lower()
         raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None
+
+
+def role_parts(
+    settings: Settings,
+    engine: AsyncEngine,
+    writer: Writer,
+    bus: Bus,
+    name: str,
+    *,
+    several: bool,
+    runs_once: bool = True,
+) -> RoleParts:
+    """The role's parts in this process, under the bus's name (a replica's, or the admin command line's):
+    with `several` roles its repository and leases see only its tasks. `runs_once`: the role's agent has
+    effects (`Leases`)."""
+    scope = name if several else None
+    leases = Leases(engine, bus.replica_id, settings.lease_ttl_s, scope, runs_once=runs_once)
+    return RoleParts(Repository(engine, scope), writer, bus, leases, scope, name)
 
 
 @asynccontextmanager
@@ -222,18 +242,13 @@ async def wire(
             shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None, scope)
             await shared.start()
             stack.push_async_callback(shared.aclose)
-            repo = Repository(engine, scope)
             effects = not agents[name].pure
-            leases = Leases(engine, settings.replica_id, settings.lease_ttl_s, scope, runs_once=effects)
+            parts = role_parts(settings, engine, writer, bus, name, several=several, runs_once=effects)
+            leases = parts.leases
             tasks = LiveTasks(
-                repo,
-                writer,
-                bus,
-                leases,
+                parts,
                 outage_grace_s=settings.db_outage_grace_s,
                 push_ring=deliverer.ring if settings.push_deliver else None,
-                role=scope,
-                role_name=name,
                 exclusive=effects,
             )
             losses = Losses(tasks)
@@ -297,11 +312,6 @@ async def wire(
                 roles=every,
                 workers=WorkerDesk(
                     tasks,
-                    repo,
-                    engine,
-                    bus,
-                    settings.lease_ttl_s,
-                    scope,
                     announce=Announcer(
                         instances, _describe(settings, role, cards[name]), settings.discovery_heartbeat_s
                     ),

@@ -67,10 +67,18 @@ class Leases:
         self.runs_once = runs_once
         self._engine = engine
         self.replica_id = replica_id
+        self._role_name = role
         self._scoped = role is not None
         self._role = _tasks.c.role == role if role is not None else true()
+        self.ttl_s = ttl_s
         self.ttl = timedelta(seconds=ttl_s)
         self._pg = engine.dialect.name == "postgresql"
+
+    def for_holder(self, holder: str) -> Leases:
+        """The same role's leases as another holder takes them: a remote worker's, which the replica it calls
+        claims and renews for it. Its claims mark the run started (`runs_once`): the replica does not know
+        the worker's agent, so its run is taken to have effects."""
+        return Leases(self._engine, holder, self.ttl_s, self._role_name, runs_once=True)
 
     def expiry(self, now: datetime | None = None) -> datetime:
         return (now or utcnow()) + self.ttl

@@ -11,7 +11,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.bus.base import Bus
 from app.protocol import errors
 from app.protocol.errors import (
     A2AError,
@@ -22,7 +21,6 @@ from app.protocol.errors import (
 )
 from app.protocol.model import Message
 from app.store.idempotency import IdemKey
-from app.store.leases import Leases
 from app.store.outage import is_unavailable
 from app.store.writer import DuplicateError
 
@@ -44,21 +42,19 @@ class Control:
 
     def __init__(
         self,
-        bus: Bus,
         tasks: LiveTasks,
-        leases: Leases,
         cancel: Callable[[str, str, int, str | None], Awaitable[object]],
         answer: Callable[[str, Message, int, IdemKey | None], Awaitable[object]],
         lost: Callable[[str], object],
     ) -> None:
-        self._bus = bus
+        self._bus = tasks.parts.bus
         self._tasks = tasks
-        self._leases = leases
+        self._leases = tasks.parts.leases
         self._cancel = cancel
         self._answer = answer
         self._lost = lost
-        self._role = tasks.role
-        bus.on_control(self.handle, tasks.role)
+        self._role = tasks.parts.role
+        self._bus.on_control(self.handle, self._role)
 
     async def forward(self, replica_id: str, body: dict[str, Any]) -> None:
         """Have the replica holding the task do the write; its A2A error becomes ours."""
@@ -95,7 +91,8 @@ class Control:
             return
         holder = await self._leases.holder(task_id, owner=owner)
         # A remote worker's events are written by replicas, which read the task's webhooks as they write.
-        if holder is not None and holder != self._tasks.replica_id and not holder.startswith(WORKER_PREFIX):
+        here = self._leases.replica_id
+        if holder is not None and holder != here and not holder.startswith(WORKER_PREFIX):
             try:
                 body = {"op": "push", "task": task_id, "role": self._role}
                 await self._bus.request(holder, body, CONTROL_TIMEOUT_S)

@@ -12,11 +12,11 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import TypeVar
 
-from app.bus.base import RESYNC, Bus, Subscription
+from app.bus.base import RESYNC, Subscription
 from app.protocol.errors import TaskNotFoundError
 from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task, TaskState
 from app.store.outage import OutageLog, backoff, is_unavailable
-from app.store.repo import Repository, TaskHead
+from app.store.repo import TaskHead
 
 from .held import HeldElsewhereError, LiveTask
 from .live import LiveTasks
@@ -33,10 +33,10 @@ writes it (the admin command line canceling a queued task) rings no bell here.""
 class Reader:
     """Snapshots and event streams of tasks, from the live task when it is held here, else the store."""
 
-    def __init__(self, tasks: LiveTasks, repo: Repository, bus: Bus, max_history: int | None = None) -> None:
+    def __init__(self, tasks: LiveTasks, max_history: int | None = None) -> None:
         self._tasks = tasks
-        self._repo = repo
-        self._bus = bus
+        self._repo = tasks.parts.repo
+        self._bus = tasks.parts.bus
         self.max_history = max_history
         """Most history messages any read returns (None: all)."""
         self._outage = OutageLog("stream readers")

@@ -20,19 +20,17 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from app.bus.base import Bus
 from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
 from app.protocol.model import EventRecord, TaskState, status_update, utcnow
 from app.protocol.usage import TOKEN_KINDS, Usage
-from app.store.leases import Leases
-from app.store.repo import Repository
 from app.store.write import Write
-from app.store.writer import SeqTakenError, Writer
+from app.store.writer import SeqTakenError
 from app.telemetry import traces
 
 from .commits import Commits
 from .held import HeldElsewhereError, LiveTask, StillbornError, TaskLostError
 from .notices import LostNotices
+from .parts import RoleParts
 from .step import (
     STOP_STATES,
     WORKER_PREFIX,
@@ -58,32 +56,20 @@ class LiveTasks:
 
     def __init__(
         self,
-        repo: Repository,
-        writer: Writer,
-        bus: Bus,
-        leases: Leases,
+        parts: RoleParts,
         outage_grace_s: float = 120.0,
         push_ring: Callable[[], None] | None = None,
-        role: str | None = None,
-        role_name: str = "default",
         exclusive: bool = False,
     ) -> None:
-        self.repo = repo
-        """With the writer, bus and leases: the task service reads, writes and forwards through these too."""
-        self.writer = writer
-        self.bus = bus
-        self.leases = leases
-        self.replica_id = leases.replica_id
-        self.role = role
-        """The role whose tasks these are, in a deployment of several (None: the only one)."""
-        self.role_name = role_name
-        """The role's name, also with one role (what usage rows and metrics name)."""
+        self.parts = parts
+        """The role's repository, writer, bus and leases: the task service, control, the worker desk and the
+        losses read, write and forward through these too."""
         self.exclusive = exclusive
         """The agent has effects: a new task is the only open one of its context (`TaskRow.exclusive`)."""
         self.outage_grace_s = outage_grace_s
         """How long a run's commit waits for a database that is away before the run gives up."""
-        self._commits = Commits(writer, leases, outage_grace_s)
-        self.notices = LostNotices(bus, role)
+        self._commits = Commits(parts.writer, parts.leases, outage_grace_s)
+        self.notices = LostNotices(parts.bus, parts.role)
         """Tells a replica whose lease on a task was taken here (`writable`, `losses.Losses.end_lost`)."""
         self._push_ring = push_ring
         """Rung after a commit that wrote notifications: the local delivery worker looks at once."""
@@ -122,21 +108,21 @@ class LiveTasks:
         live = self.shown(task_id)
         if live is None:
             if take_over:
-                holder = await self.leases.holder(task_id, owner=owner)
+                holder = await self.parts.leases.holder(task_id, owner=owner)
                 take_over = holder is None or not holder.startswith(WORKER_PREFIX)
             # Every query names the owner: another principal's task is neither leased nor revealed.
-            taken = await self.leases.take_from(task_id, owner=owner, force=take_over)
+            taken = await self.parts.leases.take_from(task_id, owner=owner, force=take_over)
             took = taken is not False
             if taken:
                 self.notices.tell(taken, task_id)
             worker = None
             if not took:
-                holder = await self.leases.holder(task_id, owner=owner)
+                holder = await self.parts.leases.holder(task_id, owner=owner)
                 if holder is not None and holder.startswith(WORKER_PREFIX):
                     worker = holder  # a remote worker runs it: this replica writes for it
-                elif holder is not None and holder != self.replica_id:
+                elif holder is not None and holder != self.parts.replica_id:
                     raise HeldElsewhereError(holder)
-            stored = await self.repo.get_task(task_id, owner=owner, to_write=True)
+            stored = await self.parts.repo.get_task(task_id, owner=owner, to_write=True)
             live = self.shown(task_id)
             if live is None:
                 if stored is None:
@@ -163,7 +149,7 @@ class LiveTasks:
         ring the push worker, and hold it as a live task. DuplicateError when a concurrent copy stored the
         retry key or the Idempotency-Key first."""
         write, first, traceparent = self._creation(new, now, hold)
-        await self.writer.commit(write)
+        await self.parts.writer.commit(write)
         await self._born(new.task, write, first)
         if hold:
             self._live[new.task.id] = LiveTask(
@@ -207,17 +193,17 @@ class LiveTasks:
         self, new: NewTask, now: datetime, hold: bool
     ) -> tuple[Write, list[EventRecord], str | None]:
         """A new task's rows, its `submitted` event and the creating request's trace context."""
-        lease = (self.replica_id, self.leases.expiry(now)) if hold else None
+        lease = (self.parts.replica_id, self.parts.leases.expiry(now)) if hold else None
         # The creating request's span: the task's runs, on any replica, and its webhook calls continue it.
         traceparent = traces.traceparent()
         write, first = creation_write(
             new,
             now,
-            self.role_name,
+            self.parts.role_name,
             lease,
             traceparent,
             # Its run starts as soon as this commits: a holder that dies after it must not run it again.
-            run_started=hold and self.leases.runs_once,
+            run_started=hold and self.parts.leases.runs_once,
             exclusive=self.exclusive,
         )
         return write, first, traceparent
@@ -225,7 +211,7 @@ class LiveTasks:
     async def _born(self, task: Task, write: Write, first: list[EventRecord]) -> None:
         """What follows a new task's commit: its `submitted` event published, the push worker rung."""
         self.created_total += 1
-        await self.bus.publish(task.id, task.context_id, first)
+        await self.parts.bus.publish(task.id, task.context_id, first)
         if write.notifications and self._push_ring is not None:
             self._push_ring()
 
@@ -236,7 +222,7 @@ class LiveTasks:
         unborn = live.unborn
         assert unborn is not None
         try:
-            await self.writer.commit(write)
+            await self.parts.writer.commit(write)
         except BaseException as exc:
             self._live.pop(live.task.id, None)
             # A run stopped mid-commit (the server shutting down): the request gets a retryable 503, not a
@@ -285,10 +271,10 @@ class LiveTasks:
                     messages,
                     now,
                     owner=live.owner,
-                    role=self.role_name,
+                    role=self.parts.role_name,
                     push=live.push,
                     artifact_rows=live.artifact_rows,
-                    lease=(live.holder or self.replica_id, self.leases.expiry(now)),
+                    lease=(live.holder or self.parts.replica_id, self.parts.leases.expiry(now)),
                     key_row=key_row,
                 )
                 try:
@@ -298,7 +284,7 @@ class LiveTasks:
                         raise
                     continue
                 self._applied(live, s, events, write)
-            await self.bus.publish(task.id, task.context_id, created + s.records)
+            await self.parts.bus.publish(task.id, task.context_id, created + s.records)
             return s.records
         raise AssertionError("unreachable")
 
@@ -348,7 +334,7 @@ class LiveTasks:
         """Bring `live` up to the task as stored, for a write made again; False if it is gone. Only a
         request's write for a remote worker's task is (`live.retries`): it collides with the worker's own
         events, stored meanwhile through another replica."""
-        stored = await self.repo.get_task(live.task.id, owner=None, to_write=True)
+        stored = await self.parts.repo.get_task(live.task.id, owner=None, to_write=True)
         if stored is None:
             return False
         live.task, live.seq, live.push, live.artifact_rows = stored.task, stored.last_seq, stored.push, None
@@ -400,7 +386,7 @@ class LiveTasks:
         """Load a task this replica has just claimed so its run can start; False if it is gone."""
         if task_id in self._live:
             return True
-        stored = await self.repo.get_task(task_id, owner=None, to_write=True)
+        stored = await self.parts.repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state.terminal:
             return False
         self._live[task_id] = LiveTask(
@@ -420,7 +406,7 @@ class LiveTasks:
             return False
         # Whoever wrote it may not reach this process's followers over the bus (an admin's cancel without
         # Redis): they read the log instead.
-        self.bus.resync(task_id)
+        self.parts.bus.resync(task_id)
         for fut in live.waiters:
             if not fut.done():
                 fut.set_exception(HeldElsewhereError(""))
@@ -431,7 +417,7 @@ class LiveTasks:
         """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""
         for task_id in task_ids:
             self._live.pop(task_id, None)
-        await self.leases.release(task_ids)
+        await self.parts.leases.release(task_ids)
 
 
 def _wake_waiters(live: LiveTask) -> None:

@@ -29,8 +29,8 @@ class Losses:
 
     def __init__(self, tasks: LiveTasks) -> None:
         self._tasks = tasks
-        self._leases = tasks.leases
-        self._repo = tasks.repo
+        self._leases = tasks.parts.leases
+        self._repo = tasks.parts.repo
 
     async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:
         """Fail a working task whose agent is gone, if this replica can take it; True when it did.

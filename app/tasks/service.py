@@ -103,9 +103,9 @@ class TaskService:
         self._executor = executor
         self.blocking_timeout_s = blocking_timeout_s
         self._stream_stop = STOP_STATES if stream_until == "interrupted" else TERMINAL_STATES
-        self._copies = Copies(keys, tasks.repo, tasks.writer)
-        self._reader = Reader(tasks, tasks.repo, tasks.bus, max_history)
-        self._control = Control(tasks.bus, tasks, tasks.leases, self.cancel, self._continue, executor.lost)
+        self._copies = Copies(keys, tasks.parts.repo, tasks.parts.writer)
+        self._reader = Reader(tasks, max_history)
+        self._control = Control(tasks, self.cancel, self._continue, executor.lost)
         self._push = PushConfigCalls(push_configs, push_policy or ssrf.Policy(), self._reader, self._control)
         self.head = self._reader.head
         self.set_push_config = self._push.set
@@ -134,7 +134,7 @@ class TaskService:
     ) -> TaskPage:
         """The caller's own tasks, newest status first, a page at a time."""
         try:
-            return await self._tasks.repo.list_tasks(
+            return await self._tasks.parts.repo.list_tasks(
                 owner,
                 context_id=context_id,
                 state=state,
@@ -213,7 +213,7 @@ class TaskService:
         messageId is a new message. Of concurrent copies the database stores one; the others find it.
         """
         idem = self._copies.key(key, message, config, push)
-        retry = None if message.task_id else retry_key(message, self._tasks.role)
+        retry = None if message.task_id else retry_key(message, self._tasks.parts.role)
         sent = (message.task_id, message.context_id)
         # A running copy of a new message is found by the conflict of its retry key, so the common send
         # (no copy) costs no look-up. Each conflict is another copy that stored first; it repeats only while
@@ -305,7 +305,7 @@ class TaskService:
         if here:
             self._executor.start(task_id, reserved=True)
         else:
-            await self._tasks.bus.ring_queue()
+            await self._tasks.parts.bus.ring_queue()
         return task_id
 
     async def _create(self, new: NewTask, now: datetime, here: bool, retry: str | None) -> None:
@@ -318,7 +318,7 @@ class TaskService:
                 return
             except ContextTakenError:
                 context_id = new.task.context_id
-                open_task = await self._tasks.repo.open_in_context(new.owner, context_id)
+                open_task = await self._tasks.parts.repo.open_in_context(new.owner, context_id)
                 if open_task is None:
                     continue  # it ended between our commit and our look-up
                 open_id, state, open_retry = open_task

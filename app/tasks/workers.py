@@ -21,13 +21,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from app.bus.base import Bus, Subscription
+from app.bus.base import Subscription
 from app.protocol.model import EventRecord, Role, StatusUpdate, event_kind, utcnow
 from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
-from app.store.repo import Repository
 from app.store.writer import SeqTakenError
 
 from .held import LiveTask
@@ -106,32 +103,23 @@ class Announcer:
 class WorkerDesk:
     """What the workers of one role ask of this replica."""
 
-    def __init__(
-        self,
-        tasks: LiveTasks,
-        repo: Repository,
-        engine: AsyncEngine,
-        bus: Bus,
-        ttl_s: float,
-        role: str | None,
-        announce: Announcer | None = None,
-    ) -> None:
+    def __init__(self, tasks: LiveTasks, announce: Announcer | None = None) -> None:
+        """It reads, writes and leases through the role's parts (`tasks.parts`), its leases in each worker's
+        name (`Leases.for_holder`)."""
         self.announce = announce
         self._tasks = tasks
-        self._repo = repo
-        self._engine = engine
-        self._bus = bus
-        self._ttl_s = ttl_s
-        self._role = role
+        self._repo = tasks.parts.repo
+        self._bus = tasks.parts.bus
+        self._role_leases = tasks.parts.leases
         self._doorbell = asyncio.Event()
-        bus.on_queued(self._ring)
+        self._bus.on_queued(self._ring)
 
     def _ring(self) -> None:
         self._doorbell.set()
         self._doorbell = asyncio.Event()
 
     def _leases(self, holder: str) -> Leases:
-        return Leases(self._engine, holder, self._ttl_s, self._role)
+        return self._role_leases.for_holder(holder)
 
     async def claim(self, holder: str, limit: int, wait_s: float) -> list[Claimed]:
         """Up to `limit` of the role's queued tasks, leased to the worker; waits up to `wait_s` for one."""
@@ -242,4 +230,4 @@ class WorkerDesk:
 
     @property
     def ttl_s(self) -> float:
-        return self._ttl_s
+        return self._role_leases.ttl_s

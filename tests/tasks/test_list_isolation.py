@@ -9,13 +9,13 @@ from app.agents.echo import EchoAgent
 from app.bus.memory import MemoryBus
 from app.protocol.model import Message, Part, Role, SendConfig
 from app.runner.runner import Runner
+from app.settings import Settings
 from app.store.db import create_engine
-from app.store.leases import Leases
-from app.store.repo import Repository
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
 from app.tasks.losses import Losses
 from app.tasks.service import TaskService
+from app.wiring import role_parts
 from tests.conftest import BACKENDS, migrated_database_url
 
 
@@ -25,11 +25,21 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()
-    repo, bus, leases = Repository(engine), MemoryBus("r"), Leases(engine, "r", 15)
-    tasks = LiveTasks(repo, writer, bus, leases)
+    bus = MemoryBus("r")
+    parts = role_parts(
+        Settings(_env_file=None, lease_ttl_s=15), engine, writer, bus, "default", several=False
+    )
+    tasks = LiveTasks(parts)
     # No slots: the tasks stay queued, as with no runner at all.
     runner = Runner(
-        tasks, leases, bus, EchoAgent(), max_concurrent=0, timeout_s=5, cancel_grace_s=1, losses=Losses(tasks)
+        tasks,
+        parts.leases,
+        bus,
+        EchoAgent(),
+        max_concurrent=0,
+        timeout_s=5,
+        cancel_grace_s=1,
+        losses=Losses(tasks),
     )
     service = TaskService(tasks, runner, blocking_timeout_s=5)
     try:

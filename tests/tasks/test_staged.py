@@ -24,7 +24,7 @@ async def _echo(task: TaskContext) -> None:
 
 async def _stored(c, task_id: str):
     """The task as the database has it (not the live copy)."""
-    return await c.tasks.repo.get_task(task_id, owner=OWNER)
+    return await c.tasks.parts.repo.get_task(task_id, owner=OWNER)
 
 
 @pytest.mark.parametrize("pure", [True, False])
@@ -44,7 +44,7 @@ async def test_a_pure_agent_that_answers_at_once_costs_one_commit(tmp_path, pure
             TaskState.WORKING,
             TaskState.COMPLETED,
         ]
-        events = await c.tasks.repo.events_after(task.id, task.context_id, 0, owner=OWNER)
+        events = await c.tasks.parts.repo.events_after(task.id, task.context_id, 0, owner=OWNER)
         assert [e.seq for e in events] == list(range(1, stored.last_seq + 1))
         assert events[0].event.status.state is TaskState.SUBMITTED
         assert c.runner.running == 0
@@ -97,7 +97,7 @@ async def test_a_pure_agent_slow_to_take_a_step_has_its_task_committed_alone_fir
         held.go.set()
         task = await asyncio.wait_for(sending, WAIT_S)
         assert task.status.state is TaskState.COMPLETED and texts(task) == ["late"]
-        events = await c.tasks.repo.events_after(task_id, task.context_id, 0, owner=OWNER)
+        events = await c.tasks.parts.repo.events_after(task_id, task.context_id, 0, owner=OWNER)
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 

@@ -67,9 +67,9 @@ class Live(Collector):
         )
         for r in every:
             for (model, kind), n in sorted(r.tasks.tokens_total.items()):
-                tokens.add_metric([r.tasks.role_name, model, kind], n)
+                tokens.add_metric([r.tasks.parts.role_name, model, kind], n)
             for model, usd in sorted(r.tasks.cost_total.items()):
-                cost.add_metric([r.tasks.role_name, model], usd)
+                cost.add_metric([r.tasks.parts.role_name, model], usd)
         yield tokens
         yield cost
         yield CounterMetricFamily("a2a_store_commits", "Group commits of the writer.", value=c.writer.commits)
