@@ -40,6 +40,7 @@ from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.prices import PriceTable, PriceTableError
+from app.runner.reaper import Reaper
 from app.runner.retention import Retention
 from app.runner.runner import Runner
 from app.settings import SettingError, Settings
@@ -251,7 +252,6 @@ async def wire(
                 push_ring=deliverer.ring if settings.push_deliver else None,
                 exclusive=effects,
             )
-            losses = Losses(tasks)
             runner: Runner | Idle = (
                 Runner(
                     tasks,
@@ -265,19 +265,18 @@ async def wire(
                     queue_poll_s=settings.queue_poll_s,
                     prices=prices,
                     role=name,
-                    losses=losses,
                 )
                 if role.runs_here
-                else Idle(
-                    tasks,
-                    losses,
-                    leases,
-                    bus,
-                    min(settings.queue_poll_s, settings.lease_ttl_s / 5),
-                    name,
-                    partial(discovery.available, name),
-                    settings.role_wait_s,
-                )
+                else Idle(tasks)
+            )
+            reaper = Reaper(
+                leases,
+                Losses(tasks),
+                min(settings.queue_poll_s, settings.lease_ttl_s / 5),
+                name,
+                alive=runner.alive if isinstance(runner, Runner) else None,
+                available=None if role.runs_here else partial(discovery.available, name),
+                role_wait_s=settings.role_wait_s,
             )
             service = TaskService(
                 tasks,
@@ -304,6 +303,7 @@ async def wire(
                 engine=engine,
                 bus=bus,
                 runner=runner,
+                reaper=reaper,
                 deliverer=deliverer,
                 tasks=tasks,
                 writer=writer,
@@ -323,6 +323,9 @@ async def wire(
         for c in every.values():
             await c.runner.open()
             stack.push_async_callback(c.runner.aclose)
+            # After its runner's recovery, closed before the runner.
+            await c.reaper.open()
+            stack.push_async_callback(c.reaper.aclose)
         # Once the runners are open, closed before them: listed only while this process takes work.
         await discovery.start()
         stack.push_async_callback(discovery.aclose)

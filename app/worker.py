@@ -203,12 +203,6 @@ class RemoteLeases:
     async def mine(self) -> list[Held]:
         return []
 
-    async def suspect(self) -> int:
-        return 0
-
-    async def expired(self) -> list[Held]:
-        return []
-
     async def release(self, task_ids: list[str]) -> None:
         await self._tasks.release(task_ids)
 
@@ -263,7 +257,6 @@ class Worker:
             queue_poll_s=1.0,
             prices=self.prices,
             role=self.role.name,
-            losses=None,  # a worker reaps nothing: the server's replicas do
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.push.deliverer import Deliverer
     from app.runner.discovery import Discovery
     from app.runner.idle import Idle
+    from app.runner.reaper import Reaper
     from app.runner.retention import Retention
     from app.runner.runner import Runner
     from app.store.usage import UsageReads
@@ -49,6 +50,8 @@ class Components:
     bus: Bus
     runner: Runner | Idle
     """The role's runner here, or `Idle` when this process does not run the role (`AGENT_ROLES`)."""
+    reaper: Reaper
+    """The role's reaper (`runner/reaper.py`), started and stopped by the wiring."""
     deliverer: Deliverer
     tasks: LiveTasks
     writer: Writer

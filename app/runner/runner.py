@@ -31,12 +31,10 @@ from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskSta
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
 from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
-from app.tasks.step import WORKER_PREFIX
 from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
     from app.protocol.model import Event, Message
-    from app.tasks.losses import Losses
 
     from .prices import PriceTable
 
@@ -75,8 +73,6 @@ class RunLeases(Protocol):
     async def renew(self, task_ids: Collection[str]) -> set[str]: ...
     async def recorded(self, task_id: str) -> tuple[int, str | None] | None: ...
     async def mine(self) -> list[Held]: ...
-    async def suspect(self) -> int: ...
-    async def expired(self) -> list[Held]: ...
 
 
 class QueueBell(Protocol):
@@ -109,13 +105,8 @@ class Runner:
         queue_poll_s: float = 2.0,
         prices: PriceTable | None = None,
         role: str = "default",
-        *,
-        losses: Losses | None,
     ) -> None:
         self._tasks = tasks
-        self._losses = losses
-        """Ends the tasks whose run was lost (the reaper, restart recovery); None in a remote worker, which
-        reaps nothing: the server's replicas do."""
         self.role = role
         """The role whose agents run here (what a run's log records and span name)."""
         self._prices = prices
@@ -152,6 +143,10 @@ class Runner:
     def slots(self) -> int:
         """Agent runs allowed at once here."""
         return self._max
+
+    def alive(self) -> Collection[str]:
+        """The tasks whose runs are alive here (the reaper never ends them)."""
+        return self._runs.keys()
 
     # ---- slots -----------------------------------------------------------------------------------
 
@@ -210,8 +205,8 @@ class Runner:
     # ---- life --------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Recover what this replica's previous life left, then claim, heartbeat and watch leases. With the
-        database away, recovery waits in the claims loop: the replica starts and serves meanwhile."""
+        """Recover what this replica's previous life left, then claim and heartbeat. With the database away,
+        recovery waits in the claims loop: the replica starts and serves meanwhile."""
         try:
             await self._recover()
         except Exception as exc:
@@ -222,9 +217,6 @@ class Runner:
             asyncio.create_task(self._every(self._claim, self._poll_s, wakeable=True), name="claims"),
             asyncio.create_task(self._every(self._heartbeat, self._ttl_s / 3), name="heartbeat"),
         ]
-        if self._losses is not None:
-            reaper = self._every(self._reap, min(self._poll_s, self._ttl_s / 5))
-            self._loops.append(asyncio.create_task(reaper, name="reaper"))
 
     async def aclose(self) -> None:
         """Stop taking work and stop every run. A task that was working ends failed with the reason;
@@ -352,12 +344,12 @@ class Runner:
         await self.stop(task_id)
 
     async def _recover(self) -> None:
+        """Start or hand back what this replica's previous life held; a task it was running (`Held.running`)
+        was lost with it, and is the reaper's to end (`reaper.Reaper`)."""
         for held in await self._leases.mine():
-            if held.running:  # its agent had started: lost with the previous life, never run again
-                if self._losses is not None:
-                    reason = "The server restarted while this task was running; its agent was lost."
-                    await self._losses.end_lost(held, reason, restarted=True)
-            elif held.state is TaskState.SUBMITTED:
+            if held.running:
+                continue
+            if held.state is TaskState.SUBMITTED:
                 await self._start_claimed(held.task_id)
             else:
                 await self._tasks.release([held.task_id])
@@ -394,13 +386,6 @@ class Runner:
                 return
             self.release_slot()
         await self._tasks.release([task_id])
-
-    async def _reap(self) -> None:
-        """End tasks whose replica died mid-run: mark the leases found expired (`Leases.suspect`), end the
-        working tasks whose lease stayed unrenewed a lease TTL after its mark (`Leases.expired`). Queued
-        and waiting tasks need nothing: claims take a void lease, answers an expired one."""
-        assert self._losses is not None
-        await reap(self._leases, self._losses, self._runs)
 
     async def _run(self, task_id: str) -> None:
         live = self._tasks.get(task_id)
@@ -589,29 +574,6 @@ class Runner:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
-
-
-async def reap(leases: RunLeases, losses: Losses, alive: Collection[str] = ()) -> None:
-    """One pass of a reaper (a runner's, or `Idle`'s for a role not run here): mark the leases found expired,
-    end the running tasks (`Held.running`: working, or submitted with a run started) whose lease stayed void.
-    Never a run in `alive`: the one guard against a reaper ending a live run of its own replica."""
-    await leases.suspect()
-    for held in await leases.expired():
-        if held.running and held.task_id not in alive:
-            await losses.end_lost(held, lost_reason(held.owner))
-
-
-def lost_reason(holder: str) -> str:
-    """Why a reaper ended a task: its holder (a replica, or a remote worker) stopped renewing its lease."""
-    who = (
-        f"Worker {holder.removeprefix(WORKER_PREFIX)}"
-        if holder.startswith(WORKER_PREFIX)
-        else f"Replica {holder}"
-    )
-    return (
-        f"{who} running this task stopped renewing its lease (it died or lost contact); "
-        "the agent's work was lost."
-    )
 
 
 async def _stop(ctx: TaskContext) -> None:

@@ -1,9 +1,9 @@
 """Endings of tasks no run will end, a replica's alone: a running task whose holder is gone (`end_lost`:
-the reaper, and restart recovery for what this replica's previous life ran) and a queued task whose role
-has no live instance (`refuse`: `runner/idle.py`). A remote worker ends neither: the replicas do.
+a void lease, or what this replica's previous life ran) and a queued task whose role has no live instance
+(`refuse`). A remote worker ends neither: the replicas do.
 
 It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the stores;
-the runner (`runner/runner.py`, its `Losses` given by the wiring) and `runner/idle.py` call it.
+the reaper (`runner/reaper.py`, one per role, its `Losses` given by the wiring) calls it.
 """
 
 from __future__ import annotations

@@ -143,8 +143,8 @@ async def test_an_expired_lease_is_marked_not_reaped_and_the_holders_renewal_or_
 
         await expire(r1, task_id)
         await until_lease(r2, task_id, marked=True)
-        await r2.runner._reap()  # two more passes of r2's reaper, well within its TTL after the mark
-        await r2.runner._reap()
+        await r2.reaper.sweep()  # two more passes of r2's reaper, well within its TTL after the mark
+        await r2.reaper.sweep()
         assert (await lease(r2, task_id))[3] == "working", "reaped on sight of an expired lease"
 
         await r1.runner._heartbeat()  # the holder is back: one heartbeat
@@ -240,8 +240,8 @@ async def test_a_replicas_own_reaper_never_ends_a_run_alive_there(tmp_path):
                 .where(TaskRow.id == task_id)
                 .values(lease_expires_at=long_ago, lease_suspect_at=long_ago)
             )
-        await c.runner._reap()
-        await c.runner._reap()
+        await c.reaper.sweep()
+        await c.reaper.sweep()
         assert (await c.service.get(OWNER, task_id)).status.state is TaskState.WORKING
         assert c.runner.running == 1 and not agent.stopped.is_set()
         agent.speak.set()

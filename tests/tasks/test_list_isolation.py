@@ -13,7 +13,6 @@ from app.settings import Settings
 from app.store.db import create_engine
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
-from app.tasks.losses import Losses
 from app.tasks.service import TaskService
 from app.wiring import role_parts
 from tests.conftest import BACKENDS, migrated_database_url
@@ -39,7 +38,6 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
         max_concurrent=0,
         timeout_s=5,
         cancel_grace_s=1,
-        losses=Losses(tasks),
     )
     service = TaskService(tasks, runner, blocking_timeout_s=5)
     try:
