@@ -1,13 +1,10 @@
-"""Runs agents for tasks in this process: at most `max_concurrent` at once, each under a timeout.
+"""Runs agents for tasks in this process: at most `max_concurrent` at once, each under a timeout (one
+`run.AgentRun` per task). Here are the slots and the loops: claims of queued tasks, the heartbeat that
+renews the runs' leases, the recovery of what this replica's previous life held, and the lost checks.
 
-Tasks beyond the limit wait `submitted`. A run that raises or times out ends its task `failed`
-with a reason a client can read; a run that returns completes it. A cancel runs the agent's cancel hooks
-(a CLI adapter stops its process group there) and then cancels the run's coroutine.
-
-While the database is away a run keeps what its agent emits (up to `RUN_BUFFER` items; then the agent is
-paused, its emit waiting) and commits it in order once the database is back, for up to the outage grace;
-past it the agent is stopped and the task ends `failed` as soon as the database answers. Only runs alive
-here have their leases renewed, so a task whose run is gone is ended by a reaper, never left `working`.
+Tasks beyond the limit wait `submitted`. A cancel runs the agent's cancel hooks (a CLI adapter stops its
+process group there) and then cancels the run's coroutine. Only runs alive here have their leases renewed,
+so a task whose run is gone is ended by a reaper (`reaper.py`), never left `working`.
 
 A run whose task was ended or taken over elsewhere (reaped, canceled, its lease taken) is stopped at once,
 its process tree with it: its next commit collides with the other replica's event numbers, a notice comes
@@ -21,51 +18,29 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
+from app.agents.sdk import Agent
 from app.protocol.errors import InternalError
-from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
+from app.protocol.model import Role, TaskState
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
-from app.telemetry import logs, traces
+
+from .run import AgentRun, RunSetup, RunTasks, request_for
 
 if TYPE_CHECKING:
-    from app.protocol.model import Event, Message
+    from app.protocol.model import Message
 
     from .prices import PriceTable
 
 log = logging.getLogger(__name__)
 
-STRAGGLER_S = 0.2
-"""How long an agent whose task has ended gets to return before its cancel hooks stop it."""
-RUN_BUFFER = 1024
-"""Emitted items a run holds while its last batch commits (or waits for the database); a full buffer
-pauses the agent (its emit waits), which in turn stops reading its CLI's output."""
 RETRY_S = 1.0
 """Longest wait before a background loop tries again after the database failed it."""
 
 
-class RunTasks(Protocol):
-    """What a runner reads and changes of its runs' tasks: `LiveTasks` on a replica, `worker.RemoteTasks`
-    in a remote worker."""
-
-    outage_grace_s: float
-
-    def get(self, task_id: str) -> LiveTask | None: ...
-    async def adopt(self, task_id: str) -> bool: ...
-    async def record(self, task_id: str, events: list[Event]) -> bool: ...
-    async def fail(self, task_id: str, reason: str, wait: bool = False) -> None: ...
-    def forget(self, task_id: str) -> None: ...
-    def lose(self, task_id: str) -> bool: ...
-    async def release(self, task_ids: list[str]) -> None: ...
-
-
 class RunLeases(Protocol):
-    """What a runner asks of leases: `Leases` on a replica, `worker.RemoteLeases` in a remote worker."""
+    """What a runner asks of leases: `Leases` on a replica, `remote.RemoteLeases` in a remote worker."""
 
     replica_id: str
 
@@ -79,14 +54,6 @@ class QueueBell(Protocol):
     """Where a runner hears that work waits (the bus; a remote worker's claims long-poll instead)."""
 
     def on_queued(self, callback: Callable[[], None]) -> None: ...
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    task: asyncio.Task[None]
-    ctx: TaskContext | None = None
-    slot: bool = True
-    """The run holds an agent slot: until its task ends (`_ended`), or else until the run is over."""
 
 
 class Runner:
@@ -109,19 +76,26 @@ class Runner:
         self._tasks = tasks
         self.role = role
         """The role whose agents run here (what a run's log records and span name)."""
-        self._prices = prices
-        """Prices the tokens of the usage reports whose agent gives no cost (PRICE_TABLE_FILE)."""
         self._leases = leases
         self._agent = agent
         self.pure = agent.pure
         """The agent's runs may start before their task is committed (`Agent.pure`)."""
         self._max = max_concurrent
         self._active = 0
-        self._timeout_s = timeout_s
-        self._grace_s = cancel_grace_s
         self._ttl_s = lease_ttl_s
         self._poll_s = queue_poll_s
-        self._runs: dict[str, _Entry] = {}
+        self._runs: dict[str, AgentRun] = {}
+        self._setup = RunSetup(
+            tasks,
+            agent,
+            role,
+            timeout_s,
+            cancel_grace_s,
+            prices,
+            release_slot=self.release_slot,
+            over=self._over,
+            closing=lambda: self._closing,
+        )
         self._wake = asyncio.Event()
         self._backlog = True
         """Whether tasks may be waiting to be claimed: a freed slot then claims at once. Cleared by a claim
@@ -176,30 +150,24 @@ class Runner:
             return
         if not reserved:
             self._active += 1
-        entry = _Entry(asyncio.create_task(self._run(task_id), name=f"run-{task_id}"))
-        self._runs[task_id] = entry
+        self._runs[task_id] = AgentRun(task_id, self._setup)
+
+    def _over(self, task_id: str) -> None:
+        """A run is over (its slot, if it still held one, is given back by the run)."""
+        self._runs.pop(task_id, None)
 
     async def stop(self, task_id: str) -> None:
         """Stop the task's run: ask the agent to cancel, then cancel its coroutine."""
-        entry = self._runs.get(task_id)
-        if entry is None:
-            return
-        if entry.ctx is not None:
-            try:
-                async with asyncio.timeout(self._grace_s + 1):
-                    await entry.ctx.cancel()
-            except Exception:
-                log.exception("cancelling the agent of task %s failed", task_id)
-        entry.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(asyncio.shield(entry.task), self._grace_s + 1)
+        run = self._runs.get(task_id)
+        if run is not None:
+            await run.stop()
 
     async def answer(self, task_id: str, message: Message) -> None:
         """Hand the user's answer to the waiting run; with no run here (a restart), start a new one."""
-        entry = self._runs.get(task_id)
-        if entry is not None and entry.ctx is not None:
-            entry.ctx.deliver(message)
-        elif entry is None:
+        run = self._runs.get(task_id)
+        if run is not None and run.ctx is not None:
+            run.ctx.deliver(message)
+        elif run is None:
             self.start(task_id)
 
     # ---- life --------------------------------------------------------------------------------------
@@ -387,93 +355,10 @@ class Runner:
             self.release_slot()
         await self._tasks.release([task_id])
 
-    async def _run(self, task_id: str) -> None:
-        live = self._tasks.get(task_id)
-        # A run is its own unit of work in the logs (not the request that may have started it), and its
-        # span continues the trace of the request that created the task, wherever that was served.
-        logs.scope(
-            task_id=task_id,
-            context_id=live.task.context_id if live else None,
-            role=self.role,
-            principal=live.owner if live else None,
-        )
-        attributes = {"a2a.task_id": task_id, "a2a.role": self.role}
-        with traces.span("agent.run", traceparent=live.traceparent if live else None, attributes=attributes):
-            await self._run_traced(task_id)
-
-    async def _run_traced(self, task_id: str) -> None:
-        try:
-            await self._run_agent(task_id)
-        except asyncio.CancelledError:
-            pass
-        except StillbornError:
-            log.debug("task %s was not stored (a copy stored first, or the database is away)", task_id)
-        except TaskLostError:
-            log.warning("task %s was ended or taken over by another replica; its agent was stopped", task_id)
-        except UnrecordedError:
-            log.warning(
-                "task %s: the database was unreachable for more than %g s (DB_OUTAGE_GRACE_S); its agent was "
-                "stopped, and the task fails once the database is back",
-                task_id,
-                self._tasks.outage_grace_s,
-            )
-            await self._fail_when_back(
-                task_id,
-                f"The database was unreachable for more than {self._tasks.outage_grace_s:g} s; the agent "
-                "was stopped and its output since then could not be recorded.",
-            )
-        except Exception:
-            # Ending the task failed too: its lease, no longer renewed, lets a reaper end it.
-            log.exception("could not record the end of task %s", task_id)
-        finally:
-            if not self._closing:
-                self._tasks.forget(task_id)
-            entry = self._runs.pop(task_id, None)
-            if entry is None or entry.slot:
-                self.release_slot()
-
-    def _ended(self, entry: _Entry) -> None:
-        """The run's task has ended: its slot is free for the next task, while the run cleans up."""
-        if entry.slot:
-            entry.slot = False
-            self.release_slot()
-
-    async def _fail_when_back(self, task_id: str, reason: str) -> None:
-        """End the task `failed` as soon as the database takes it (the lease stays renewed meanwhile)."""
-        delay = 0.2
-        while not self._closing:
-            try:
-                await self._tasks.fail(task_id, reason)
-                return
-            except TaskLostError:
-                log.warning("task %s was ended or taken over by another replica meanwhile", task_id)
-                return
-            except Exception as exc:
-                if not is_unavailable(exc):
-                    log.exception("could not record the end of task %s", task_id)
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_S * 2)
-
-    def _request(
-        self, owner: str, message: Message, context_id: str, history: list[Message], task_id: str | None
-    ) -> Request:
-        return Request(
-            message=message,
-            context_id=context_id,
-            principal=owner,
-            task_id=task_id,
-            history=history,
-            extensions=tuple(dict.fromkeys(message.requested_extensions + message.extensions)),
-            active_extensions=tuple(message.active_extensions),
-        )
-
     async def reply(self, owner: str, message: Message) -> Message | None:
         """The agent's direct answer to a new message, if it gives one instead of starting a task."""
         try:
-            answer = await self._agent.reply(
-                self._request(owner, message, message.context_id or "", [], None)
-            )
+            answer = await self._agent.reply(request_for(owner, message, message.context_id or "", [], None))
         except Exception as exc:
             log.exception("agent reply failed")
             raise InternalError(f"The agent failed: {type(exc).__name__}: {exc}") from None
@@ -481,140 +366,3 @@ class Runner:
             answer.role = Role.AGENT
             answer.context_id = answer.context_id or message.context_id
         return answer
-
-    async def _run_agent(self, task_id: str) -> None:
-        live = self._tasks.get(task_id)
-        if live is None or live.task.status.state.terminal:
-            return
-        task = live.task
-        last_user = max((i for i, m in enumerate(task.history) if m.role is Role.USER), default=None)
-        if last_user is None:
-            await self._tasks.fail(task_id, "The task has no user message to work on.")
-            return
-        message = task.history[last_user]
-        request = self._request(live.owner, message, task.context_id, task.history[:last_user], task_id)
-        rid = response_artifact_id(task_id)
-        started = any(a.artifact_id == rid for a in task.artifacts)
-        queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=RUN_BUFFER)
-        price = self._prices.price if self._prices is not None else None
-        ctx = TaskContext(request, task_id, queue.put, response_started=started, price=price)
-        entry = self._runs[task_id]
-        entry.ctx = ctx
-        live.on_end = partial(self._ended, entry)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._consume(task_id, ctx, queue)
-        except TimeoutError:
-            await _stop(ctx)
-            await self._tasks.fail(
-                task_id, f"The agent did not finish within {self._timeout_s:g} s and was stopped.", wait=True
-            )
-
-    async def _consume(
-        self, task_id: str, ctx: TaskContext, queue: asyncio.Queue[list[Event] | BaseException | None]
-    ) -> None:
-        """Apply what the agent emits, each batch that has piled up in one commit, until the task ends.
-
-        The agent runs as its own task while the previous batch commits, so a fast agent costs one
-        commit per burst rather than one per event. Returning from `run` completes the task; an
-        exception fails it with the exception's text.
-        """
-
-        async def produce() -> None:
-            try:
-                await self._agent.run(ctx)
-                if not ctx.finished:
-                    await ctx.complete()
-                await queue.put(None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                await queue.put(exc)
-
-        producer = asyncio.create_task(produce(), name=f"agent-{task_id}")
-        live = self._tasks.get(task_id)
-        lost = False
-        try:
-            while True:
-                items = [await queue.get()]
-                while not queue.empty():
-                    items.append(queue.get_nowait())
-                events = _merge_closing_chunks([e for i in items if isinstance(i, list) for e in i])
-                if events:
-                    if live is not None and live.task.status.state is TaskState.SUBMITTED:
-                        if not _is_working(events[0]):
-                            events.insert(0, _working(task_id, live.task.context_id, events))
-                    try:
-                        if await self._tasks.record(task_id, events):
-                            return
-                    except TaskLostError:
-                        lost = True
-                        await _stop(ctx)  # at once: no straggler's grace for a task that is not ours
-                        raise
-                end = items[-1]
-                if isinstance(end, BaseException):
-                    log.error("agent run for task %s failed", task_id, exc_info=end)
-                    await _stop(ctx)
-                    await self._tasks.fail(
-                        task_id, f"The agent failed: {type(end).__name__}: {end}", wait=True
-                    )
-                    return
-                if end is None:
-                    await self._tasks.fail(
-                        task_id, "The agent stopped without reporting a result.", wait=True
-                    )
-                    return
-        finally:
-            if not producer.done() and not lost:
-                # The task ended while the agent still runs (it failed it, or emitted after the end):
-                # give it a moment to return, then stop what it owns before cancelling it.
-                await asyncio.wait({producer}, timeout=STRAGGLER_S)
-                if not producer.done():
-                    await _stop(ctx)
-            producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await producer
-
-
-async def _stop(ctx: TaskContext) -> None:
-    """Run the agent's cancel hooks (a CLI adapter kills its process group), whatever they raise."""
-    try:
-        await ctx.cancel()
-    except Exception:
-        log.exception("stopping the agent of task %s failed", ctx.task_id)
-
-
-def _working(task_id: str, context_id: str, events: list[Event]) -> StatusUpdate:
-    """The working status a run's first batch starts with, stamped no later than the batch's first status
-    (which the agent stamped when it emitted it), so the recorded transitions stay in time order."""
-    working = status_update(task_id, context_id, TaskState.WORKING)
-    first = next((e.status.timestamp for e in events if isinstance(e, StatusUpdate)), None)
-    if first is not None and first < working.status.timestamp:
-        working.status.timestamp = first
-    return working
-
-
-def _is_working(event: Event) -> bool:
-    """The agent's own `working` status: a run that starts with one needs no second from the runner."""
-    return isinstance(event, StatusUpdate) and event.status.state is TaskState.WORKING
-
-
-def _merge_closing_chunks(events: list[Event]) -> list[Event]:
-    """Fold an empty closing chunk into the chunk of the same artifact just before it in the batch, so
-    the real last chunk carries `lastChunk` and no empty chunk is stored."""
-    out: list[Event] = []
-    for ev in events:
-        prev = out[-1] if out else None
-        if (
-            isinstance(ev, ArtifactUpdate)
-            and ev.append
-            and ev.last_chunk
-            and ev.artifact.parts == [Part(text="")]
-            and isinstance(prev, ArtifactUpdate)
-            and prev.artifact.artifact_id == ev.artifact.artifact_id
-            and not prev.last_chunk
-        ):
-            prev.last_chunk = True
-            continue
-        out.append(ev)
-    return out
