@@ -1,8 +1,9 @@
 """A task held here (`LiveTask`: the in-memory truth between its commits) and the errors of holding one.
 
 Both sides of a run share these: the replica's live tasks (`live.py`) and the runner that runs their agents
-(`runner/runner.py`), and a remote worker's stand-in for them (`app/worker.py`). It imports `step.py` and
-the protocol's types only, so the runner and the worker need nothing of the replica's hub.
+(`runner/runner.py`, `runner/run.py`), and a remote worker's stand-in for them (`runner/remote.py`). It
+imports `step.py` and the protocol's types only, so the runner and the worker need nothing of the replica's
+hub.
 """
 
 from __future__ import annotations

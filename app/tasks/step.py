@@ -2,7 +2,7 @@
 
 `step` numbers a task's new events and checks them against the state machine (`Step`); `step_write` and
 `creation_write` make the rows a step or a new task commits (`Write`). The live tasks (`live.py`) commit
-them; a remote worker's run steps its own tasks with the same `step` (`app/worker.py`). Also here: the
+them; a remote worker's run steps its own tasks with the same `step` (`runner/remote.py`). Also here: the
 values the tasks room and the runner share about tasks (`Snapshot`, `NewTask`, `Unborn`, `STOP_STATES`,
 `WORKER_PREFIX`).
 
@@ -85,7 +85,7 @@ class Unborn:
 class Step:
     """What `events` (and user `messages`) make of a task, before anything is stored: numbered records,
     the new status, transitions and history. `LiveTasks.apply` commits it; a remote worker's run computes
-    the same (`app/worker.py`)."""
+    the same (`runner/remote.py`)."""
 
     records: list[EventRecord]
     status: TaskStatus

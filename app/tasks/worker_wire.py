@@ -1,6 +1,6 @@
 """The remote worker protocol's wire forms, both ways, in one place: a claimed task (`Claimed`), a task, a
 run's events, and a held task as the worker knows it. The server's side (`tasks/workers.py`) and the
-worker's (`app/worker.py`) import this, so an encoding and its decoding are read and changed together.
+worker's (`runner/remote.py`) import this, so an encoding and its decoding are read and changed together.
 
 It imports the protocol's types and `held.py` only: the worker has nothing else of the replica's tasks.
 """

@@ -1,5 +1,5 @@
-"""The server's side of remote workers (`a2a-server worker`, `app/worker.py`): agents of one role running on
-another machine, which connects out over HTTP and holds no database or Redis credential.
+"""The server's side of remote workers (`a2a-server worker`, `app/cli/worker.py`): agents of one role running
+on another machine, which connects out over HTTP and holds no database or Redis credential.
 
 A worker is a lease holder named `worker:<principal>:<instance>`. It claims its role's queued tasks
 (`claim`, a long poll on the queue's doorbell), numbers its run's events itself and hands them over in order

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app.admin import tasks_cancel
 from app.agents.sdk import TaskContext
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator
 from app.api.errors import http_headers
+from app.cli.admin import tasks_cancel
 from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow
 from app.tasks.control import UnreachableHolderError

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.admin import AdminError, parse_age, parse_since, parse_state
+from app.cli.admin import AdminError, parse_age, parse_since, parse_state
 from app.protocol.model import TaskState, parse_iso, utcnow
 
 

@@ -106,8 +106,8 @@ async def test_with_tracing_off_nothing_is_kept_or_made(tmp_path) -> None:
 
 async def test_a_remote_worker_gets_the_traceparent_with_the_task_it_claims() -> None:
     from app.protocol.model import Message as Msg, Part, Role, TaskStatus, iso, utcnow
+    from app.runner.remote import RemoteLeases, RemoteTasks
     from app.tasks.worker_wire import Claimed
-    from app.worker import RemoteLeases, RemoteTasks
 
     task = Task(
         id="t-w",

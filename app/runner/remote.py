@@ -1,43 +1,34 @@
-"""A remote worker: `a2a-server worker --server URL --role ROLE` runs one role's agents on this machine and
-connects out to the server over HTTP(S) (through the same load balancer as every client), holding a worker
-credential only (`A2A_WORKER_KEY`, or a JWT with the worker scope in `A2A_WORKER_TOKEN`), no database or
-Redis credential.
+"""A remote worker's stand-ins for what a replica's runner reads from the database, over the server's worker
+endpoints (`app/api/endpoints/workers.py`), beside the protocols they implement (`runner.RunLeases`,
+`run.RunTasks`, `runner.QueueBell`): `Server` (the calls, retried while the server cannot answer),
+`RemoteTasks` (the runs' tasks, whose events the worker numbers itself with the same `tasks.step.step` and
+hands to the server in order, retried until acknowledged: idempotent by event number, so a replica
+restarting under it loses and doubles nothing), `RemoteLeases` (claims, lease renewals, a lease read) and
+`NoBell`. The worker process (`app/cli/worker.py`) builds its `Runner` on them, with no reaper: the
+replicas reap for it.
 
-It is the replica's `Runner`, jailed agents and all, over two small stand-ins for what a replica reads from
-the database: `RemoteLeases` (claims, lease renewals, a lease read) and `RemoteTasks` (its runs' tasks, whose
-events it numbers itself with the same `tasks.step.step` and hands to the server in order, retried until
-acknowledged: idempotent by event number, so a replica restarting under it loses and doubles nothing). A
-third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
-task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
+It imports httpx, the worker wire forms (`tasks/worker_wire.py`), `tasks/held.py` and `tasks/step.py`: no
+store, bus or settings, as a worker holds no database or Redis credential.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-import socket
 from collections.abc import Callable, Collection
 from typing import Any
 
 import httpx
 
-from app import roles as roles_
-from app.agents.sdk import Agent
-from app.protocol.model import INTERRUPTED_STATES, Message, TaskState, status_update
-from app.runner.prices import PriceTable
-from app.runner.runner import Runner
-from app.settings import Settings
+from app.protocol.model import TaskState, status_update
 from app.store.leases import Held
 from app.store.outage import backoff
 from app.tasks.held import LiveTask, TaskLostError, UnrecordedError
 from app.tasks.step import step
 from app.tasks.worker_wire import Claimed, events_to_wire, known_to_wire
-from app.telemetry import logs, traces
 
 log = logging.getLogger("app.worker")
+"""Named as the worker process's records always were."""
 
 CLAIM_WAIT_S = 20.0
 """How long one claim waits at the server for work (a long poll)."""
@@ -207,150 +198,8 @@ class RemoteLeases:
         await self._tasks.release(task_ids)
 
 
-class _NoBus:
+class NoBell:
     """The runner hears of queued work by its claims' long poll: no doorbell here."""
 
     def on_queued(self, callback: Callable[[], None]) -> None:
         return None
-
-
-class Worker:
-    """One worker process: its runner, and the loop that hears what others did to its tasks."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        server: Server,
-        role: roles_.Role,
-        agent: Agent,
-        slots: int,
-        prices: PriceTable | None = None,
-    ) -> None:
-        self.settings = settings
-        self.prices = prices
-        self.server = server
-        self.role = role
-        self.agent = agent
-        self.slots = slots
-        self.runner: Runner | None = None
-        self.tasks: RemoteTasks | None = None
-
-    async def run(self, stop: asyncio.Event) -> None:
-        status, me = await self.server.call("GET", "/workers/v1/whoami")
-        if status != 200:
-            raise ServerError(f"the server does not serve role {self.role.name!r} to workers: {me}")
-        ttl = float(me["leaseTtlS"])
-        self.tasks = RemoteTasks(self.server, me["holder"], self.settings.db_outage_grace_s)
-        leases = RemoteLeases(self.server, self.tasks)
-        if me.get("heartbeatS"):
-            leases.claim_wait_s = min(CLAIM_WAIT_S, float(me["heartbeatS"]) / 2)
-        await self.agent.setup()
-        self.runner = Runner(
-            self.tasks,
-            leases,
-            _NoBus(),
-            self.agent,
-            max_concurrent=self.slots,
-            timeout_s=self.role.timeout_s,
-            cancel_grace_s=self.settings.cancel_grace_s,
-            lease_ttl_s=ttl,
-            queue_poll_s=1.0,
-            prices=self.prices,
-            role=self.role.name,
-        )
-        runner = self.runner
-        self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
-        await self.runner.open()
-        # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO), as the server's is.
-        start = logging.getLogger("app.start")
-        start.setLevel(logging.INFO)
-        start.info("worker %s serving role %s with %d slot(s)", me["holder"], self.role.name, self.slots)
-        news = asyncio.create_task(self._news(ttl), name="news")
-        try:
-            await stop.wait()
-        finally:
-            news.cancel()
-            await asyncio.gather(news, return_exceptions=True)
-            await self.runner.aclose()
-            await self.agent.aclose()
-            with contextlib.suppress(Exception):
-                await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
-
-    async def _news(self, ttl: float) -> None:
-        """What others did to this worker's tasks: answers go to their runs, lost tasks are stopped."""
-        assert self.tasks is not None and self.runner is not None
-        while True:
-            held = self.tasks.held
-            if not held:
-                await asyncio.sleep(0.5)
-                continue
-            try:
-                _status, body = await self.server.call(
-                    "POST", "/workers/v1/sync", {"tasks": held, "waitS": min(10.0, ttl / 3)}, give_up_s=ttl
-                )
-            except TimeoutError:
-                continue
-            for task_id, item in body.get("news", {}).items():
-                await self._apply(task_id, item)
-
-    async def _apply(self, task_id: str, item: dict[str, Any]) -> None:
-        assert self.tasks is not None and self.runner is not None
-        if item.get("lost"):
-            self.runner.lost(task_id)
-            return
-        live = self.tasks.get(task_id)
-        message = item.get("message")
-        if live is None or message is None or item.get("state") != TaskState.WORKING.value:
-            return
-        answer = Message.from_store(message)
-        if live.task.status.state not in INTERRUPTED_STATES or any(
-            m.message_id == answer.message_id for m in live.task.history
-        ):
-            return
-        async with live.lock:
-            live.task.status = status_update(task_id, live.task.context_id, TaskState.WORKING).status
-            live.task.history.append(answer)
-            live.seq = max(live.seq, int(item["lastSeq"]))
-        await self.runner.answer(task_id, answer)
-
-
-def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
-    """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
-    from app.wiring import price_table, role_agent
-
-    settings = Settings()
-    instance = instance or f"{socket.gethostname()}-{os.getpid()}"
-    # Logs and traces as the server's: its records name this worker as their replica, its runs' spans
-    # continue the traces the server stored with the tasks it hands over.
-    logs.setup(settings.log_level, settings.log_format, f"worker:{instance}")
-    traces.setup(traces.endpoint_from(settings), f"worker:{instance}", settings.otel_service_name)
-    key, token = os.environ.get("A2A_WORKER_KEY"), os.environ.get("A2A_WORKER_TOKEN")
-    logs.add_secrets(v for v in (key, token) if v)
-    if not key and not token:
-        raise SystemExit(
-            "error: set A2A_WORKER_KEY (a key listed in the server's WORKER_KEYS) or A2A_WORKER_TOKEN"
-        )
-    headers = {"X-API-Key": key} if key else {"Authorization": f"Bearer {token}"}
-    roles = roles_.load(settings)
-    role = roles.get(role_name) or next(iter(roles.values()))
-    role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
-    agent = role_agent(settings, role, len(roles) > 1)
-    prices = price_table(settings)
-    server = Server(server_url, headers, role_name, instance)
-
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await Worker(settings, server, role, agent, role.slots, prices).run(stop)
-        finally:
-            await server.aclose()
-
-    try:
-        asyncio.run(serve())
-    except ServerError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    finally:
-        traces.shutdown()

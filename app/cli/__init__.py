@@ -1,121 +1,24 @@
-"""Command line: `a2a-server serve`, `migrate`, `hash-key`, `worker`, and the admin commands against
-`DATABASE_URL`: `prune` and `tasks list|show|tail|cancel` (`app/admin.py`).
+"""Command line: `a2a-server serve`, `migrate` (`serve.py`), `hash-key`, `worker` (a remote worker,
+`worker.py`), and the admin commands against `DATABASE_URL`: `prune` and `tasks list|show|tail|cancel`
+(`admin.py`). The programs and their assembly live in this package; nothing else in `app/` imports it.
 
-A bad setting is one clear line.
+A bad setting is one clear line. Here are the argument parsers and what each command is called with; each
+program's modules are imported only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import re
 import sys
 from datetime import timedelta
-from typing import Any
 
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from .serve import load_settings
 
-from app.telemetry import logs, traces
+DESCRIPTION = """Command line: `a2a-server serve`, `migrate`, `hash-key`, `worker`, and the admin commands
+against `DATABASE_URL`: `prune` and `tasks list|show|tail|cancel`.
 
-
-def _settings():
-    from app.settings import Settings
-
-    try:
-        return Settings()
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = str(err["loc"][0]).upper() if err["loc"] else "settings"
-        sys.exit(f"error: invalid setting {name}: {err['msg']}")
-    except SettingsError as exc:
-        # A complex setting (a JSON object) that does not parse: name it from pydantic's message.
-        field = re.search(r'field "(\w+)"', str(exc))
-        name = field.group(1).upper() if field else "settings"
-        sys.exit(f"error: invalid setting {name}: not valid JSON")
-
-
-def migrate() -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    settings = _settings()
-    cfg = Config("alembic.ini")
-    cfg.set_main_option("sqlalchemy.url", settings.database_url)
-    command.upgrade(cfg, "head")
-
-
-def serve() -> None:
-    import uvicorn
-
-    from app.agents.loader import AdapterError
-    from app.api.bindings.grpc_server import check_port
-    from app.main import create_app
-    from app.settings import SettingError
-
-    settings = _settings()
-    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
-    traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
-    try:
-        app = create_app(settings)
-        if settings.grpc_port:
-            check_port(settings)
-    except AdapterError as exc:
-        name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
-        sys.exit(f"error: invalid setting {name}: {exc}")
-    except SettingError as exc:
-        sys.exit(f"error: invalid setting {exc.name}: {exc}")
-    # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO).
-    start = logging.getLogger("app.start")
-    start.setLevel(logging.INFO)
-    start.info(
-        "a2a-server on %s:%s%s: %s%s",
-        settings.host,
-        settings.port,
-        f" (gRPC {settings.grpc_host}:{settings.grpc_port})"
-        if settings.grpc_port
-        else " (no gRPC: GRPC_PORT=0)",
-        app.state.authenticator.describe(),
-        "; tracing on (OTLP/HTTP)" if traced else "",
-    )
-    if settings.workers > 1:
-        start.info(
-            "%d worker processes, each its own replica %s/<pid>", settings.workers, settings.replica_id
-        )
-    try:
-        uvicorn.run(
-            # Several workers: each process builds its own app (`worker_app`); this one only supervises.
-            "app.cli:worker_app" if settings.workers > 1 else app,
-            factory=settings.workers > 1,
-            workers=settings.workers,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level,
-            # Logging is configured above (app/telemetry/logs.py): uvicorn's records, the access line
-            # included, go through the same handler, format and redaction as ours.
-            log_config=None,
-            timeout_graceful_shutdown=5,
-            proxy_headers=False,
-        )
-    finally:
-        traces.shutdown()
-
-
-def worker_app() -> Any:
-    """One of `WORKERS` server processes (uvicorn calls this in each): a replica of its own, named
-    `<REPLICA_ID>/<pid>`, sharing the database and the Redis bus with its siblings as replicas do. A worker
-    uvicorn restarts is a new replica: the reaper ends or re-queues what the old one held."""
-    import atexit
-    import os
-
-    from app.main import create_app
-
-    settings = _settings()
-    settings.replica_id = f"{settings.replica_id}/{os.getpid()}"
-    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
-    if traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name):
-        atexit.register(traces.shutdown)
-    return create_app(settings)
+A bad setting is one clear line."""
+"""What `a2a-server --help` says (the module's docstring is for who reads the code)."""
 
 
 def hash_key(key: str | None, generate: bool) -> None:
@@ -134,9 +37,9 @@ def hash_key(key: str | None, generate: bool) -> None:
 
 
 def prune(args: argparse.Namespace) -> None:
-    from app import admin
+    from . import admin
 
-    settings = _settings()
+    settings = load_settings()
     if args.older_than is not None:
         try:
             age = admin.parse_age(args.older_than)
@@ -150,10 +53,11 @@ def prune(args: argparse.Namespace) -> None:
 
 
 def tasks(args: argparse.Namespace) -> None:
-    from app import admin
     from app.store.browse import Filters
 
-    settings = _settings()
+    from . import admin
+
+    settings = load_settings()
     out = sys.stdout
     if args.tasks_command == "list":
         try:
@@ -213,7 +117,7 @@ def _admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="a2a-server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="a2a-server", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="serve the A2A endpoints")
     sub.add_parser("migrate", help="upgrade the database to the newest migration")
@@ -233,17 +137,19 @@ def main(argv: list[str] | None = None) -> None:
         prune(args)
     elif args.command == "tasks":
         if args.tasks_command == "cancel" and args.reason is None:
-            from app.admin import ADMIN_REASON
+            from .admin import ADMIN_REASON
 
             args.reason = ADMIN_REASON
         tasks(args)
     elif args.command == "hash-key":
         hash_key(args.key, args.generate)
     elif args.command == "worker":
-        from app.worker import main as worker
+        from .worker import main as worker
 
         worker(args.server, args.role, args.instance, args.slots)
     else:
+        from .serve import migrate, serve
+
         {"serve": serve, "migrate": migrate}[args.command]()
 
 

@@ -22,10 +22,9 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TextIO
 
-import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import roles as roles_
@@ -36,10 +35,7 @@ from app.protocol import protojson_v10
 from app.protocol.errors import A2AError
 from app.protocol.model import (
     TERMINAL_STATES,
-    ArtifactUpdate,
-    EventRecord,
     Message,
-    Part,
     StatusUpdate,
     Task,
     TaskState,
@@ -59,6 +55,8 @@ from app.tasks.control import UnreachableHolderError
 from app.tasks.live import LiveTasks
 from app.tasks.service import TaskService
 from app.wiring import role_parts
+
+from .render import cut, event_json, event_line, message_text, show_text, table, when, write_json, write_line
 
 ADMIN_REASON = "Task canceled by an administrator"
 TAIL_POLL_S = 0.5
@@ -102,76 +100,6 @@ def parse_state(text: str) -> TaskState:
     except ValueError:
         names = ", ".join(s.value for s in TaskState if s is not TaskState.UNKNOWN)
         raise AdminError(f"--state {text!r} is not a task state ({names})") from None
-
-
-# ---- output ------------------------------------------------------------------------------------------
-
-
-def _json(value: Any, out: TextIO) -> None:
-    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
-
-
-def _line(value: Any, out: TextIO) -> None:
-    out.write(orjson.dumps(value, default=str).decode() + "\n")
-    out.flush()
-
-
-def _cut(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(headers: list[str], rows: list[list[str]], out: TextIO) -> None:
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    for row in [headers, *rows]:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
-
-
-def _when(value: datetime | str | None) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        value = parse_iso(value)
-    return iso(value)[:19] + "Z"
-
-
-def _text(m: Message | None) -> str:
-    if m is None:
-        return ""
-    others = [p for p in m.parts if p.text is None]
-    return m.text() + (f" [+{len(others)} {'part' if len(others) == 1 else 'parts'}]" if others else "")
-
-
-def _parts(parts: list[Part]) -> str:
-    out = []
-    for p in parts:
-        if p.text is not None:
-            out.append(p.text)
-        elif p.kind == "file":
-            out.append(f"[file {p.filename or p.url or p.media_type or ''}]".replace(" ]", "]"))
-        else:
-            out.append("[data]")
-    return "".join(out)
-
-
-def event_line(record: EventRecord) -> str:
-    """One event of the log, on one line: its number, kind and what it says."""
-    ev = record.event
-    if isinstance(ev, StatusUpdate):
-        text = _cut(_text(ev.status.message), 160)
-        return f"{record.seq:>5}  {_when(ev.status.timestamp)}  status    {ev.status.state.value}" + (
-            f"  {text}" if text else ""
-        )
-    assert isinstance(ev, ArtifactUpdate)
-    flags = ("+" if ev.append else "") + ("." if ev.last_chunk else "")
-    return f"{record.seq:>5}  {'':20}  artifact  {ev.artifact.artifact_id}{flags}  " + _cut(
-        _parts(ev.artifact.parts), 160
-    )
-
-
-def event_json(record: EventRecord) -> dict[str, Any]:
-    """One event as JSON: its number and the v1.0 `StreamResponse` a subscriber gets."""
-    return {"seq": record.seq, **protojson_v10.encode_event(record.event)}
 
 
 # ---- the parts ------------------------------------------------------------------------------------
@@ -229,11 +157,11 @@ async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_jso
                 await asyncio.sleep(1.0)
     rows = {t: counts[t] for t in TABLES if not (dry_run and t == "task_counts")}
     if as_json:
-        _json({"cutoff": iso(cutoff), "dryRun": dry_run, "rows": rows}, out)
+        write_json({"cutoff": iso(cutoff), "dryRun": dry_run, "rows": rows}, out)
         return
     verb = "would be deleted" if dry_run else "deleted"
-    out.write(f"tasks that ended before {_when(cutoff)}: {rows['tasks']} {verb}\n")
-    _table(["table", "rows"], [[t, str(n)] for t, n in rows.items()], out)
+    out.write(f"tasks that ended before {when(cutoff)}: {rows['tasks']} {verb}\n")
+    table(["table", "rows"], [[t, str(n)] for t, n in rows.items()], out)
     out.write("task_usage rows are kept (the account of usage, GET /usage).\n")
 
 
@@ -253,7 +181,7 @@ async def tasks_list(settings: Settings, filters: Filters, limit: int, as_json: 
             if not cursor:
                 break
     if as_json:
-        _json(
+        write_json(
             [
                 {
                     "id": t.id,
@@ -270,17 +198,17 @@ async def tasks_list(settings: Settings, filters: Filters, limit: int, as_json: 
             out,
         )
         return
-    _table(
+    table(
         ["ID", "STATE", "ROLE", "OWNER", "CONTEXT", "UPDATED", "TITLE"],
         [
             [
                 t.id,
                 t.state,
                 t.role,
-                _cut(t.owner, 20),
-                _cut(t.context_id, 24),
-                _when(t.status_at),
-                _cut(t.title, 48),
+                cut(t.owner, 20),
+                cut(t.context_id, 24),
+                when(t.status_at),
+                cut(t.title, 48),
             ]
             for t in lines
         ],
@@ -311,7 +239,7 @@ async def tasks_show(settings: Settings, task_id: str, as_json: bool, out: TextI
             "suspectAt": record.lease_suspect_at,
         }
     if as_json:
-        _json(
+        write_json(
             {
                 "task": protojson_v10.encode_task(task),
                 "owner": record.owner,
@@ -341,70 +269,7 @@ async def tasks_show(settings: Settings, task_id: str, as_json: bool, out: TextI
             out,
         )
         return
-    _show_text(task, record, lease, deliveries, usage, out)
-
-
-def _show_text(
-    task: Task,
-    record: TaskRecord,
-    lease: dict[str, Any] | None,
-    deliveries: list[Any],
-    usage: list[dict[str, Any]],
-    out: TextIO,
-) -> None:
-    w = out.write
-    w(f"task      {task.id}\n")
-    w(f"state     {task.status.state.value} since {_when(task.status.timestamp)}\n")
-    if task.status.message is not None:
-        w(f"message   {_cut(_text(task.status.message), 300)}\n")
-    for label, value in (
-        ("owner", record.owner),
-        ("role", record.role),
-        ("context", task.context_id),
-        ("created", _when(record.created_at)),
-        ("updated", _when(record.updated_at)),
-        ("events", str(record.last_seq)),
-    ):
-        w(f"{label:<9} {value}\n")
-    if lease is None:
-        w("lease     none\n")
-    else:
-        expired = ""
-        if lease["expired"]:
-            marked = f", marked {_when(lease['suspectAt'])}" if lease["suspectAt"] else ""
-            expired = f" (expired{marked})"
-        w(f"lease     {lease['holder']} until {_when(lease['expiresAt'])}{expired}\n")
-    w("\ntransitions\n")
-    for t in task.transitions:
-        w(f"  {_when(t.timestamp)}  {t.state.value}\n")
-    w(f"\nhistory ({len(task.history)})\n")
-    for m in task.history:
-        w(f"  {m.role.value:<6} {_cut(_text(m), 300)}\n")
-    w(f"\nartifacts ({len(task.artifacts)})\n")
-    for a in task.artifacts:
-        w(f"  {a.artifact_id}" + (f" ({a.name})" if a.name else "") + f"  {_cut(_parts(a.parts), 300)}\n")
-    w(f"\npush deliveries ({len(deliveries)})\n")
-    for d in deliveries:
-        last = f"  last: {_cut(d.last_outcome, 80)} at {_when(d.last_attempt_at)}" if d.last_outcome else ""
-        w(
-            f"  {d.config_id}  {d.url}  v{d.version}  delivered {d.delivered}  failed {d.failed}"
-            f"  pending {d.pending}{last}\n"
-        )
-    w(f"\nusage ({len(usage)} rows)\n")
-    for u in usage:
-        cost = "?" if u["cost_usd"] is None else f"${u['cost_usd']:.4f} ({u['cost_source']})"
-        w(
-            f"  event {u['seq']}  {u['model'] or '-'}  in {u['input_tokens']}  out {u['output_tokens']}"
-            f"  cache r/w {u['cache_read_tokens']}/{u['cache_write_tokens']}  {cost}"
-            f"  wall {u['wall_ms'] / 1000:g} s  turns {u['turns']}  tools {u['tool_calls']}\n"
-        )
-    total = (task.metadata or {}).get("usage")
-    if total:
-        cost = total.get("costUsd")
-        w(
-            f"  total  in {total.get('inputTokens')}  out {total.get('outputTokens')}"
-            f"  cost {'?' if cost is None else f'${cost:.4f}'}  reports {total.get('reports')}\n"
-        )
+    show_text(task, record, lease, deliveries, usage, out)
 
 
 # ---- tasks tail -------------------------------------------------------------------------------------
@@ -422,7 +287,7 @@ async def tasks_tail(settings: Settings, task_id: str, lines: int, as_json: bool
         while True:
             for r in await repo.events_after(task_id, record.context_id, after, owner=record.owner):
                 if as_json:
-                    _line(event_json(r), out)
+                    write_line(event_json(r), out)
                 else:
                     out.write(event_line(r) + "\n")
                     out.flush()
@@ -518,11 +383,11 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
         if task is None:
             raise AdminError(failure)
     if as_json:
-        _json({"task": protojson_v10.encode_task(task), "canceled": how}, out)
+        write_json({"task": protojson_v10.encode_task(task), "canceled": how}, out)
         return
     out.write(f"task {task.id}: {task.status.state.value} ({how})\n")
     if task.status.message is not None:
-        out.write(f"message: {_text(task.status.message)}\n")
+        out.write(f"message: {message_text(task.status.message)}\n")
 
 
 def run(coro: Any) -> None:

@@ -1,0 +1,174 @@
+"""The remote worker process: `a2a-server worker --server URL --role ROLE` runs one role's agents on this
+machine and connects out to the server over HTTP(S) (through the same load balancer as every client),
+holding a worker credential only (`A2A_WORKER_KEY`, or a JWT with the worker scope in `A2A_WORKER_TOKEN`),
+no database or Redis credential.
+
+It is the replica's `Runner`, jailed agents and all, over the stand-ins of `runner/remote.py` for what a
+replica reads from the database (`RemoteLeases`, `RemoteTasks`), without a reaper (the replicas reap). A
+third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
+task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
+
+It imports the runner and its remote stand-ins, the roles and the settings; `app.wiring` only for the
+role's agent and the price table, as a replica builds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+from app import roles as roles_
+from app.agents.sdk import Agent
+from app.protocol.model import INTERRUPTED_STATES, Message, TaskState, status_update
+from app.runner.prices import PriceTable
+from app.runner.remote import CLAIM_WAIT_S, NoBell, RemoteLeases, RemoteTasks, Server, ServerError
+from app.runner.runner import Runner
+from app.settings import Settings
+from app.telemetry import logs, traces
+
+
+class Worker:
+    """One worker process: its runner, and the loop that hears what others did to its tasks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        server: Server,
+        role: roles_.Role,
+        agent: Agent,
+        slots: int,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.settings = settings
+        self.prices = prices
+        self.server = server
+        self.role = role
+        self.agent = agent
+        self.slots = slots
+        self.runner: Runner | None = None
+        self.tasks: RemoteTasks | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        status, me = await self.server.call("GET", "/workers/v1/whoami")
+        if status != 200:
+            raise ServerError(f"the server does not serve role {self.role.name!r} to workers: {me}")
+        ttl = float(me["leaseTtlS"])
+        self.tasks = RemoteTasks(self.server, me["holder"], self.settings.db_outage_grace_s)
+        leases = RemoteLeases(self.server, self.tasks)
+        if me.get("heartbeatS"):
+            leases.claim_wait_s = min(CLAIM_WAIT_S, float(me["heartbeatS"]) / 2)
+        await self.agent.setup()
+        self.runner = Runner(
+            self.tasks,
+            leases,
+            NoBell(),
+            self.agent,
+            max_concurrent=self.slots,
+            timeout_s=self.role.timeout_s,
+            cancel_grace_s=self.settings.cancel_grace_s,
+            lease_ttl_s=ttl,
+            queue_poll_s=1.0,
+            prices=self.prices,
+            role=self.role.name,
+        )
+        runner = self.runner
+        self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
+        await self.runner.open()
+        # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO), as the server's is.
+        start = logging.getLogger("app.start")
+        start.setLevel(logging.INFO)
+        start.info("worker %s serving role %s with %d slot(s)", me["holder"], self.role.name, self.slots)
+        news = asyncio.create_task(self._news(ttl), name="news")
+        try:
+            await stop.wait()
+        finally:
+            news.cancel()
+            await asyncio.gather(news, return_exceptions=True)
+            await self.runner.aclose()
+            await self.agent.aclose()
+            with contextlib.suppress(Exception):
+                await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
+
+    async def _news(self, ttl: float) -> None:
+        """What others did to this worker's tasks: answers go to their runs, lost tasks are stopped."""
+        assert self.tasks is not None and self.runner is not None
+        while True:
+            held = self.tasks.held
+            if not held:
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                _status, body = await self.server.call(
+                    "POST", "/workers/v1/sync", {"tasks": held, "waitS": min(10.0, ttl / 3)}, give_up_s=ttl
+                )
+            except TimeoutError:
+                continue
+            for task_id, item in body.get("news", {}).items():
+                await self._apply(task_id, item)
+
+    async def _apply(self, task_id: str, item: dict[str, Any]) -> None:
+        assert self.tasks is not None and self.runner is not None
+        if item.get("lost"):
+            self.runner.lost(task_id)
+            return
+        live = self.tasks.get(task_id)
+        message = item.get("message")
+        if live is None or message is None or item.get("state") != TaskState.WORKING.value:
+            return
+        answer = Message.from_store(message)
+        if live.task.status.state not in INTERRUPTED_STATES or any(
+            m.message_id == answer.message_id for m in live.task.history
+        ):
+            return
+        async with live.lock:
+            live.task.status = status_update(task_id, live.task.context_id, TaskState.WORKING).status
+            live.task.history.append(answer)
+            live.seq = max(live.seq, int(item["lastSeq"]))
+        await self.runner.answer(task_id, answer)
+
+
+def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
+    """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
+    from app.wiring import price_table, role_agent
+
+    settings = Settings()
+    instance = instance or f"{socket.gethostname()}-{os.getpid()}"
+    # Logs and traces as the server's: its records name this worker as their replica, its runs' spans
+    # continue the traces the server stored with the tasks it hands over.
+    logs.setup(settings.log_level, settings.log_format, f"worker:{instance}")
+    traces.setup(traces.endpoint_from(settings), f"worker:{instance}", settings.otel_service_name)
+    key, token = os.environ.get("A2A_WORKER_KEY"), os.environ.get("A2A_WORKER_TOKEN")
+    logs.add_secrets(v for v in (key, token) if v)
+    if not key and not token:
+        raise SystemExit(
+            "error: set A2A_WORKER_KEY (a key listed in the server's WORKER_KEYS) or A2A_WORKER_TOKEN"
+        )
+    headers = {"X-API-Key": key} if key else {"Authorization": f"Bearer {token}"}
+    roles = roles_.load(settings)
+    role = roles.get(role_name) or next(iter(roles.values()))
+    role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
+    agent = role_agent(settings, role, len(roles) > 1)
+    prices = price_table(settings)
+    server = Server(server_url, headers, role_name, instance)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await Worker(settings, server, role, agent, role.slots, prices).run(stop)
+        finally:
+            await server.aclose()
+
+    try:
+        asyncio.run(serve())
+    except ServerError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    finally:
+        traces.shutdown()
