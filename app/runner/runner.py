@@ -257,7 +257,7 @@ class Runner:
         without notifications for good. So each heartbeat looks up the webhooks of the runs not notifying:
         a missed word costs at most `LEASE_TTL_S`/3 of events, not the rest of the task."""
         quiet = [t for t in runs if (live := self._tasks.get(t)) is not None and not live.push]
-        for task_id in await self._tasks.parts.repo.webhooked(quiet):
+        for task_id in await self._tasks.webhooked(quiet):
             live = self._tasks.get(task_id)
             if live is not None and not live.push:
                 live.push = True
@@ -272,7 +272,7 @@ class Runner:
             stored = await self._leases.recorded(task_id)
             if stored is None or stored[0] != seq:
                 del self._taken[task_id]
-                self._tasks.parts.bus.resync(task_id)
+                self._tasks.resync(task_id)
 
     def lost(self, task_id: str) -> None:
         """The task may have been ended or taken over elsewhere: check, and stop its run if so."""

@@ -394,6 +394,14 @@ class LiveTasks:
         )
         return True
 
+    async def webhooked(self, task_ids: list[str]) -> set[str]:
+        """Those of these tasks that have a webhook now (the runner's heartbeat: one added elsewhere)."""
+        return await self.parts.repo.webhooked(task_ids)
+
+    def resync(self, task_id: str) -> None:
+        """Send this process's followers of the task to its log (a taker the bus did not reach wrote it)."""
+        self.parts.bus.resync(task_id)
+
     def hold(self, live: LiveTask) -> None:
         """Hold a task loaded to be ended here (`losses.Losses.end_lost`): requests find it and wait."""
         self._live[live.task.id] = live
