@@ -9,6 +9,7 @@ endpoints. `AGENT_ROLES` says which roles this process runs agents for; every pr
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,11 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
+from app.agents.sdk import Agent
 from app.settings import SettingError, Settings
+from app.telemetry import logs
 
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 DEFAULT = "default"
@@ -175,3 +179,24 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
     if e.idle_timeout_s is not None:
         changes["idle_timeout_s"] = e.idle_timeout_s
     return dataclasses.replace(base, **changes)
+
+
+def role_agent(settings: Settings, role: Role, several: bool, base: AgentOptions | None = None) -> Agent:
+    """The role's agent, given the options built for its role (never the server's whole settings): the
+    role's over the server-wide ones (`base`, built from `settings` when not given). A failure names the
+    role."""
+    named = several or role.name != DEFAULT or bool(settings.agents or settings.agents_file)
+    base = base or AgentOptions.from_settings(settings)
+    try:
+        options = agent_options(base, role, named)
+        # The agents' environment may hold their API keys: masked in every log record from now on.
+        passed = (os.environ[n] for n in options.env_passthrough if n in os.environ)
+        logs.add_secrets([*options.env.values(), *passed])
+        return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
+    except (AdapterError, SettingError) as exc:
+        if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
+            raise
+        field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
+        if isinstance(exc, SettingError):
+            field = exc.name.lower()
+        raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None

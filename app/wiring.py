@@ -1,27 +1,28 @@
-"""Wiring: builds the store, bus, push deliverer and discovery once, and per role the limits, live tasks,
-runner (or `Idle`, for a role this process does not run) and task service, each given what it uses, then
-the gRPC server on them (when GRPC_PORT is set), and tears them down in the reverse order (an
-`AsyncExitStack`, so teardown mirrors setup). `lifespan` runs them for the FastAPI app: the default role's
-components in `app.state.components`, every other role's in its mounted sub-app's state (`mounts`)."""
+"""Wiring, the app's assembly: `wire` builds the engines, bus, writer, push deliverer, discovery and retention
+once, and per role its parts (`role_parts`), its live tasks, runner (or `Idle`, for a role this process does
+not run) and task service (`role_stack`), its reaper, limits and worker desk, each given what it uses; then
+the gRPC server on them (when GRPC_PORT is set). It tears them down in the reverse order (an
+`AsyncExitStack`, so teardown mirrors setup). `main.lifespan` runs them for the FastAPI app.
+
+The admin command line (`cli/admin.py`) builds one role's stack with `role_parts` and `role_stack` too,
+under its own name, and the remote worker its agent with `roles.role_agent` and `price_table`: nothing
+outside `app/cli/` and this module assembles roles or stores.
+"""
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
-from app.agents.loader import AdapterError, load_agent
-from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
@@ -35,7 +36,7 @@ from app.bus.redis import RedisBus
 from app.protocol.errors import InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
-from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from
+from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
 from app.roles import Role
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
@@ -53,51 +54,24 @@ from app.store.repo import Repository
 from app.store.retention import Pruning
 from app.store.usage import UsageReads
 from app.store.writer import Writer
+from app.tasks.executor import Executor
 from app.tasks.live import LiveTasks
 from app.tasks.losses import Losses
 from app.tasks.parts import RoleParts
 from app.tasks.service import TaskService
 from app.tasks.workers import Announcer, WorkerDesk
-from app.telemetry import logs
 
-__all__ = ["Components", "lifespan", "price_table", "role_agent", "role_parts", "wire"]
+__all__ = [
+    "Components",
+    "price_table",
+    "role_parts",
+    "role_stack",
+    "start_bus",
+    "start_writer",
+    "wire",
+]
 
 log = logging.getLogger(__name__)
-
-
-def lifespan(
-    settings: Settings,
-    roles: dict[str, Role],
-    agents: dict[str, Agent],
-    authenticator: Authenticator,
-    extra_skills: list[dict[str, Any]] | None = None,
-    metrics: Metrics | None = None,
-    mounts: dict[str, FastAPI] | None = None,
-) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: the components `wire` builds, in `app.state.components` (the default role's)
-    and in each other role's mounted app (`mounts`, by role) while it serves."""
-
-    @asynccontextmanager
-    async def serve(app: FastAPI) -> AsyncIterator[None]:
-        async with wire(settings, agents, authenticator, extra_skills, metrics, roles) as components:
-            app.state.components = components
-            for name, sub in (mounts or {}).items():
-                sub.state.components = components.roles[name]
-            _tune_gc()
-            yield
-
-    return serve
-
-
-def _tune_gc() -> None:
-    """Freeze what start-up created and collect young objects less often.
-
-    With the defaults, full collections rescanned every module-level object (tens of ms each) and all
-    generations together took about 15% of the CPU under load, showing up as tail latency.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
 
 
 def price_table(settings: Settings) -> PriceTable:
@@ -106,29 +80,6 @@ def price_table(settings: Settings) -> PriceTable:
         return PriceTable.load(settings.price_table_file)
     except PriceTableError as exc:
         raise SettingError("PRICE_TABLE_FILE", str(exc)) from None
-
-
-def role_agent(
-    settings: Settings, role: roles_.Role, several: bool, base: AgentOptions | None = None
-) -> Agent:
-    """The role's agent, given the options built for its role (never the server's whole settings): the
-    role's over the server-wide ones (`base`, built from `settings` when not given). A failure names the
-    role."""
-    named = several or role.name != roles_.DEFAULT or bool(settings.agents or settings.agents_file)
-    base = base or AgentOptions.from_settings(settings)
-    try:
-        options = roles_.agent_options(base, role, named)
-        # The agents' environment may hold their API keys: masked in every log record from now on.
-        passed = (os.environ[n] for n in options.env_passthrough if n in os.environ)
-        logs.add_secrets([*options.env.values(), *passed])
-        return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
-    except (AdapterError, SettingError) as exc:
-        if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):
-            raise
-        field = "options" if isinstance(exc, AdapterError) and exc.options else "adapter"
-        if isinstance(exc, SettingError):
-            field = exc.name.lower()
-        raise SettingError("AGENTS", f"role {role.name!r}, field {field}: {exc}") from None
 
 
 def role_parts(
@@ -149,6 +100,74 @@ def role_parts(
     return RoleParts(Repository(engine, scope), writer, bus, leases, scope, name)
 
 
+E = TypeVar("E", bound=Executor)
+
+
+def role_stack(
+    parts: RoleParts,
+    executor: Callable[[LiveTasks], E],
+    settings: Settings,
+    engine: AsyncEngine,
+    *,
+    push_ring: Callable[[], None] | None = None,
+    exclusive: bool = False,
+) -> tuple[LiveTasks, E, TaskService]:
+    """The role's live tasks on its parts, its executor made on them (a `Runner`, `Idle`, or the admin
+    command line's bystander), and its task service over both, as the settings say. `push_ring` wakes the
+    local push deliverer; `exclusive`: the role's agent has effects (`LiveTasks`)."""
+    tasks = LiveTasks(parts, settings.db_outage_grace_s, push_ring, exclusive)
+    run = executor(tasks)
+    service = TaskService(
+        tasks,
+        run,
+        blocking_timeout_s=settings.blocking_timeout_s,
+        push_configs=PushConfigs(engine),
+        push_policy=policy_from(settings),
+        max_history=settings.max_history_length,
+        keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
+        stream_until=settings.send_stream_until,
+    )
+    return tasks, run, service
+
+
+async def start_bus(settings: Settings, name: str, stack: AsyncExitStack) -> Bus:
+    """The bus under `name` (a replica's, or the admin command line's): Redis with REDIS_URL, else this
+    process alone; closed with `stack`."""
+    bus: Bus = RedisBus(settings.redis_url, name) if settings.redis_url else MemoryBus(name)
+    await bus.start()
+    stack.push_async_callback(bus.aclose)
+    return bus
+
+
+def start_writer(engine: AsyncEngine, stack: AsyncExitStack) -> Writer:
+    """The group-commit writer, stopped with `stack`. SQLite has one writer: a second flusher's transaction
+    would only wait in SQLite's busy handler, whose sleeps (up to 100 ms each) were the tail of every answer
+    under load."""
+    writer = Writer(engine, flushers=1 if engine.dialect.name == "sqlite" else 3)
+    writer.start()
+    stack.push_async_callback(writer.stop)
+    return writer
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What `wire` builds once for the process, which every role's components share."""
+
+    settings: Settings
+    engine: AsyncEngine
+    bus: Bus
+    writer: Writer
+    deliverer: Deliverer
+    discovery: Discovery
+    instances: Instances
+    usage: UsageReads
+    retention: Retention
+    prices: PriceTable
+    metrics: Metrics | None
+    every: dict[str, Components]
+    """Every role's components, filled in as they are built (the default role's first)."""
+
+
 @asynccontextmanager
 async def wire(
     settings: Settings,
@@ -165,181 +184,191 @@ async def wire(
     if isinstance(agents, Agent):
         agents = {next(iter(roles)): agents}
     async with AsyncExitStack() as stack:
-        sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
-        engine = create_engine(
-            settings.database_url,
-            settings.db_timeout_s,
-            settings.db_statement_timeout_s,
-            own_checkpoints=sqlite,
-        )
-        stack.push_async_callback(engine.dispose)
-        if sqlite:
-            checkpoints = Checkpoints(engine)
-            checkpoints.start()
-            stack.push_async_callback(checkpoints.aclose)
+        engine, deliverer_engine = _engines(settings, stack)
         stack.push_async_callback(authenticator.aclose)
         for name, role in roles.items():
             if role.runs_here:
                 await agents[name].setup()
                 stack.push_async_callback(agents[name].aclose)
-        bus: Bus = (
-            RedisBus(settings.redis_url, settings.replica_id)
-            if settings.redis_url
-            else MemoryBus(settings.replica_id)
+        bus = await start_bus(settings, settings.replica_id, stack)
+        writer = start_writer(engine, stack)
+        sqlite = engine.dialect.name == "sqlite"
+        deliverer = Deliverer(
+            deliverer_engine, settings.replica_id, options_from(settings), async_commit=not sqlite
         )
-        await bus.start()
-        stack.push_async_callback(bus.aclose)
-        # SQLite has one writer: a second flusher's transaction would only wait in SQLite's busy handler,
-        # whose sleeps (up to 100 ms each) were the tail of every answer under load.
-        writer = Writer(engine, flushers=1 if engine.dialect.name == "sqlite" else 3)
-        writer.start()
-        stack.push_async_callback(writer.stop)
-        push = options_from(settings)
-        prices = price_table(settings)
-        # On PostgreSQL the deliverer has a small pool of its own, whose sessions commit without waiting
-        # for the WAL flush (`Outbox._begin`): no statement per transaction to say so, and a backlog being
-        # drained never holds the connections the tasks' requests need.
-        deliverer_engine = engine
-        if not sqlite:
-            deliverer_engine = create_engine(
-                settings.database_url,
-                settings.db_timeout_s,
-                settings.db_statement_timeout_s,
-                pool_size=DELIVERER_POOL,
-                synchronous_commit=False,
-            )
-            stack.push_async_callback(deliverer_engine.dispose)
-        deliverer = Deliverer(deliverer_engine, settings.replica_id, push, async_commit=not sqlite)
         stack.push_async_callback(deliverer.stop)
         built_at = utcnow()
         has_extended = extra_skills is not None
-        # One role: no role filter anywhere (today's queries and counters, exactly). Several: each role's
-        # reads, leases, limits and control messages are its own.
-        several = len(roles) > 1
-        every: dict[str, Components] = {}
         cards = {
             name: build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
             for name, role in roles.items()
         }
+        every: dict[str, Components] = {}
         instances = Instances(engine)
-        usage = UsageReads(engine)
-        retention = Retention(
-            Pruning(engine, settings.retention_batch),
-            partial(_expire, every),
-            retention_days=settings.task_retention_days,
-            waiting_ttl_s=settings.input_required_ttl_s,
-            interval_s=settings.retention_interval_s,
-        )
-        discovery = Discovery(
+        shared = _Shared(
+            settings,
+            engine,
+            bus,
+            writer,
+            deliverer,
+            Discovery(
+                instances,
+                "replica",
+                settings.replica_id,
+                settings.discovery_heartbeat_s,
+                settings.discovery_max_age_s,
+                _instances(settings, roles, cards, every),
+            ),
             instances,
-            "replica",
-            settings.replica_id,
-            settings.discovery_heartbeat_s,
-            settings.discovery_max_age_s,
-            _instances(settings, roles, cards, every),
+            UsageReads(engine),
+            Retention(
+                Pruning(engine, settings.retention_batch),
+                partial(_expire, every),
+                retention_days=settings.task_retention_days,
+                waiting_ttl_s=settings.input_required_ttl_s,
+                interval_s=settings.retention_interval_s,
+            ),
+            price_table(settings),
+            metrics,
+            every,
         )
+        # One role: no role filter anywhere (today's queries and counters, exactly). Several: each role's
+        # reads, leases, limits and control messages are its own.
+        several = len(roles) > 1
         for name, role in roles.items():
-            scope = name if several else None
-            shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None, scope)
-            await shared.start()
-            stack.push_async_callback(shared.aclose)
-            effects = not agents[name].pure
-            parts = role_parts(settings, engine, writer, bus, name, several=several, runs_once=effects)
-            leases = parts.leases
-            tasks = LiveTasks(
-                parts,
-                outage_grace_s=settings.db_outage_grace_s,
-                push_ring=deliverer.ring if settings.push_deliver else None,
-                exclusive=effects,
+            extended = (
+                build_card(settings, agents[name], built_at, extra_skills, True, role)
+                if has_extended
+                else None
             )
-            runner: Runner | Idle = (
-                Runner(
-                    tasks,
-                    leases,
-                    bus,
-                    agents[name],
-                    max_concurrent=role.slots,
-                    timeout_s=role.timeout_s,
-                    cancel_grace_s=settings.cancel_grace_s,
-                    lease_ttl_s=settings.lease_ttl_s,
-                    queue_poll_s=settings.queue_poll_s,
-                    prices=prices,
-                    role=name,
-                )
-                if role.runs_here
-                else Idle(tasks)
-            )
-            reaper = Reaper(
-                leases,
-                Losses(tasks),
-                min(settings.queue_poll_s, settings.lease_ttl_s / 5),
-                name,
-                alive=runner.alive if isinstance(runner, Runner) else None,
-                available=None if role.runs_here else partial(discovery.available, name),
-                role_wait_s=settings.role_wait_s,
-            )
-            service = TaskService(
-                tasks,
-                runner,
-                blocking_timeout_s=settings.blocking_timeout_s,
-                push_configs=PushConfigs(engine),
-                push_policy=push.policy,
-                max_history=settings.max_history_length,
-                keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
-                stream_until=settings.send_stream_until,
-            )
-            agent = agents[name]
-            every[name] = Components(
-                settings=settings,
-                service=service,
-                card=cards[name],
-                input_modes=tuple(agent.input_modes),
-                extended_card=(
-                    build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
-                    if has_extended
-                    else None
-                ),
-                limits=shared,
-                engine=engine,
-                bus=bus,
-                runner=runner,
-                reaper=reaper,
-                deliverer=deliverer,
-                tasks=tasks,
-                writer=writer,
-                metrics=metrics,
-                role=name,
-                roles=every,
-                workers=WorkerDesk(
-                    tasks,
-                    announce=Announcer(
-                        instances, _describe(settings, role, cards[name]), settings.discovery_heartbeat_s
-                    ),
-                ),
-                discovery=discovery,
-                usage=usage,
-                retention=retention,
-            )
-        for c in every.values():
-            await c.runner.open()
-            stack.push_async_callback(c.runner.aclose)
-            # After its runner's recovery, closed before the runner.
-            await c.reaper.open()
-            stack.push_async_callback(c.reaper.aclose)
-        # Once the runners are open, closed before them: listed only while this process takes work.
-        await discovery.start()
-        stack.push_async_callback(discovery.aclose)
-        # Its cancels go through the services: started once they run, stopped before them.
-        await retention.open()
-        stack.push_async_callback(retention.aclose)
-        if settings.push_deliver:
-            deliverer.start()
+            every[name] = await _role(shared, stack, role, agents[name], (cards[name], extended), several)
         components = next(iter(every.values()))
-        if settings.grpc_port:
-            # Started last, stopped first: its calls finish (a short grace) while the service still runs.
-            served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
-            stack.push_async_callback(served.stop)
+        await _start(shared, stack, components, authenticator)
         yield components
+
+
+def _engines(settings: Settings, stack: AsyncExitStack) -> tuple[AsyncEngine, AsyncEngine]:
+    """The tasks' engine (with SQLite, its own WAL checkpoints) and the push deliverer's, disposed with
+    `stack`. On PostgreSQL the deliverer has a small pool of its own, whose sessions commit without waiting
+    for the WAL flush (`Outbox._begin`): no statement per transaction to say so, and a backlog being drained
+    never holds the connections the tasks' requests need."""
+    sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
+    url, timeouts = settings.database_url, (settings.db_timeout_s, settings.db_statement_timeout_s)
+    engine = create_engine(url, *timeouts, own_checkpoints=sqlite)
+    stack.push_async_callback(engine.dispose)
+    if sqlite:
+        checkpoints = Checkpoints(engine)
+        checkpoints.start()
+        stack.push_async_callback(checkpoints.aclose)
+        return engine, engine
+    deliverer_engine = create_engine(url, *timeouts, pool_size=DELIVERER_POOL, synchronous_commit=False)
+    stack.push_async_callback(deliverer_engine.dispose)
+    return engine, deliverer_engine
+
+
+async def _role(
+    shared: _Shared,
+    stack: AsyncExitStack,
+    role: Role,
+    agent: Agent,
+    cards: tuple[Card, Card | None],
+    several: bool,
+) -> Components:
+    """One role's components on the shared ones: its limits, parts, live tasks, runner (or `Idle`), reaper,
+    task service and worker desk; its limits started (the runner and reaper are opened by `_start`)."""
+    settings, name = shared.settings, role.name
+    bus = shared.bus
+    limited = limits.build(
+        settings, bus.client if isinstance(bus, RedisBus) else None, name if several else None
+    )
+    await limited.start()
+    stack.push_async_callback(limited.aclose)
+    effects = not agent.pure
+    parts = role_parts(settings, shared.engine, shared.writer, bus, name, several=several, runs_once=effects)
+    executor = partial(_executor, settings, role, agent, shared.prices)
+    ring = shared.deliverer.ring if settings.push_deliver else None
+    tasks, runner, service = role_stack(
+        parts, executor, settings, shared.engine, push_ring=ring, exclusive=effects
+    )
+    reaper = Reaper(
+        parts.leases,
+        Losses(tasks),
+        min(settings.queue_poll_s, settings.lease_ttl_s / 5),
+        name,
+        alive=runner.alive if isinstance(runner, Runner) else None,
+        available=None if role.runs_here else partial(shared.discovery.available, name),
+        role_wait_s=settings.role_wait_s,
+    )
+    announce = Announcer(
+        shared.instances, _describe(settings, role, cards[0]), settings.discovery_heartbeat_s
+    )
+    return Components(
+        settings=settings,
+        service=service,
+        card=cards[0],
+        input_modes=tuple(agent.input_modes),
+        extended_card=cards[1],
+        limits=limited,
+        engine=shared.engine,
+        bus=bus,
+        runner=runner,
+        reaper=reaper,
+        deliverer=shared.deliverer,
+        tasks=tasks,
+        writer=shared.writer,
+        metrics=shared.metrics,
+        role=name,
+        roles=shared.every,
+        workers=WorkerDesk(tasks, announce=announce),
+        discovery=shared.discovery,
+        usage=shared.usage,
+        retention=shared.retention,
+    )
+
+
+def _executor(
+    settings: Settings, role: Role, agent: Agent, prices: PriceTable, tasks: LiveTasks
+) -> Runner | Idle:
+    """The role's runner on its live tasks, or `Idle` when this process does not run it (`AGENT_ROLES`)."""
+    if not role.runs_here:
+        return Idle(tasks)
+    return Runner(
+        tasks,
+        tasks.parts.leases,
+        tasks.parts.bus,
+        agent,
+        max_concurrent=role.slots,
+        timeout_s=role.timeout_s,
+        cancel_grace_s=settings.cancel_grace_s,
+        lease_ttl_s=settings.lease_ttl_s,
+        queue_poll_s=settings.queue_poll_s,
+        prices=prices,
+        role=role.name,
+    )
+
+
+async def _start(
+    shared: _Shared, stack: AsyncExitStack, components: Components, authenticator: Authenticator
+) -> None:
+    """Open what runs in the background, in order, each closed with `stack` before what it needs."""
+    for c in shared.every.values():
+        await c.runner.open()
+        stack.push_async_callback(c.runner.aclose)
+        # After its runner's recovery, closed before the runner.
+        await c.reaper.open()
+        stack.push_async_callback(c.reaper.aclose)
+    # Once the runners are open, closed before them: listed only while this process takes work.
+    await shared.discovery.start()
+    stack.push_async_callback(shared.discovery.aclose)
+    # Its cancels go through the services: started once they run, stopped before them.
+    await shared.retention.open()
+    stack.push_async_callback(shared.retention.aclose)
+    if shared.settings.push_deliver:
+        shared.deliverer.start()
+    if shared.settings.grpc_port:
+        # Started last, stopped first: its calls finish (a short grace) while the service still runs.
+        served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
+        stack.push_async_callback(served.stop)
 
 
 async def _expire(every: Mapping[str, Components], role: str, owner: str, task_id: str, reason: str) -> bool:

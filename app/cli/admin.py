@@ -3,8 +3,8 @@ share one): `a2a-server prune` and `a2a-server tasks list|show|tail|cancel` (doc
 command line"). A readable table on a terminal, JSON with `--json`.
 
 Reads go to the database directly, whoever owns the task. `tasks cancel` writes the way a replica does:
-it builds a replica's parts (engine, the bus from `REDIS_URL`, writer, leases, `LiveTasks`, a `TaskService`
-whose executor runs no agents) under a name of its own (`admin:<host>:<pid>`) and calls
+it builds the task's role as a replica does (`wiring.role_parts` and `wiring.role_stack`, on the bus from
+`REDIS_URL`, with an executor that runs no agents) under a name of its own (`admin:<host>:<pid>`) and calls
 `TaskService.cancel`, so a task running on a replica is canceled there, over the bus, and its agent stopped.
 A holder it cannot reach (no `REDIS_URL`, or a replica that does not answer) has its lease taken over
 (`take_over`): the cancel is written here, and the holder stops its agent at its next commit (its event
@@ -28,9 +28,6 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import roles as roles_
-from app.bus.base import Bus
-from app.bus.memory import MemoryBus
-from app.bus.redis import RedisBus
 from app.protocol import protojson_v10
 from app.protocol.errors import A2AError
 from app.protocol.model import (
@@ -43,18 +40,15 @@ from app.protocol.model import (
     parse_iso,
     utcnow,
 )
-from app.push.configs import PushConfigs
 from app.settings import SettingError, Settings
 from app.store.admin import AdminReads, TaskRecord
 from app.store.browse import Browse, Filters
 from app.store.db import create_engine
 from app.store.repo import Repository
 from app.store.retention import TABLES, Pruning
-from app.store.writer import SeqTakenError, Writer
+from app.store.writer import SeqTakenError
 from app.tasks.control import UnreachableHolderError
-from app.tasks.live import LiveTasks
-from app.tasks.service import TaskService
-from app.wiring import role_parts
+from app.wiring import role_parts, role_stack, start_bus, start_writer
 
 from .render import cut, event_json, event_line, message_text, show_text, table, when, write_json, write_line
 
@@ -117,13 +111,6 @@ async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
 def admin_id() -> str:
     """This command's name where a replica's would be (leases, control messages)."""
     return f"admin:{socket.gethostname()}:{os.getpid()}"
-
-
-async def _bus(settings: Settings, stack: AsyncExitStack) -> Bus:
-    bus: Bus = RedisBus(settings.redis_url, admin_id()) if settings.redis_url else MemoryBus(admin_id())
-    await bus.start()
-    stack.push_async_callback(bus.aclose)
-    return bus
 
 
 async def _record(engine: AsyncEngine, task_id: str) -> TaskRecord:
@@ -280,7 +267,7 @@ async def tasks_tail(settings: Settings, task_id: str, lines: int, as_json: bool
     async with _engine(settings) as engine, AsyncExitStack() as stack:
         record = await _record(engine, task_id)
         repo = Repository(engine)
-        bus = await _bus(settings, stack) if settings.redis_url else None
+        bus = await start_bus(settings, admin_id(), stack) if settings.redis_url else None
         sub = await bus.subscribe(task_id) if bus is not None else None
         after = max(0, record.last_seq - lines) if lines >= 0 else 0
         ended = TaskState(record.state) in TERMINAL_STATES
@@ -342,18 +329,10 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
             several = len(roles_.load(settings)) > 1
         except SettingError as exc:
             raise AdminError(f"invalid setting {exc.name}: {exc}") from None
-        bus = await _bus(settings, stack)
-        writer = Writer(engine)
-        writer.start()
-        stack.push_async_callback(writer.stop)
-        tasks = LiveTasks(role_parts(settings, engine, writer, bus, record.role, several=several))
+        bus = await start_bus(settings, admin_id(), stack)
+        parts = role_parts(settings, engine, start_writer(engine, stack), bus, record.role, several=several)
+        tasks, _, service = role_stack(parts, lambda _: _Bystander(), settings, engine)
         stack.push_async_callback(tasks.notices.sent)
-        service = TaskService(
-            tasks,
-            _Bystander(),
-            blocking_timeout_s=settings.blocking_timeout_s,
-            push_configs=PushConfigs(engine),
-        )
         expires = record.lease_expires_at
         holder = record.lease_owner if expires is not None and expires >= utcnow() else None
         how = "here" if holder is None else f"by {holder}, which held it"

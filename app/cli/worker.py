@@ -134,7 +134,7 @@ class Worker:
 
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
     """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
-    from app.wiring import price_table, role_agent
+    from app.wiring import price_table
 
     settings = Settings()
     instance = instance or f"{socket.gethostname()}-{os.getpid()}"
@@ -152,7 +152,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     roles = roles_.load(settings)
     role = roles.get(role_name) or next(iter(roles.values()))
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
-    agent = role_agent(settings, role, len(roles) > 1)
+    agent = roles_.role_agent(settings, role, len(roles) > 1)
     prices = price_table(settings)
     server = Server(server_url, headers, role_name, instance)
 

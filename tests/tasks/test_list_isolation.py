@@ -13,8 +13,7 @@ from app.settings import Settings
 from app.store.db import create_engine
 from app.store.writer import Writer
 from app.tasks.live import LiveTasks
-from app.tasks.service import TaskService
-from app.wiring import role_parts
+from app.wiring import role_parts, role_stack
 from tests.conftest import BACKENDS, migrated_database_url
 
 
@@ -24,22 +23,14 @@ async def test_each_owner_sees_only_their_tasks(backend, tmp_path):
     engine = create_engine(url)
     writer = Writer(engine)
     writer.start()
-    bus = MemoryBus("r")
-    parts = role_parts(
-        Settings(_env_file=None, lease_ttl_s=15), engine, writer, bus, "default", several=False
-    )
-    tasks = LiveTasks(parts)
-    # No slots: the tasks stay queued, as with no runner at all.
-    runner = Runner(
-        tasks,
-        parts.leases,
-        bus,
-        EchoAgent(),
-        max_concurrent=0,
-        timeout_s=5,
-        cancel_grace_s=1,
-    )
-    service = TaskService(tasks, runner, blocking_timeout_s=5)
+    settings = Settings(_env_file=None, blocking_timeout_s=5)
+    parts = role_parts(settings, engine, writer, MemoryBus("r"), "default", several=False)
+
+    def no_slots(tasks: LiveTasks) -> Runner:
+        """No slots: the tasks stay queued, as with no runner at all."""
+        return Runner(tasks, parts.leases, parts.bus, EchoAgent(), 0, timeout_s=5, cancel_grace_s=1)
+
+    _, _, service = role_stack(parts, no_slots, settings, engine)
     try:
         for owner, n in (("alice", 3), ("bob", 2)):
             for i in range(n):
