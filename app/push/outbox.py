@@ -21,7 +21,9 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     Executable,
+    Select,
     String,
+    Update,
     and_,
     any_,
     bindparam,
@@ -163,78 +165,86 @@ def _among(column: ColumnClause[Any], name: str, pg: bool) -> ColumnElement[bool
     return column.in_(bindparam(name, expanding=True))
 
 
+def _claim(pg: bool) -> Update:
+    """The outbox's claim of webhooks (`_Statements.claim`)."""
+    now = bindparam("now", type_=_Ts)
+    free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
+    due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
+    pick = (
+        select(_configs.c.pk)
+        .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
+        .limit(bindparam("limit"))
+    )
+    if pg:
+        # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
+        # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
+        pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
+    return (
+        update(_configs)
+        .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
+        .values(claimed_by=bindparam("replica"), claim_expires_at=bindparam("expires"), retry_at=None)
+        .returning(
+            _configs.c.pk,
+            _configs.c.task_id,
+            _configs.c.config_id,
+            _configs.c.version,
+            _configs.c.url,
+            _configs.c.token,
+            _configs.c.auth_scheme,
+            _configs.c.auth_credentials,
+        )
+    )
+
+
+def _heads(pg: bool) -> Select[Any]:
+    """The outbox's read of each claimed webhook's first notifications (`_Statements.heads`)."""
+    rank = (
+        func.row_number()
+        .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
+        .label("rank")
+    )
+    ranked = (
+        select(
+            _outbox.c.config_pk,
+            _outbox.c.id,
+            _outbox.c.seq,
+            _outbox.c.body,
+            _outbox.c.history_len,
+            _outbox.c.attempts,
+            rank,
+        )
+        .where(_among(_outbox.c.config_pk, "pks", pg))
+        .subquery()
+    )
+    return (
+        select(
+            ranked,
+            _configs.c.version,
+            _configs.c.task_id,
+            _tasks.c.context_id,
+            _tasks.c.metadata.label("task_metadata"),
+            _tasks.c.traceparent,
+            _events.c.kind,
+            _events.c.body.label("event"),
+        )
+        .select_from(
+            ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
+            .join(_tasks, _tasks.c.id == _configs.c.task_id)
+            .outerjoin(_events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq))
+        )
+        .where(ranked.c.rank <= bindparam("batch"))
+        .order_by(ranked.c.config_pk, ranked.c.rank)
+    )
+
+
 class _Statements:
     """The outbox's statements for one dialect, built once: each has a fixed shape (a list is bound as one
     parameter, `_among`), so SQLAlchemy compiles it once and PostgreSQL prepares it once."""
 
     def __init__(self, pg: bool) -> None:
-        now = bindparam("now", type_=_Ts)
-        free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
-        due = or_(_configs.c.retry_at.is_(None), _configs.c.retry_at <= now)
-        pick = (
-            select(_configs.c.pk)
-            .where(free, due, _configs.c.pk.in_(select(_outbox.c.config_pk)))
-            .limit(bindparam("limit"))
-        )
-        if pg:
-            # NO KEY UPDATE: the outbox rows being inserted meanwhile hold KEY SHARE locks on their
-            # webhook (the foreign key); a plain FOR UPDATE would make the event writes wait.
-            pick = pick.with_for_update(skip_locked=True, of=_configs, key_share=True)
-        self.claim = (
-            update(_configs)
-            .where(_configs.c.pk.in_(pick.scalar_subquery()), free)
-            .values(claimed_by=bindparam("replica"), claim_expires_at=bindparam("expires"), retry_at=None)
-            .returning(
-                _configs.c.pk,
-                _configs.c.task_id,
-                _configs.c.config_id,
-                _configs.c.version,
-                _configs.c.url,
-                _configs.c.token,
-                _configs.c.auth_scheme,
-                _configs.c.auth_credentials,
-            )
-        )
+        self.claim = _claim(pg)
         """Claim up to :limit webhooks that are free, due and have notifications waiting."""
-        rank = (
-            func.row_number()
-            .over(partition_by=_outbox.c.config_pk, order_by=(_outbox.c.seq, _outbox.c.id))
-            .label("rank")
-        )
-        ranked = (
-            select(
-                _outbox.c.config_pk,
-                _outbox.c.id,
-                _outbox.c.seq,
-                _outbox.c.body,
-                _outbox.c.history_len,
-                _outbox.c.attempts,
-                rank,
-            )
-            .where(_among(_outbox.c.config_pk, "pks", pg))
-            .subquery()
-        )
-        self.heads = (
-            select(
-                ranked,
-                _configs.c.version,
-                _configs.c.task_id,
-                _tasks.c.context_id,
-                _tasks.c.metadata.label("task_metadata"),
-                _tasks.c.traceparent,
-                _events.c.kind,
-                _events.c.body.label("event"),
-            )
-            .select_from(
-                ranked.join(_configs, _configs.c.pk == ranked.c.config_pk)
-                .join(_tasks, _tasks.c.id == _configs.c.task_id)
-                .outerjoin(
-                    _events, and_(_events.c.task_id == _configs.c.task_id, _events.c.seq == ranked.c.seq)
-                )
-            )
-            .where(ranked.c.rank <= bindparam("batch"))
-            .order_by(ranked.c.config_pk, ranked.c.rank)
-        )
+        self.heads = _heads(pg)
         """The first :batch notifications of each webhook in :pks, in order, each with its event."""
         self.events = (
             select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
