@@ -165,7 +165,7 @@ def _among(column: ColumnClause[Any], name: str, pg: bool) -> ColumnElement[bool
     return column.in_(bindparam(name, expanding=True))
 
 
-def _claim(pg: bool) -> Update:
+def _claim_statement(pg: bool) -> Update:
     """The outbox's claim of webhooks (`_Statements.claim`)."""
     now = bindparam("now", type_=_Ts)
     free = or_(_configs.c.claimed_by.is_(None), _configs.c.claim_expires_at < now)
@@ -196,7 +196,7 @@ def _claim(pg: bool) -> Update:
     )
 
 
-def _heads(pg: bool) -> Select[Any]:
+def _heads_statement(pg: bool) -> Select[Any]:
     """The outbox's read of each claimed webhook's first notifications (`_Statements.heads`)."""
     rank = (
         func.row_number()
@@ -242,9 +242,9 @@ class _Statements:
     parameter, `_among`), so SQLAlchemy compiles it once and PostgreSQL prepares it once."""
 
     def __init__(self, pg: bool) -> None:
-        self.claim = _claim(pg)
+        self.claim = _claim_statement(pg)
         """Claim up to :limit webhooks that are free, due and have notifications waiting."""
-        self.heads = _heads(pg)
+        self.heads = _heads_statement(pg)
         """The first :batch notifications of each webhook in :pks, in order, each with its event."""
         self.events = (
             select(_events.c.task_id, _events.c.seq, _events.c.kind, _events.c.body)
