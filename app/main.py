@@ -16,7 +16,8 @@ from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api.bindings import jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.card import routes as card_routes, signing as card_signing
-from app.api.card.build import CardOptions, extended_skills
+from app.api.card.build import extended_skills
+from app.api.card.options import CardOptions
 from app.api.edge.auth import Authenticator, AuthOptions
 from app.api.edge.auth_guard import CorsExceptCard, Guard
 from app.api.edge.fallback import Fallback, http_error

@@ -23,7 +23,8 @@ from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
-from app.api.card.build import Card, CardOptions, build_card
+from app.api.card.build import Card, build_card
+from app.api.card.options import CardOptions
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator
 from app.api.edge.metrics import Metrics

@@ -12,14 +12,15 @@ import pytest
 
 from app.agents.echo import EchoAgent
 from app.api.card import build as card
+from app.api.card.options import CardOptions
 from app.settings import Settings
 
 BUILT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def options_for(**kw: Any) -> card.CardOptions:
+def options_for(**kw: Any) -> CardOptions:
     """The card options of the settings `kw` (PORT 41242, no gRPC unless given)."""
-    return card.CardOptions.from_settings(Settings(_env_file=None, **{"port": 41242, "grpc_port": 0, **kw}))
+    return CardOptions.from_settings(Settings(_env_file=None, **{"port": 41242, "grpc_port": 0, **kw}))
 
 
 def urls(c: card.Card) -> list[str]:

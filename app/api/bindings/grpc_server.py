@@ -378,8 +378,7 @@ async def abort(context: grpc.aio.ServicerContext, err: A2AError, version: str) 
 
 
 class GrpcSettings(Protocol):
-    """What `GrpcOptions.from_settings` reads of the server's settings (`settings.Settings`, not imported
-    here)."""
+    """What `GrpcOptions.from_settings` reads of the settings (`settings.Settings`, not imported here)."""
 
     grpc_host: str
     grpc_port: int
@@ -389,21 +388,17 @@ class GrpcSettings(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GrpcOptions:
-    """Where the gRPC server listens and what it accepts: built once at start-up, instead of the settings."""
+    """Where the gRPC server listens (GRPC_HOST, GRPC_PORT) and the largest request it takes
+    (MAX_BODY_BYTES); `reuse_port` with WORKERS above 1: sibling worker processes share the port."""
 
     host: str
-    """GRPC_HOST (HOST by default)."""
     port: int
-    """GRPC_PORT."""
     max_body_bytes: int = 10 * 1024 * 1024
-    """MAX_BODY_BYTES: also the largest request message."""
     reuse_port: bool = False
-    """WORKERS above 1: sibling worker processes listen on the one port."""
 
     @classmethod
     def from_settings(cls, settings: GrpcSettings) -> GrpcOptions:
-        s = settings
-        return cls(s.grpc_host, s.grpc_port, s.max_body_bytes, s.workers > 1)
+        return cls(settings.grpc_host, settings.grpc_port, settings.max_body_bytes, settings.workers > 1)
 
 
 def check_port(host: str, port: int) -> None:
