@@ -24,6 +24,7 @@ from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
+from app.api.card.options import CardOptions
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator
 from app.api.edge.metrics import Metrics
@@ -191,13 +192,14 @@ async def wire(
         deliverer = Deliverer(deliverer_engine, settings.replica_id, push, async_commit=not sqlite)
         stack.push_async_callback(deliverer.stop)
         built_at = utcnow()
+        card_options = CardOptions.from_settings(settings, authenticator.options)
         has_extended = extra_skills is not None
         # One role: no role filter anywhere (today's queries and counters, exactly). Several: each role's
         # reads, leases, limits and control messages are its own.
         several = len(roles) > 1
         every: dict[str, Components] = {}
         cards = {
-            name: build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
+            name: build_card(card_options, agents[name], built_at, has_extended=has_extended, role=role)
             for name, role in roles.items()
         }
         instances = Instances(engine)
@@ -217,9 +219,10 @@ async def wire(
             settings.discovery_max_age_s,
             _instances(settings, roles, cards, every),
         )
+        limit_options = limits.LimitOptions.from_settings(settings)
         for name, role in roles.items():
             scope = name if several else None
-            shared = limits.build(settings, bus.client if isinstance(bus, RedisBus) else None, scope)
+            shared = limits.build(limit_options, bus.client if isinstance(bus, RedisBus) else None, scope)
             await shared.start()
             stack.push_async_callback(shared.aclose)
             repo = Repository(engine, scope)
@@ -276,12 +279,15 @@ async def wire(
             )
             agent = agents[name]
             every[name] = Components(
-                settings=settings,
+                public_url=settings.public_url,
+                replica_id=settings.replica_id,
+                sse_keepalive_s=settings.sse_keepalive_s,
+                console_admins=settings.console_admin_set,
                 service=service,
                 card=cards[name],
                 input_modes=tuple(agent.input_modes),
                 extended_card=(
-                    build_card(settings, agent, built_at, extra_skills, has_extended, role=role)
+                    build_card(card_options, agent, built_at, extra_skills, has_extended, role=role)
                     if has_extended
                     else None
                 ),
@@ -324,7 +330,10 @@ async def wire(
         components = next(iter(every.values()))
         if settings.grpc_port:
             # Started last, stopped first: its calls finish (a short grace) while the service still runs.
-            served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
+            services = (grpc_v10.SERVICE, grpc_v03.SERVICE)
+            served = await grpc_server.start(
+                components, authenticator, services, grpc_server.GrpcOptions.from_settings(settings)
+            )
             stack.push_async_callback(served.stop)
         yield components
 

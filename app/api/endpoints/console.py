@@ -120,7 +120,7 @@ async def page() -> Response:
 
 def _admin(request: Request) -> bool:
     principal = request.scope.get(PRINCIPAL_KEY)
-    return principal is not None and principal.name in components(request).settings.console_admin_set
+    return principal is not None and principal.name in components(request).console_admins
 
 
 def _roles(request: Request) -> list[dict[str, Any]]:
