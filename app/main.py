@@ -20,7 +20,8 @@ from app.agents.sdk import Agent
 from app.api.bindings import jsonrpc, openapi, rest, rest_v03, rest_v10
 from app.api.card import routes as card_routes, signing as card_signing
 from app.api.card.build import extended_skills
-from app.api.edge.auth import Authenticator
+from app.api.card.options import CardOptions
+from app.api.edge.auth import Authenticator, AuthOptions
 from app.api.edge.auth_guard import CorsExceptCard, Guard
 from app.api.edge.fallback import Fallback, http_error
 from app.api.edge.metrics import Metrics, RequestMetrics
@@ -55,9 +56,10 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
         else roles_.role_agent(settings, role, len(roles) > 1, base)
         for i, (name, role) in enumerate(roles.items())
     }
-    authenticator = Authenticator(settings)
-    extra_skills = extended_skills(settings)
-    card_signing.signer(settings)  # a signing key that cannot sign fails here, before anything starts
+    authenticator = Authenticator(AuthOptions.from_settings(settings))
+    card_options = CardOptions.from_settings(settings, authenticator.options)
+    extra_skills = extended_skills(card_options)
+    card_signing.signer(card_options.signing)  # a key that cannot sign fails here, before anything starts
     price_table(settings)  # a bad PRICE_TABLE_FILE fails start-up here, before anything starts
 
     metrics = Metrics() if settings.metrics_enabled else None

@@ -1,17 +1,22 @@
-"""Settings from the environment (and `.env`), validated once at start-up."""
+"""Settings from the environment (and `.env`), validated once at start-up.
+
+The class lists them in the sections of docs/settings.md, in its order; the checks of their values are
+`settings_checks.py`'s. Nothing below the assembly (`main`, `wiring`, `cli`, `admin`, `roles`, `worker`)
+reads them: the agents, the edge and the limits get options objects built from them (`from_settings`).
+"""
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app import settings_checks as checks
 from app.agents.errors import SettingError
 
 __all__ = ["SettingError", "Settings", "get_settings"]
@@ -23,6 +28,7 @@ class Settings(BaseSettings):
         env_file=".env", extra="ignore", case_sensitive=False, env_ignore_empty=True
     )
 
+    # ---- Server and protocol ----
     host: str = "127.0.0.1"
     port: int = Field(default=41242, ge=1, le=65535)
     public_url: str = ""
@@ -34,15 +40,111 @@ class Settings(BaseSettings):
     """The gRPC bind address; defaults to HOST."""
     grpc_public_address: str = ""
     """The `host:port` the card advertises for gRPC; defaults to PUBLIC_URL's host with GRPC_PORT."""
+    _follows_host: bool = PrivateAttr(default=False)
+    _grpc_follows_host: bool = PrivateAttr(default=False)
+    send_stream_until: Literal["interrupted", "terminal"] = "interrupted"
+    """Where a send's stream (`message/stream`, `SendStreamingMessage`, REST `:stream`, gRPC) ends:
+    `interrupted`, at the end of the turn (a terminal state, or input-required / auth-required, v0.3's
+    `final: true`), which every client and agent framework handles; `terminal`, only when the task ends.
+    A subscriber (`tasks/resubscribe`, `SubscribeToTask`) always follows the task to its end."""
+    blocking_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest a blocking `message/send` waits; then it returns the task as it stands."""
+    idempotency_ttl_s: float = Field(default=86400.0, gt=0)
+    """How long a send's `Idempotency-Key` is kept: the same key and request get the same task till then."""
+    sse_keepalive_s: float = Field(default=15.0, gt=0)
+    """Interval of SSE keep-alive comments on idle streams."""
+    card_max_age_s: int = Field(default=300, ge=0)
+    card_compat: Literal["hybrid", "1.0"] = "hybrid"
+    """The card served without `A2A-Version`: `hybrid` (v1.0 fields plus the v0.3 ones v0.3 clients need)
+    or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
+    card_extensions: list[dict[str, Any]] = Field(default_factory=list)
+    """JSON list of A2A extensions every card declares (`capabilities.extensions`), each
+    `{"uri", "description", "required", "params"}`; the agent's own (`Agent.extensions`) are added, these
+    win for the same URI. A request that does not name a `required` one in `A2A-Extensions` is refused."""
+    card_signing_key_file: str = ""
+    """Sign every card (JWS, `signatures`): a private key file, PEM or JWK (EC P-256: ES256, RSA: RS256,
+    Ed25519: EdDSA). Two comma-separated files during a key rotation: the card carries a signature by each."""
+    card_signing_kid: str = ""
+    """The `kid` of each key of CARD_SIGNING_KEY_FILE, comma-separated in the same order (a JWK file's own
+    `kid` when unset)."""
+    card_signing_jku: str = ""
+    """Optional: the URL of the JWKS with the public keys, put in each signature's protected header."""
+    log_level: str = "info"
+    log_format: Literal["auto", "text", "json"] = "auto"
+    """`json`: one JSON object per line (time, level, logger, message, replica, and the task, context, role,
+    hashed principal and trace ids where known); `text`: a line for people; `auto`: text on a terminal, JSON
+    otherwise (docs/operations.md "Logs")."""
+    otel_exporter_otlp_endpoint: str = ""
+    """Turns tracing on: spans go over OTLP/HTTP (protobuf) to `<this>/v1/traces` (docs/operations.md
+    "Traces"). Unset: no tracing, at no cost. The SDK's other `OTEL_*` variables apply as usual."""
+    otel_exporter_otlp_traces_endpoint: str = ""
+    """The full traces URL when it is not `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`; turns tracing on too."""
+    otel_service_name: str = ""
+    """The `service.name` of the spans (default `a2a-coding-server`)."""
+    otel_sdk_disabled: bool = False
+    """True: no tracing even with an endpoint set."""
+    metrics_enabled: bool = True
+    """Serve Prometheus metrics at `/metrics` (no credential, like `/healthz`: restrict it at the proxy)."""
+    price_table_file: str = ""
+    """A JSON file of model prices (USD per million tokens: `{"model": {"input", "output", "cacheRead",
+    "cacheWrite"}}`) merged over the built-in table (`app/runner/prices.py`): what a run costs when its agent
+    reports tokens but no cost (docs/operations.md "Usage and cost"). Read at start-up."""
+    console_admins: str = ""
+    """Comma-separated principals who may look at every principal's data where the server offers it: the
+    usage of another principal (`GET /usage?owner=X`) or of all (`owner=*`), and every principal's tasks in
+    the web console and its read API (watch only). Everyone else sees their own only."""
 
+    # ---- Database and scaling out ----
     database_url: str = "sqlite+aiosqlite:///./data/a2a.db"
     redis_url: str | None = None
     """Unset: the in-process bus (single node)."""
+    replica_id: str = ""
+    """This process's name in leases and control messages; defaults to hostname:port, stable across
+    restarts so a restarted replica recovers its own tasks at once. With `WORKERS` above 1 each worker
+    process is `<this>/<pid>`."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Server processes on the one port (uvicorn's workers), for machines with more cores. Each is a replica
+    of its own, sharing the database and the Redis bus as replicas do, so more than one needs `REDIS_URL`
+    and PostgreSQL (docs/operations.md "Workers")."""
+    lease_ttl_s: float = Field(default=15.0, gt=0)
+    """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended or
+    re-queued by another replica about twice this after it died (a reaper marks the expired lease, then
+    gives the holder one more TTL to renew: `store/leases.py`)."""
+    db_outage_grace_s: float = Field(default=120.0, gt=0)
+    """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
+    paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the
+    database is back."""
+    db_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a call waits to connect to the database or for a pooled connection; then it fails."""
+    db_statement_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest one database statement may take (PostgreSQL) before it fails."""
+    queue_poll_s: float = Field(default=2.0, gt=0)
+    """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
+    discovery_heartbeat_s: float = Field(default=45.0, gt=0)
+    """How often a process refreshes its instances (one per role it runs) in discovery (`GET /agents`)."""
+    discovery_max_age_s: float = Field(default=120.0, gt=0)
+    """An instance not refreshed for this long is no longer listed (a process that died without saying
+    so); above DISCOVERY_HEARTBEAT_S. Rows ten times older are deleted."""
+    role_wait_s: float = Field(default=30.0, ge=0)
+    """How long a task sent to a role with no live instance waits for one before it fails, saying so."""
 
+    # ---- Retention ----
+    task_retention_days: float = Field(default=30.0, ge=0)
+    """Tasks that ended (their last status) more than this many days ago are deleted with their history,
+    artifacts, events, webhooks, outbox rows and Idempotency-Keys (usage rows are kept); 0: kept for good."""
+    input_required_ttl_s: float = Field(default=86400.0, ge=0)
+    """A task left waiting for input or auth this long is canceled, with the reason in its status message
+    (its waiting run stopped); 0: tasks wait for good."""
+    retention_interval_s: float = Field(default=600.0, gt=0)
+    """How often a replica runs the retention pass (one replica at a time; the first a minute after
+    start-up, or this interval if shorter)."""
+    retention_batch: int = Field(default=500, ge=1)
+    """Most tasks one retention transaction deletes (fewer when they have many events)."""
+
+    # ---- Agents ----
     agent_adapter: str = "echo"
     """A built-in adapter name (`echo`, `scripted`, or a coding-agent CLI: `claude-code`, `codex`,
     `gemini`, `cursor`, `ndjson`), or `module:attr` naming a user's Agent class, factory or instance."""
-
     agent_options: dict[str, Any] = Field(default_factory=dict)
     """JSON object passed to the agent's class or factory as keyword arguments."""
     agents: dict[str, Any] = Field(default_factory=dict)
@@ -53,7 +155,10 @@ class Settings(BaseSettings):
     agent_roles: str = ""
     """Comma-separated roles this process runs agents for (default: every configured role). Every process
     accepts calls and serves streams for every role."""
-
+    agent_timeout_s: float = Field(default=3600.0, gt=0)
+    """Longest an agent run may take before its task fails with a timeout."""
+    cancel_grace_s: float = Field(default=5.0, ge=0)
+    """How long a cancelled agent gets after SIGTERM before SIGKILL."""
     agent_repo_path: str | None = None
     """Where CLI agents work. Unset: a workspace per context under `agent_workspace_root`."""
     agent_workspace_root: str = "./data/workspaces"
@@ -92,89 +197,10 @@ class Settings(BaseSettings):
     cursor_bin: str = "cursor-agent"
     codex_bin: str = "codex"
     gemini_bin: str = "gemini"
-
-    agent_timeout_s: float = Field(default=3600.0, gt=0)
-    """Longest an agent run may take before its task fails with a timeout."""
-    cancel_grace_s: float = Field(default=5.0, ge=0)
-    """How long a cancelled agent gets after SIGTERM before SIGKILL."""
-    sse_keepalive_s: float = Field(default=15.0, gt=0)
-    """Interval of SSE keep-alive comments on idle streams."""
-    send_stream_until: Literal["interrupted", "terminal"] = "interrupted"
-    """Where a send's stream (`message/stream`, `SendStreamingMessage`, REST `:stream`, gRPC) ends:
-    `interrupted`, at the end of the turn (a terminal state, or input-required / auth-required, v0.3's
-    `final: true`), which every client and agent framework handles; `terminal`, only when the task ends.
-    A subscriber (`tasks/resubscribe`, `SubscribeToTask`) always follows the task to its end."""
-    blocking_timeout_s: float = Field(default=600.0, gt=0)
-    """Longest a blocking `message/send` waits; then it returns the task as it stands."""
     max_concurrent_tasks: int = Field(default=64, ge=1)
     """Agents this process runs at once; further tasks wait `submitted`."""
-    card_max_age_s: int = Field(default=300, ge=0)
-    card_compat: Literal["hybrid", "1.0"] = "hybrid"
-    """The card served without `A2A-Version`: `hybrid` (v1.0 fields plus the v0.3 ones v0.3 clients need)
-    or `1.0` (v1.0 fields only, for deployments with no v0.3 clients). `A2A-Version: 1.0` always gets 1.0."""
-    _follows_host: bool = PrivateAttr(default=False)
-    _grpc_follows_host: bool = PrivateAttr(default=False)
-    replica_id: str = ""
-    """This process's name in leases and control messages; defaults to hostname:port, stable across
-    restarts so a restarted replica recovers its own tasks at once. With `WORKERS` above 1 each worker
-    process is `<this>/<pid>`."""
-    workers: int = Field(default=1, ge=1, le=64)
-    """Server processes on the one port (uvicorn's workers), for machines with more cores. Each is a replica
-    of its own, sharing the database and the Redis bus as replicas do, so more than one needs `REDIS_URL`
-    and PostgreSQL (docs/operations.md "Workers")."""
-    lease_ttl_s: float = Field(default=15.0, gt=0)
-    """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended or
-    re-queued by another replica about twice this after it died (a reaper marks the expired lease, then
-    gives the holder one more TTL to renew: `store/leases.py`)."""
-    queue_poll_s: float = Field(default=2.0, gt=0)
-    """Fallback interval for looking for queued tasks and expired leases when no doorbell rings."""
-    discovery_heartbeat_s: float = Field(default=45.0, gt=0)
-    """How often a process refreshes its instances (one per role it runs) in discovery (`GET /agents`)."""
-    discovery_max_age_s: float = Field(default=120.0, gt=0)
-    """An instance not refreshed for this long is no longer listed (a process that died without saying
-    so); above DISCOVERY_HEARTBEAT_S. Rows ten times older are deleted."""
-    role_wait_s: float = Field(default=30.0, ge=0)
-    """How long a task sent to a role with no live instance waits for one before it fails, saying so."""
-    db_outage_grace_s: float = Field(default=120.0, gt=0)
-    """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
-    paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the
-    database is back."""
-    db_timeout_s: float = Field(default=10.0, gt=0)
-    """Longest a call waits to connect to the database or for a pooled connection; then it fails."""
-    db_statement_timeout_s: float = Field(default=30.0, gt=0)
-    """Longest one database statement may take (PostgreSQL) before it fails."""
-    task_retention_days: float = Field(default=30.0, ge=0)
-    """Tasks that ended (their last status) more than this many days ago are deleted with their history,
-    artifacts, events, webhooks, outbox rows and Idempotency-Keys (usage rows are kept); 0: kept for good."""
-    input_required_ttl_s: float = Field(default=86400.0, ge=0)
-    """A task left waiting for input or auth this long is canceled, with the reason in its status message
-    (its waiting run stopped); 0: tasks wait for good."""
-    retention_interval_s: float = Field(default=600.0, gt=0)
-    """How often a replica runs the retention pass (one replica at a time; the first a minute after
-    start-up, or this interval if shorter)."""
-    retention_batch: int = Field(default=500, ge=1)
-    """Most tasks one retention transaction deletes (fewer when they have many events)."""
-    log_level: str = "info"
-    log_format: Literal["auto", "text", "json"] = "auto"
-    """`json`: one JSON object per line (time, level, logger, message, replica, and the task, context, role,
-    hashed principal and trace ids where known); `text`: a line for people; `auto`: text on a terminal, JSON
-    otherwise (docs/operations.md "Logs")."""
-    otel_exporter_otlp_endpoint: str = ""
-    """Turns tracing on: spans go over OTLP/HTTP (protobuf) to `<this>/v1/traces` (docs/operations.md
-    "Traces"). Unset: no tracing, at no cost. The SDK's other `OTEL_*` variables apply as usual."""
-    otel_exporter_otlp_traces_endpoint: str = ""
-    """The full traces URL when it is not `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`; turns tracing on too."""
-    otel_service_name: str = ""
-    """The `service.name` of the spans (default `a2a-coding-server`)."""
-    otel_sdk_disabled: bool = False
-    """True: no tracing even with an endpoint set."""
-    metrics_enabled: bool = True
-    """Serve Prometheus metrics at `/metrics` (no credential, like `/healthz`: restrict it at the proxy)."""
-    price_table_file: str = ""
-    """A JSON file of model prices (USD per million tokens: `{"model": {"input", "output", "cacheRead",
-    "cacheWrite"}}`) merged over the built-in table (`app/runner/prices.py`): what a run costs when its agent
-    reports tokens but no cost (docs/operations.md "Usage and cost"). Read at start-up."""
 
+    # ---- Push notifications ----
     push_notification_allow_http: bool = False
     """Allow plain-http webhook URLs (https only otherwise)."""
     push_notification_allowed_hosts: str = ""
@@ -201,7 +227,7 @@ class Settings(BaseSettings):
     """Run the delivery worker here. Off: this replica only queues notifications and others deliver them
     (a write-only replica, or a benchmark building a backlog to time one replica's delivery alone)."""
 
-    # ---- who may call, and how much (docs/operations.md "Authentication", "Limits") ----
+    # ---- Authentication ----
     auth_mode: Literal["required", "off"] = "required"
     """`required`: every route but the card and health needs a credential; `off`: all callers are one
     anonymous principal (only when set explicitly; `make run` sets it on loopback)."""
@@ -231,26 +257,16 @@ class Settings(BaseSettings):
     """JSON list of extra skills for the authenticated extended card."""
     extended_card_file: str = ""
     """A JSON file holding such a list (or `{"skills": [...]}`); read at start-up."""
-    card_extensions: list[dict[str, Any]] = Field(default_factory=list)
-    """JSON list of A2A extensions every card declares (`capabilities.extensions`), each
-    `{"uri", "description", "required", "params"}`; the agent's own (`Agent.extensions`) are added, these
-    win for the same URI. A request that does not name a `required` one in `A2A-Extensions` is refused."""
-    card_signing_key_file: str = ""
-    """Sign every card (JWS, `signatures`): a private key file, PEM or JWK (EC P-256: ES256, RSA: RS256,
-    Ed25519: EdDSA). Two comma-separated files during a key rotation: the card carries a signature by each."""
-    card_signing_kid: str = ""
-    """The `kid` of each key of CARD_SIGNING_KEY_FILE, comma-separated in the same order (a JWK file's own
-    `kid` when unset)."""
-    card_signing_jku: str = ""
-    """Optional: the URL of the JWKS with the public keys, put in each signature's protected header."""
+    cors_origins: str = ""
+    """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
+
+    # ---- Limits ----
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_message_parts: int = Field(default=64, ge=1)
     max_message_text_chars: int = Field(default=1_000_000, ge=1)
     """Total characters of the text parts of one message."""
     max_history_length: int = Field(default=1000, ge=0)
     """Most history messages a task read returns, whatever `historyLength` asks for."""
-    idempotency_ttl_s: float = Field(default=86400.0, gt=0)
-    """How long a send's `Idempotency-Key` is kept: the same key and request get the same task till then."""
     task_rate_per_min: float = Field(default=120.0, ge=0)
     """New tasks one principal may create per minute (0: unlimited); across all replicas with Redis."""
     task_rate_burst: int = Field(default=30, ge=1)
@@ -259,101 +275,30 @@ class Settings(BaseSettings):
     stream_slot_ttl_s: float = Field(default=30.0, gt=0)
     """With Redis: a replica refreshes its open streams' entries every TTL/3, so a crashed replica's
     streams stop counting against the cap within this time."""
-    cors_origins: str = ""
-    """Comma-separated origins that may call the API from a browser (`*`: any); the card is always `*`."""
-    console_admins: str = ""
-    """Comma-separated principals who may look at every principal's data where the server offers it: the
-    usage of another principal (`GET /usage?owner=X`) or of all (`owner=*`), and every principal's tasks in
-    the web console and its read API (watch only). Everyone else sees their own only."""
 
-    @field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")
-    @classmethod
-    def _blank_is_unset(cls, v: str | None) -> str | None:
-        return v or None
-
-    @field_validator("database_url")
-    @classmethod
-    def _known_driver(cls, v: str) -> str:
-        if v.startswith("postgresql://") or v.startswith("postgres://"):
-            v = "postgresql+asyncpg://" + v.split("://", 1)[1]
-        if not (v.startswith("sqlite+aiosqlite://") or v.startswith("postgresql+asyncpg://")):
-            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
-        return v
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_scheme(cls, v: str | None) -> str | None:
-        if v in (None, ""):
-            return None
-        if not v.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
-        return v
-
-    @field_validator("public_url")
-    @classmethod
-    def _http_url(cls, v: str) -> str:
-        if v and not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return v.rstrip("/")
-
-    @field_validator("log_format", mode="before")
-    @classmethod
-    def _log_format(cls, v: object) -> object:
-        return v.strip().lower() if isinstance(v, str) else v
-
-    @field_validator("otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint")
-    @classmethod
-    def _otlp_url(cls, v: str) -> str:
-        if v and not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL (OTLP over HTTP)")
-        return v
-
-    @field_validator("workers")
-    @classmethod
-    def _workers(cls, v: int, info: ValidationInfo) -> int:
-        if v > 1 and not info.data.get("redis_url"):
-            raise ValueError("above 1 needs REDIS_URL: the workers share events as replicas do")
-        if v > 1 and not str(info.data.get("database_url", "")).startswith("postgresql"):
-            raise ValueError("above 1 needs a PostgreSQL DATABASE_URL (SQLite has a single writer)")
-        return v
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, v: str) -> str:
-        v = v.lower()
-        if v not in {"critical", "error", "warning", "info", "debug"}:
-            raise ValueError("must be one of critical, error, warning, info, debug")
-        return v
-
-    @field_validator("push_notification_allowed_cidrs")
-    @classmethod
-    def _cidrs(cls, v: str) -> str:
-        for item in _split(v):
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError as exc:
-                raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from exc
-        return v
-
-    @field_validator("agent_sandbox", "agent_network", mode="before")
-    @classmethod
-    def _lower(cls, v: object) -> object:
-        return v.strip().lower() if isinstance(v, str) else v
-
-    @field_validator("agent_network")
-    @classmethod
-    def _egress_needs_the_jail(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v == "egress" and info.data.get("agent_sandbox") == "none":
-            raise ValueError("egress needs the jail (AGENT_SANDBOX=bwrap)")
-        return v
-
-    @field_validator("discovery_max_age_s")
-    @classmethod
-    def _outlives_the_heartbeat(cls, v: float, info: ValidationInfo) -> float:
-        heartbeat = info.data.get("discovery_heartbeat_s")
-        if heartbeat is not None and v <= heartbeat:
-            raise ValueError(f"must be above DISCOVERY_HEARTBEAT_S ({heartbeat:g}), or live instances vanish")
-        return v
+    # ---- Checks (app/settings_checks.py), each applied to the settings it names ----
+    _blank_is_unset = field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")(
+        checks.blank_is_unset
+    )
+    _known_driver = field_validator("database_url")(checks.database_url)
+    _redis_scheme = field_validator("redis_url")(checks.redis_url)
+    _http_url = field_validator("public_url")(checks.public_url)
+    _log_format = field_validator("log_format", mode="before")(checks.lower)
+    _otlp_url = field_validator("otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint")(
+        checks.otlp_url
+    )
+    _workers = field_validator("workers")(checks.workers)
+    _level = field_validator("log_level")(checks.log_level)
+    _cidrs = field_validator("push_notification_allowed_cidrs")(checks.cidrs)
+    _lower = field_validator("agent_sandbox", "agent_network", mode="before")(checks.lower)
+    _egress_needs_the_jail = field_validator("agent_network")(checks.egress_needs_the_jail)
+    _outlives_the_heartbeat = field_validator("discovery_max_age_s")(checks.outlives_the_heartbeat)
+    _auth_mode = field_validator("auth_mode", mode="before")(checks.auth_mode)
+    _hashed_keys = field_validator("api_keys", "worker_keys")(checks.hashed_keys)
+    _extensions = field_validator("card_extensions")(checks.card_extensions)
+    _optional_http_url = field_validator("jwt_jwks_url", "oidc_discovery_url", "card_signing_jku")(
+        checks.optional_http_url
+    )
 
     @property
     def agent_network_mode(self) -> Literal["host", "egress"]:
@@ -362,64 +307,26 @@ class Settings(BaseSettings):
 
     @property
     def agent_passthrough_names(self) -> list[str]:
-        return _split(self.agent_env_passthrough)
+        return checks.split(self.agent_env_passthrough)
 
     @property
     def agent_sandbox_read_paths(self) -> list[str]:
-        return _split(self.agent_sandbox_read)
+        return checks.split(self.agent_sandbox_read)
 
     @property
     def push_allowed_hosts(self) -> frozenset[str]:
-        return frozenset(h.lower() for h in _split(self.push_notification_allowed_hosts))
+        return frozenset(h.lower() for h in checks.split(self.push_notification_allowed_hosts))
 
     @property
     def push_allowed_cidrs(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(
-            ipaddress.ip_network(c, strict=False) for c in _split(self.push_notification_allowed_cidrs)
+            ipaddress.ip_network(c, strict=False) for c in checks.split(self.push_notification_allowed_cidrs)
         )
-
-    @field_validator("auth_mode", mode="before")
-    @classmethod
-    def _auth_mode(cls, v: object) -> object:
-        return "required" if v in (None, "") else v.strip().lower() if isinstance(v, str) else v
-
-    @field_validator("api_keys", "worker_keys")
-    @classmethod
-    def _hashed_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        out = {}
-        for digest, principal in v.items():
-            digest = digest.strip().lower()
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("keys must be sha256 hex digests (see `a2a-server hash-key`)")
-            if not isinstance(principal, str) or not principal.strip():
-                raise ValueError("each key must map to a non-empty principal name")
-            out[digest] = principal.strip()
-        return out
-
-    @field_validator("card_extensions")
-    @classmethod
-    def _extensions(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = [extension_entry(e) for e in v]
-        uris = [e["uri"] for e in out]
-        if len(set(uris)) != len(uris):
-            raise ValueError("each extension uri may appear once")
-        return out
-
-    @field_validator("jwt_jwks_url", "oidc_discovery_url", "card_signing_jku")
-    @classmethod
-    def _optional_http_url(cls, v: str) -> str:
-        if v and not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
-
-    @property
-    def jwt_scopes(self) -> list[str]:
-        return [s for s in self.jwt_required_scopes.replace(",", " ").split() if s]
 
     @property
     def console_admin_set(self) -> frozenset[str]:
         """CONSOLE_ADMINS as a set of principal names."""
-        return frozenset(_split(self.console_admins))
+        return frozenset(checks.split(self.console_admins))
 
     @property
     def cors_origin_list(self) -> list[str]:
@@ -450,40 +357,6 @@ class Settings(BaseSettings):
         if not self.replica_id:
             self.replica_id = f"{socket.gethostname()}:{self.port}"
         return self
-
-
-EXTENSION_FIELDS = ("uri", "description", "required", "params")
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s,]+")
-
-
-def extension_entry(e: Any) -> dict[str, Any]:
-    """One declared extension as the card prints it: `uri` (an absolute URI, no comma or space: the header
-    lists them comma-separated), `description` if any, `required` (false unless true), `params` if any."""
-    if not isinstance(e, dict):
-        raise ValueError('each extension must be an object {"uri", "description", "required", "params"}')
-    unknown = sorted(set(e) - set(EXTENSION_FIELDS))
-    if unknown:
-        raise ValueError(f"unknown extension field {unknown[0]!r} (fields: {', '.join(EXTENSION_FIELDS)})")
-    uri = e.get("uri")
-    if not isinstance(uri, str) or not _URI.fullmatch(uri):
-        raise ValueError(f"extension uri {uri!r} must be an absolute URI without spaces or commas")
-    if not isinstance(e.get("description", ""), str):
-        raise ValueError(f"extension {uri}: description must be a string")
-    if not isinstance(e.get("required", False), bool):
-        raise ValueError(f"extension {uri}: required must be true or false")
-    if e.get("params") is not None and not isinstance(e["params"], dict):
-        raise ValueError(f"extension {uri}: params must be a JSON object")
-    out: dict[str, Any] = {"uri": uri}
-    if e.get("description"):
-        out["description"] = e["description"]
-    out["required"] = e.get("required", False)
-    if e.get("params") is not None:
-        out["params"] = e["params"]
-    return out
-
-
-def _split(value: str) -> list[str]:
-    return [x.strip() for x in value.split(",") if x.strip()]
 
 
 @lru_cache

@@ -26,6 +26,7 @@ from app import limits, roles as roles_
 from app.agents.sdk import Agent
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
+from app.api.card.options import CardOptions
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator
 from app.api.edge.metrics import Metrics
@@ -198,9 +199,10 @@ async def wire(
         )
         stack.push_async_callback(deliverer.stop)
         built_at = utcnow()
+        card_options = CardOptions.from_settings(settings, authenticator.options)
         has_extended = extra_skills is not None
         cards = {
-            name: build_card(settings, agents[name], built_at, has_extended=has_extended, role=role)
+            name: build_card(card_options, agents[name], built_at, has_extended=has_extended, role=role)
             for name, role in roles.items()
         }
         every: dict[str, Components] = {}
@@ -237,7 +239,7 @@ async def wire(
         several = len(roles) > 1
         for name, role in roles.items():
             extended = (
-                build_card(settings, agents[name], built_at, extra_skills, True, role)
+                build_card(card_options, agents[name], built_at, extra_skills, True, role)
                 if has_extended
                 else None
             )
@@ -278,9 +280,8 @@ async def _role(
     task service and worker desk; its limits started (the runner and reaper are opened by `_start`)."""
     settings, name = shared.settings, role.name
     bus = shared.bus
-    limited = limits.build(
-        settings, bus.client if isinstance(bus, RedisBus) else None, name if several else None
-    )
+    redis = bus.client if isinstance(bus, RedisBus) else None
+    limited = limits.build(limits.LimitOptions.from_settings(settings), redis, name if several else None)
     await limited.start()
     stack.push_async_callback(limited.aclose)
     effects = not agent.pure
@@ -303,7 +304,10 @@ async def _role(
         shared.instances, _describe(settings, role, cards[0]), settings.discovery_heartbeat_s
     )
     return Components(
-        settings=settings,
+        public_url=settings.public_url,
+        replica_id=settings.replica_id,
+        sse_keepalive_s=settings.sse_keepalive_s,
+        console_admins=settings.console_admin_set,
         service=service,
         card=cards[0],
         input_modes=tuple(agent.input_modes),
@@ -367,7 +371,9 @@ async def _start(
         shared.deliverer.start()
     if shared.settings.grpc_port:
         # Started last, stopped first: its calls finish (a short grace) while the service still runs.
-        served = await grpc_server.start(components, authenticator, (grpc_v10.SERVICE, grpc_v03.SERVICE))
+        services = (grpc_v10.SERVICE, grpc_v03.SERVICE)
+        options = grpc_server.GrpcOptions.from_settings(shared.settings)
+        served = await grpc_server.start(components, authenticator, services, options)
         stack.push_async_callback(served.stop)
 
 

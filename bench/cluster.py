@@ -48,8 +48,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from scripts.cluster import Cluster, http_status
+from scripts.cluster import Cluster
 from scripts.nginx_conf import nginx_command, write_local
+from scripts.ready import spawn, wait_ready
 
 from . import floor
 from .cpu import CpuUse, CpuWindow, wait_quiet
@@ -291,15 +292,9 @@ class Proxy:
 
     def start(self) -> None:
         conf = write_local(self.dir, [f"127.0.0.1:{p}" for p in self.ports], self.port)
-        with open(self.dir / "nginx.out", "ab") as out:
-            self.proc = subprocess.Popen(
-                nginx_command(self.dir, conf), stdout=out, stderr=out, start_new_session=True
-            )
-        deadline = time.monotonic() + 30
-        while http_status(self.url + "/readyz") != 200:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"nginx for the reference did not start; see {self.dir}")
-            time.sleep(0.05)
+        self.proc = spawn(nginx_command(self.dir, conf), self.dir / "nginx.out", new_session=True)
+        logs = [self.dir / "nginx.out", self.dir / "error.log"]
+        wait_ready(self.proc, self.url + "/readyz", "nginx for the reference", logs)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

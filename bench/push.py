@@ -38,6 +38,8 @@ from typing import Any
 
 import httpx
 
+from scripts.ready import start
+
 from . import profile
 from .servers import OurServer, create_database, drop_database, free_port
 
@@ -240,25 +242,9 @@ async def latency(server: PushServer, receiver: str, args: argparse.Namespace) -
 
 def start_receiver(port: int, slow_s: float, workdir: Path) -> subprocess.Popen[bytes]:
     """The receiver process, once it answers."""
-    with open(workdir / "receiver.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.push_receiver", "--port", str(port), "--slow-s", str(slow_s)],
-            cwd=ROOT,
-            stdout=log,
-            stderr=log,
-        )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/stats", timeout=1)
-            return proc
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(
-                    f"the bench receiver did not start: see {workdir / 'receiver.log'}"
-                ) from None
-            time.sleep(0.05)
+    cmd = [sys.executable, "-m", "bench.push_receiver", "--port", str(port), "--slow-s", str(slow_s)]
+    url = f"http://127.0.0.1:{port}/stats"
+    return start(cmd, url, "the bench receiver", workdir / "receiver.log", cwd=ROOT)
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import asyncpg
-import httpx
+
+from scripts.ready import start
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -85,27 +85,18 @@ class Server:
     def env(self) -> dict[str, str]:
         return dict(os.environ)
 
+    def cwd(self) -> Path:
+        """Where it runs: this checkout."""
+        return ROOT
+
     def prepare(self) -> None:
         """Anything to do before the first start (migrations)."""
 
     def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=self.env(), stdout=log, stderr=log)
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.label} server exited: see {self.log_path}")
-            try:
-                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.label} server did not become ready: see {self.log_path}")
+        """Start it and wait until /readyz answers 200 (scripts/ready.py)."""
+        url = self.base_url + "/readyz"
+        name = f"{self.label} server"
+        self.proc = start(self.command(), url, name, self.log_path, cwd=self.cwd(), env=self.env())
 
     @property
     def pid(self) -> int:
@@ -193,6 +184,9 @@ class BaselineServer(OurServer):
     def env(self) -> dict[str, str]:
         return {**super().env(), "PYTHONPATH": str(self.checkout)}
 
+    def cwd(self) -> Path:
+        return self.checkout
+
     def command(self) -> list[str]:
         return [sys.executable, "-c", "from app.cli import main; main()", "serve"]
 
@@ -204,13 +198,6 @@ class BaselineServer(OurServer):
             check=True,
             capture_output=True,
         )
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.command(), cwd=self.checkout, env=self.env(), stdout=log, stderr=log
-            )
-        self._wait_ready()
 
 
 JS_DIR = ROOT / "bench" / "js"

@@ -63,7 +63,7 @@ import asyncpg
 import httpx
 
 from app.api.edge.auth import hash_key
-from scripts.cluster import log_tail
+from scripts.ready import log_tail
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.receiver import Receiver

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from scripts import prometheus_conf
 from scripts.nginx_conf import nginx_command, write_local
+from scripts.ready import READY_TIMEOUT_S, log_tail, spawn, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -43,11 +44,7 @@ REDIS_BUS = True
 """Whether replicas get REDIS_URL (the shared Redis bus, leases' control messages). Off, each replica keeps
 its in-process bus and Redis only runs beside them; CLUSTER_REDIS_BUS=1/0 overrides this default."""
 
-READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
-PROBE_TIMEOUT_S = 5.0
-"""One readiness probe's own timeout: above the app's READY_TIMEOUT_S (3 s), so a slow but healthy /readyz on
-a busy machine still counts."""
 
 
 def redis_bus_default() -> bool:
@@ -72,25 +69,6 @@ def port_in_use(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def http_status(url: str, timeout: float = 1.0) -> int | None:
-    """The HTTP status of GET `url`, or None when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (OSError, urllib.error.URLError):
-        return None
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    """The last lines of a log file, for error messages."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _end(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float = STOP_TIMEOUT_S) -> bool:
@@ -284,18 +262,13 @@ class Cluster:
     def _spawn(self, r: Replica) -> None:
         if r.alive():
             raise RuntimeError(f"replica {r.replica_id} is already running (pid {r.pid})")
-        log = open(r.log_path, "ab")  # the child keeps its own copy of the descriptor
-        try:
-            r.proc = subprocess.Popen(
-                [str(r.server or BIN / "a2a-server"), "serve"],
-                cwd=r.cwd or ROOT,
-                env=self.replica_env(r),
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        r.proc = spawn(
+            [str(r.server or BIN / "a2a-server"), "serve"],
+            r.log_path,
+            cwd=r.cwd or ROOT,
+            env=self.replica_env(r),
+            new_session=True,
+        )
 
     def start_replica(self, i: int) -> None:
         """Start replica `i` (on its old port) and wait until it is ready."""
@@ -305,21 +278,11 @@ class Cluster:
     def wait_ready(self, i: int, timeout: float | None = None) -> None:
         """Poll replica `i`'s /readyz until 200 (within `ready_timeout_s` unless `timeout` says otherwise);
         fail early, with its log, if the process exits."""
-        timeout = self.ready_timeout_s if timeout is None else timeout
         r = self.replicas[i]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if r.proc is None or r.proc.poll() is not None:
-                code = r.proc.returncode if r.proc else None
-                raise RuntimeError(
-                    f"replica {r.replica_id} exited (code {code}); {r.log_path}:\n{log_tail(r.log_path)}"
-                )
-            if http_status(r.url + r.ready_path, PROBE_TIMEOUT_S) == 200:
-                return
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"replica {r.replica_id} not ready after {timeout}s; {r.log_path}:\n{log_tail(r.log_path)}"
-        )
+        if r.proc is None:
+            raise RuntimeError(f"replica {r.replica_id} was never started")
+        timeout = self.ready_timeout_s if timeout is None else timeout
+        wait_ready(r.proc, r.url + r.ready_path, f"replica {r.replica_id}", [r.log_path], timeout)
 
     def kill(self, i: int) -> None:
         """SIGKILL replica `i`: no goodbye, as in a crash."""
@@ -348,13 +311,9 @@ class Cluster:
         if self.nginx is not None and self.nginx.poll() is None:
             return
         conf = self._write_nginx_conf()
-        out = open(self.nginx_dir / "nginx.out", "ab")  # the child keeps its own copy
-        try:
-            self.nginx = subprocess.Popen(
-                nginx_command(self.nginx_dir, conf), stdout=out, stderr=out, start_new_session=True
-            )
-        finally:
-            out.close()
+        self.nginx = spawn(
+            nginx_command(self.nginx_dir, conf), self.nginx_dir / "nginx.out", new_session=True
+        )
         self._wait_nginx(self.ready_timeout_s)
 
     def _write_nginx_conf(self) -> Path:
@@ -392,20 +351,10 @@ class Cluster:
                 time.sleep(0.05)
 
     def _wait_nginx(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.nginx is None or self.nginx.poll() is not None:
-                raise RuntimeError(
-                    f"nginx exited; {self.nginx_dir}:\n{log_tail(self.nginx_dir / 'nginx.out')}\n"
-                    f"{log_tail(self.nginx_dir / 'error.log')}"
-                )
-            if http_status(self.nginx_url + "/readyz", PROBE_TIMEOUT_S) == 200:
-                return
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"nginx not ready after {timeout}s; {self.nginx_dir}:\n{log_tail(self.nginx_dir / 'nginx.out')}\n"
-            f"{log_tail(self.nginx_dir / 'error.log')}"
-        )
+        if self.nginx is None:
+            raise RuntimeError("nginx was never started")
+        logs = [self.nginx_dir / "nginx.out", self.nginx_dir / "error.log"]
+        wait_ready(self.nginx, self.nginx_url + "/readyz", "nginx", logs, timeout)
 
     def stop_nginx(self) -> None:
         """Fast shutdown of nginx (SIGTERM: open streams are cut, not drained)."""
@@ -420,24 +369,16 @@ class Cluster:
             return
         targets = [f"127.0.0.1:{r.port}" for r in self.replicas]
         conf = prometheus_conf.write_local(self.prometheus_dir, targets, self.scrape_interval)
-        out = open(self.prometheus_dir / "prometheus.log", "ab")  # the child keeps its own copy
-        try:
-            self.prometheus = subprocess.Popen(
-                prometheus_conf.prometheus_command(self.prometheus_dir, conf, self.prometheus_port),
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        finally:
-            out.close()
-        deadline = time.monotonic() + self.ready_timeout_s
-        while http_status(self.prometheus_url + "/-/ready", PROBE_TIMEOUT_S) != 200:
-            if self.prometheus.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Prometheus did not start; {self.prometheus_dir}:\n"
-                    f"{log_tail(self.prometheus_dir / 'prometheus.log')}"
-                )
-            time.sleep(0.1)
+        log = self.prometheus_dir / "prometheus.log"
+        self.prometheus = spawn(
+            prometheus_conf.prometheus_command(self.prometheus_dir, conf, self.prometheus_port),
+            log,
+            cwd=ROOT,
+            new_session=True,
+        )
+        wait_ready(
+            self.prometheus, self.prometheus_url + "/-/ready", "Prometheus", [log], self.ready_timeout_s
+        )
 
     # -- Redis ---------------------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from fastapi import Request
 
 from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
-from app.settings import Settings
 from app.tasks.service import TaskService
 from app.tasks.workers import WorkerDesk
 
@@ -37,9 +36,17 @@ if TYPE_CHECKING:
 class Components:
     """What `app.wiring.wire` built and runs for one role of the app (health checks read the engine, bus,
     runners and deliverer; the routers the rest). The root app's is the default role's; `roles` holds
-    every role's, the default one first."""
+    every role's, the default one first. The settings the handlers read come as plain values, never the
+    `Settings`."""
 
-    settings: Settings
+    public_url: str
+    """PUBLIC_URL (or its default): discovery's listing names the cards under it."""
+    replica_id: str
+    """REPLICA_ID (or its default): this process's name, for health and the metrics."""
+    sse_keepalive_s: float
+    """SSE_KEEPALIVE_S: the interval of keep-alive comments on idle streams."""
+    console_admins: frozenset[str]
+    """CONSOLE_ADMINS: the principals who may read every principal's tasks and usage."""
     service: TaskService
     card: Card
     input_modes: tuple[str, ...]

@@ -342,7 +342,9 @@ async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: b
         try:
             for _ in range(CANCEL_TRIES):
                 try:
-                    task = await service.cancel(record.owner, task_id, reason=reason, take_over=take_over)
+                    task = await service.cancel(
+                        record.owner, task_id, reason=reason, take_over=take_over, take_over_unheard=False
+                    )
                     break
                 except UnreachableHolderError:
                     take_over = True

@@ -63,7 +63,7 @@ def serve() -> None:
     try:
         app = create_app(settings)
         if settings.grpc_port:
-            check_port(settings)
+            check_port(settings.grpc_host, settings.grpc_port)
     except AdapterError as exc:
         name = "AGENT_OPTIONS" if exc.options else "AGENT_ADAPTER"
         sys.exit(f"error: invalid setting {name}: {exc}")

@@ -1,1 +1,2 @@
-"""The web console's page (index.html, console.js, console.css), served by `app/api/endpoints/console.py`."""
+"""The web console's page (index.html, console.css, and console.js with the ES modules it imports), served as
+written by `app/api/endpoints/console.py`."""

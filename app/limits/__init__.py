@@ -1,8 +1,17 @@
 """Per-principal task-creation rate and open-stream cap behind one interface: in memory (one process) or
-in Redis (every replica shares the same numbers); `build` picks them from the settings."""
+in Redis (every replica shares the same numbers); `build` picks them for a `LimitOptions`."""
 
 from .base import Slot, StreamSlots, TaskRate
-from .factory import Limits, build
+from .factory import LimitOptions, Limits, build
 from .memory import MemoryStreamSlots, MemoryTaskRate
 
-__all__ = ["Limits", "MemoryStreamSlots", "MemoryTaskRate", "Slot", "StreamSlots", "TaskRate", "build"]
+__all__ = [
+    "LimitOptions",
+    "Limits",
+    "MemoryStreamSlots",
+    "MemoryTaskRate",
+    "Slot",
+    "StreamSlots",
+    "TaskRate",
+    "build",
+]

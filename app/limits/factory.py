@@ -1,13 +1,12 @@
-"""The limits of one process, chosen by the settings: in memory alone, shared through Redis when the
+"""The limits of one process, chosen by its `LimitOptions`: in memory alone, shared through Redis when the
 bus has a Redis client (every replica then counts against the same numbers)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from redis.asyncio import Redis
-
-from app.settings import Settings
 
 from .base import StreamSlots, TaskRate
 from .memory import MemoryStreamSlots, MemoryTaskRate
@@ -30,17 +29,57 @@ class Limits:
         await self.streams.aclose()
 
 
-def build(settings: Settings, redis: Redis | None = None, role: str | None = None) -> Limits:
-    """The limits for these settings: shared through `redis` when given, else this process's own; with
+class LimitSettings(Protocol):
+    """What `LimitOptions.from_settings` reads of the server's settings (`settings.Settings`, not imported
+    here)."""
+
+    max_message_parts: int
+    max_message_text_chars: int
+    task_rate_per_min: float
+    task_rate_burst: int
+    max_streams_per_principal: int
+    stream_slot_ttl_s: float
+    replica_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOptions:
+    """The numbers the limits hold to (MAX_MESSAGE_*, TASK_RATE_*, MAX_STREAMS_PER_PRINCIPAL,
+    STREAM_SLOT_TTL_S) and the replica the stream slots are counted for; the defaults are the settings'."""
+
+    replica_id: str
+    max_parts: int = 64
+    max_text: int = 1_000_000
+    rate_per_min: float = 120.0
+    rate_burst: int = 30
+    max_streams: int = 100
+    stream_slot_ttl_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: LimitSettings) -> LimitOptions:
+        s = settings
+        return cls(
+            replica_id=s.replica_id,
+            max_parts=s.max_message_parts,
+            max_text=s.max_message_text_chars,
+            rate_per_min=s.task_rate_per_min,
+            rate_burst=s.task_rate_burst,
+            max_streams=s.max_streams_per_principal,
+            stream_slot_ttl_s=s.stream_slot_ttl_s,
+        )
+
+
+def build(options: LimitOptions, redis: Redis | None = None, role: str | None = None) -> Limits:
+    """The limits of these options: shared through `redis` when given, else this process's own; with
     `role` (a deployment of several roles), counted for that role alone."""
     rate: TaskRate
     streams: StreamSlots
     if redis is None:
-        rate = MemoryTaskRate(settings.task_rate_per_min, settings.task_rate_burst)
-        streams = MemoryStreamSlots(settings.max_streams_per_principal)
+        rate = MemoryTaskRate(options.rate_per_min, options.rate_burst)
+        streams = MemoryStreamSlots(options.max_streams)
     else:
-        rate = RedisTaskRate(redis, settings.task_rate_per_min, settings.task_rate_burst, role)
+        rate = RedisTaskRate(redis, options.rate_per_min, options.rate_burst, role)
         streams = RedisStreamSlots(
-            redis, settings.max_streams_per_principal, settings.replica_id, settings.stream_slot_ttl_s, role
+            redis, options.max_streams, options.replica_id, options.stream_slot_ttl_s, role
         )
-    return Limits(settings.max_message_parts, settings.max_message_text_chars, rate, streams)
+    return Limits(options.max_parts, options.max_text, rate, streams)

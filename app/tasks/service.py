@@ -393,11 +393,12 @@ class TaskService:
         hops: int = 0,
         reason: str | None = None,
         take_over: bool = False,
+        take_over_unheard: bool = True,
     ) -> Task:
         """Cancel the task with `reason` as its status message (default: by the client), where it is
         written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
-        or a holder that did not answer) its lease is taken even from a live holder, which stops its run
-        at its next commit or heartbeat (`LiveTasks.writable`)."""
+        or a holder that did not answer, unless `take_over_unheard` is False) its lease is taken even from
+        a live holder, which stops its run at its next commit or heartbeat (`LiveTasks.writable`)."""
         logs.bind(task_id=task_id)
         try:
             live = await self._tasks.writable(owner, task_id, take_over=take_over)
@@ -410,6 +411,8 @@ class TaskService:
             try:
                 await self._control.forward(held.replica_id, body)
             except UnreachableHolderError:
+                if not take_over_unheard:
+                    raise
                 # Killed, cut off, or Redis restarting: a cancel needs nothing of the holder, so it is
                 # written here over its lease instead of failing (an answer does need its run: it stays 503).
                 log.warning("replica %s did not answer; task %s canceled here", held.replica_id, task_id)

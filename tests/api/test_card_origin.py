@@ -12,13 +12,15 @@ import pytest
 
 from app.agents.echo import EchoAgent
 from app.api.card import build as card
+from app.api.card.options import CardOptions
 from app.settings import Settings
 
 BUILT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def settings_for(**kw: Any) -> Settings:
-    return Settings(_env_file=None, **{"port": 41242, "grpc_port": 0, **kw})
+def options_for(**kw: Any) -> CardOptions:
+    """The card options of the settings `kw` (PORT 41242, no gRPC unless given)."""
+    return CardOptions.from_settings(Settings(_env_file=None, **{"port": 41242, "grpc_port": 0, **kw}))
 
 
 def urls(c: card.Card) -> list[str]:
@@ -37,7 +39,7 @@ def urls(c: card.Card) -> list[str]:
     ],
 )
 def test_a_loopback_host_is_the_cards_origin(host: str, origin: str) -> None:
-    c = card.build_card(settings_for(), EchoAgent(), BUILT).at(host)
+    c = card.build_card(options_for(), EchoAgent(), BUILT).at(host)
     assert {u.removesuffix("/a2a/jsonrpc").removesuffix("/a2a/rest") for u in urls(c)} == {origin}
     v10 = json.loads(c.v10.body)
     assert {i["url"].rsplit("/a2a/", 1)[0] for i in v10["supportedInterfaces"]} == {origin}
@@ -59,13 +61,13 @@ def test_a_loopback_host_is_the_cards_origin(host: str, origin: str) -> None:
     ],
 )
 def test_any_other_host_gets_the_default_card(host: str | None) -> None:
-    default = card.build_card(settings_for(), EchoAgent(), BUILT)
+    default = card.build_card(options_for(), EchoAgent(), BUILT)
     assert default.at(host) is default
     assert set(urls(default)) == {"http://localhost:41242/a2a/jsonrpc", "http://localhost:41242/a2a/rest"}
 
 
 def test_a_public_url_is_never_followed() -> None:
-    c = card.build_card(settings_for(public_url="https://agents.example.com"), EchoAgent(), BUILT)
+    c = card.build_card(options_for(public_url="https://agents.example.com"), EchoAgent(), BUILT)
     assert c.at("127.0.0.1:41242") is c
     assert urls(c)[0] == "https://agents.example.com/a2a/jsonrpc"
 
@@ -75,18 +77,18 @@ def test_grpc_follows_the_origins_host_unless_its_address_is_given() -> None:
         body = json.loads(c.hybrid.body)
         return {i["url"] for i in body["supportedInterfaces"] if i["protocolBinding"] == "GRPC"}
 
-    followed = card.build_card(settings_for(grpc_port=50051), EchoAgent(), BUILT)
+    followed = card.build_card(options_for(grpc_port=50051), EchoAgent(), BUILT)
     assert grpc(followed) == {"localhost:50051"}
     assert grpc(followed.at("127.0.0.1:41242")) == {"127.0.0.1:50051"}
     assert grpc(followed.at("[::1]:41242")) == {"[::1]:50051"}
     given = card.build_card(
-        settings_for(grpc_port=50051, grpc_public_address="grpc.example.com:443"), EchoAgent(), BUILT
+        options_for(grpc_port=50051, grpc_public_address="grpc.example.com:443"), EchoAgent(), BUILT
     )
     assert grpc(given.at("127.0.0.1:41242")) == {"grpc.example.com:443"}
 
 
 def test_each_origin_is_built_once_and_their_number_is_bounded() -> None:
-    default = card.build_card(settings_for(), EchoAgent(), BUILT)
+    default = card.build_card(options_for(), EchoAgent(), BUILT)
     first = default.at("127.0.0.1:41242")
     assert default.at("127.0.0.1:41242") is first, "cached"
     assert first.at("127.0.0.1:41242") is first

@@ -22,6 +22,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from app import roles as roles_
 from app.agents.echo import EchoAgent
 from app.api.card import build as card, signing as card_signing
+from app.api.card.options import CardOptions
 from app.settings import SettingError, Settings
 
 ALGORITHMS = ("ES256", "RS256", "EdDSA")
@@ -82,9 +83,10 @@ def every_variant(settings: Settings) -> dict[str, bytes]:
     """Every card body the server would serve: per role its hybrid and 1.0 variants, and the extended
     card's (auth on, extra skills)."""
     out = {}
+    options = CardOptions.from_settings(settings)
     for name, role in roles_.load(settings).items():
-        public = card.build_card(settings, EchoAgent(), BUILT, role=role)
-        extended = card.build_card(settings, EchoAgent(), BUILT, SKILLS, True, role=role)
+        public = card.build_card(options, EchoAgent(), BUILT, role=role)
+        extended = card.build_card(options, EchoAgent(), BUILT, SKILLS, True, role=role)
         for kind, c in (("public", public), ("extended", extended)):
             out[f"{name}/{kind}/hybrid"] = c.hybrid.body
             out[f"{name}/{kind}/1.0"] = c.v10.body
@@ -155,7 +157,7 @@ def test_false_and_zero_stay_signed_and_empties_go_in_every_variant(tmp_path: Pa
 def test_the_hybrid_and_the_10_variant_carry_the_same_signatures(signed):
     settings, _ = signed
     role = roles_.load(settings)["coder"]
-    c = card.build_card(settings, EchoAgent(), BUILT, role=role)
+    c = card.build_card(CardOptions.from_settings(settings), EchoAgent(), BUILT, role=role)
     hybrid, v10 = json.loads(c.hybrid.body), json.loads(c.v10.body)
     assert hybrid["signatures"] == v10["signatures"]
     assert "url" in hybrid and "url" not in v10
@@ -192,7 +194,9 @@ def test_the_etag_changes_with_the_key_and_not_from_one_replica_to_another(tmp_p
     def etag(**kw: Any) -> str:
         # A fresh signer each time: what another replica (or a restart) with the same settings builds.
         card_signing._signer.cache_clear()
-        return card.build_card(settings_for(**kw), EchoAgent(), BUILT, role=role).hybrid.etag
+        return card.build_card(
+            CardOptions.from_settings(settings_for(**kw)), EchoAgent(), BUILT, role=role
+        ).hybrid.etag
 
     unsigned = etag()
     first = etag(card_signing_key_file=str(es_key), card_signing_kid="k1")
@@ -290,6 +294,6 @@ def _bad_keys(tmp: Path) -> list[tuple[dict[str, str], str, str]]:
 def test_a_key_that_cannot_sign_is_one_clear_setting_error(tmp_path):
     for kw, name, says in _bad_keys(tmp_path):
         with pytest.raises(SettingError) as caught:
-            card_signing.signer(settings_for(**kw))
+            card_signing.signer(CardOptions.from_settings(settings_for(**kw)).signing)
         assert caught.value.name == name, kw
         assert says in str(caught.value) and "\n" not in str(caught.value), (kw, str(caught.value))

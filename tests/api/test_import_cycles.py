@@ -1,11 +1,13 @@
 """No import loop between the modules of `app/`, counting the imports of `if TYPE_CHECKING:` blocks and those
-inside functions: every import is read from the source, none is run; and each room of `app/api/` imports only
-what its `__init__.py` says it may (docs/ARCHITECTURE.md, Rooms)."""
+inside functions: every import is read from the source, none is run; each room of `app/api/` imports only
+what its `__init__.py` says it may; and neither `app/api/` nor `app/limits/` imports the settings
+(docs/ARCHITECTURE.md, Rooms)."""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import app
@@ -123,3 +125,27 @@ def test_each_room_imports_only_what_it_may() -> None:
     assert top == {"app.api", *(f"app.api.{leaf}" for leaf in LEAVES)}, "a new module at the top of app/api/"
     wrong = sorted(f"{m} -> {i}" for m, imported in graph.items() for i in imported if not may_import(m, i))
     assert not wrong, "imports against the rooms' rules (their __init__.py): " + ", ".join(wrong)
+
+
+def test_the_edge_and_the_limits_never_import_the_settings() -> None:
+    """The rule of docs/ARCHITECTURE.md: `grep -rn app.settings app/api app/limits` is empty. They get options
+    objects built from the settings where the app is assembled (`AuthOptions`, `CardOptions`, `GrpcOptions`,
+    `LimitOptions`, the plain values of `Components`), as the agents get their `AgentOptions`."""
+    graph = imports(ROOT)
+    below = ("app.api", "app.limits")
+    wrong = sorted(
+        f"{m} -> {i}"
+        for m, imported in graph.items()
+        if m.startswith(below)
+        for i in imported
+        if i.startswith("app.settings")
+    )
+    assert not wrong, "modules of app/api or app/limits import the settings: " + ", ".join(wrong)
+    named = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for room in ("api", "limits")
+        for p in sorted((ROOT / "app" / room).rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"app\.settings|get_settings", line)
+    ]
+    assert named == []

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from app.api.edge.auth import hash_key
-from scripts.cluster import log_tail
+from scripts.ready import log_tail
 from tests.conftest import make_server
 from tests.support.clis import FAKES, alive, find_process, response_text, send_message, wait_for_process
 from tests.support.rpc import result

@@ -41,7 +41,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from scripts.cluster import log_tail
+from scripts.ready import log_tail
 from tests.cluster.test_chaos_load import V10, Client, Figures, event_log, reason, rpc
 from tests.conftest import _fresh_pg_database
 from tests.support.cluster import Cluster

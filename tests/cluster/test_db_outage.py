@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from scripts.cluster import log_tail
+from scripts.ready import log_tail
 from tests.cluster.test_chaos_load import Client, event_log, reason, rpc, streaming_script
 from tests.conftest import _fresh_pg_database
 from tests.support.cluster import Cluster

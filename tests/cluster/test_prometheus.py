@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from scripts.cluster import log_tail, port_in_use
+from scripts.cluster import port_in_use
 from scripts.grafana_dashboard import DASHBOARD
+from scripts.ready import log_tail
 from tests.conftest import _fresh_pg_database
 from tests.support.rpc import send
 from tests.support.server import free_port

@@ -18,8 +18,10 @@ from tests.conftest import make_server
 from tests.support.auth import api_keys_env, key_of
 from tests.support.browser import Browser, Watch, sign_in
 from tests.support.rpc import start_v10
-from tests.support.server import ServerProcess
+from tests.support.server import ROOT, ServerProcess
 
+CONSOLE_FILES = ROOT / "app" / "console"
+"""The page's files as committed (served from the package as they are)."""
 WAIT_MS = 15_000
 """Longest a test waits for the page to show something (a wait, never a measure: the list refreshes
 every 0.7 s)."""
@@ -271,15 +273,16 @@ async def test_hostile_output_is_shown_as_text_and_runs_nothing(
 
 
 async def test_the_page_carries_a_strict_policy(console_server: ServerProcess) -> None:
+    # Every ES module the page imports (app/console/*.js), served as a script the policy allows.
+    modules = [f"/console/assets/{p.name}" for p in sorted(CONSOLE_FILES.glob("*.js"))]
+    assert "/console/assets/console.js" in modules
     async with httpx.AsyncClient(base_url=console_server.base_url, timeout=30) as c:
-        for path in (
-            "/console",
-            "/console/tasks/x",
-            "/console/assets/console.js",
-            "/console/assets/console.css",
-        ):
+        for path in ("/console", "/console/tasks/x", *modules, "/console/assets/console.css"):
             resp = await c.get(path)
             assert resp.status_code == 200, path
+            if path.endswith(".js"):
+                assert resp.headers["content-type"] == "text/javascript; charset=utf-8", path
+                assert resp.headers["cache-control"] == "no-cache", path
             csp = resp.headers["content-security-policy"]
             assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
             assert "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp

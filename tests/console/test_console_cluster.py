@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from playwright.async_api import Page, expect
 
-from scripts.cluster import log_tail
+from scripts.ready import log_tail
 from tests.support.browser import Browser, Watch
 from tests.support.cluster import TEST_ENV, Cluster
 from tests.support.rpc import result, start_v10

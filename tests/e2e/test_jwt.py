@@ -14,6 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from app.api.edge.auth import AuthOptions
 from app.api.edge.jwks import InvalidTokenError, JwtVerifier
 from app.settings import Settings
 from tests.conftest import make_server
@@ -176,7 +177,7 @@ async def test_unknown_kids_refetch_at_most_once_per_interval(jwks):
         jwt_audience=AUDIENCE,
         jwks_refresh_min_s=3600,
     )
-    verifier = JwtVerifier(settings)
+    verifier = JwtVerifier(AuthOptions.from_settings(settings).jwt)
     try:
         hits = jwks.hits
         for i in range(5):

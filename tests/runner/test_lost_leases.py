@@ -24,7 +24,7 @@ from sqlalchemy import select, update
 
 from app.agents.sdk import TaskContext
 from app.api.deps import Components
-from app.api.edge.auth import Authenticator
+from app.api.edge.auth import Authenticator, AuthOptions
 from app.api.errors import http_headers
 from app.cli.admin import tasks_cancel
 from app.protocol.model import TaskState, utcnow
@@ -73,7 +73,7 @@ class Agent:
 async def replica(db: Path, agent: Agent, replica_id: str, **overrides: Any) -> AsyncIterator[Components]:
     # No agent timeout within the test: only what the test is about may stop a run.
     settings = settings_for(db, replica_id=replica_id, agent_timeout_s=600.0, **overrides)
-    async with wire(settings, ScriptAgent(agent), Authenticator(settings)) as c:
+    async with wire(settings, ScriptAgent(agent), Authenticator(AuthOptions.from_settings(settings))) as c:
         yield c
 
 
@@ -129,7 +129,7 @@ async def until_idle(c: Components) -> None:
 async def start_on_r1(r1: Components, agent: Agent) -> str:
     task_id = (await send(r1, "work", blocking=False)).id
     await until(r1, task_id, TaskState.WORKING)
-    assert (await lease(r1, task_id))[0] == r1.settings.replica_id
+    assert (await lease(r1, task_id))[0] == r1.replica_id
     return task_id
 
 
@@ -355,12 +355,12 @@ async def test_an_answer_the_holder_cannot_hear_is_a_503_to_send_again_not_an_in
         wire(
             settings_for(db, replica_id="r1", **settings),
             ScriptAgent(Asker()),
-            Authenticator(settings_for(db)),
+            Authenticator(AuthOptions.from_settings(settings_for(db))),
         ) as r1,
         wire(
             settings_for(db, replica_id="r2", **settings),
             ScriptAgent(Asker()),
-            Authenticator(settings_for(db)),
+            Authenticator(AuthOptions.from_settings(settings_for(db))),
         ) as r2,
     ):
         task_id = (await send(r1, "work", blocking=False)).id

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from app.agents.sdk import TaskContext
 from app.api.deps import Components
-from app.api.edge.auth import Authenticator
+from app.api.edge.auth import Authenticator, AuthOptions
 from app.protocol.model import PushConfig, TaskState
 from app.store.models import EventRow, PushConfigRow, PushOutboxRow
 from app.tasks import control
@@ -42,7 +42,7 @@ async def replica(db: Path, agent: Agent, replica_id: str) -> AsyncIterator[Comp
     settings = settings_for(
         db, replica_id=replica_id, agent_timeout_s=600.0, lease_ttl_s=60.0, push_deliver=False
     )
-    async with wire(settings, ScriptAgent(agent), Authenticator(settings)) as c:
+    async with wire(settings, ScriptAgent(agent), Authenticator(AuthOptions.from_settings(settings))) as c:
         yield c
 
 

@@ -154,3 +154,32 @@ def test_grpc_port_in_use_is_one_clear_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"error: invalid setting GRPC_PORT: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+def test_the_settings_class_follows_the_sections_of_docs_settings_md() -> None:
+    """`Settings` lists every setting under the header of the docs/settings.md section that documents it, the
+    sections in the docs' order, so the two are read side by side."""
+    import re
+
+    documented: dict[str, str] = {}
+    docs_order: list[str] = []
+    section = ""
+    for line in (ROOT / "docs" / "settings.md").read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            docs_order.append(section)
+        elif line.startswith("| `"):
+            for name in re.findall(r"`([A-Z0-9_]+)`", line.split("|")[1]):
+                documented[name.lower()] = section
+    declared: dict[str, str] = {}
+    code_order: list[str] = []
+    section = ""
+    for line in (ROOT / "app" / "settings.py").read_text().splitlines():
+        if header := re.fullmatch(r"    # ---- (.+) ----", line):
+            section = header[1]
+            code_order.append(section)
+        elif field := re.match(r"    ([a-z][a-z0-9_]*): ", line):
+            declared[field[1]] = section
+    assert code_order[: len(docs_order)] == docs_order
+    assert set(declared) == set(Settings.model_fields) == set(documented)
+    assert {n: s for n, s in declared.items() if documented[n] != s} == {}

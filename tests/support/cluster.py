@@ -16,7 +16,7 @@ from pathlib import Path
 
 import scripts.cluster
 from scripts.cluster import REDIS_BUS, Cluster as _Cluster, Replica
-from tests.support.server import READY_TIMEOUT_S, STOP_TIMEOUT_S, free_port
+from tests.support.server import STOP_TIMEOUT_S, free_port
 
 # The clusters tests start take their ports from this test process's own range, as its servers do.
 scripts.cluster.free_port = free_port
@@ -66,7 +66,6 @@ class Cluster(_Cluster):
             scrape_interval="1s",
         )
         self.stop_timeout_s = STOP_TIMEOUT_S
-        self.ready_timeout_s = READY_TIMEOUT_S
 
     def migrate(self) -> None:
         if not self.migrated:

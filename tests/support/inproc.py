@@ -13,7 +13,7 @@ from typing import Any
 
 from app.agents.sdk import Agent, TaskContext
 from app.api.deps import Components
-from app.api.edge.auth import Authenticator
+from app.api.edge.auth import Authenticator, AuthOptions
 from app.protocol.model import (
     EventRecord,
     Message,
@@ -119,7 +119,7 @@ async def running(
     settings = settings_for(db, **overrides)
     agent = ScriptAgent(script)
     agent.pure = pure
-    async with wire(settings, agent, Authenticator(settings)) as components:
+    async with wire(settings, agent, Authenticator(AuthOptions.from_settings(settings))) as components:
         yield components
 
 

@@ -10,24 +10,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import httpx
 
-from scripts.cluster import log_tail
+from scripts.ready import READY_TIMEOUT_S, start, tails
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-
-READY_TIMEOUT_S = 120.0
-"""How long a server may take to answer /readyz: a cold start on a busy 2-core machine beside the other xdist
-worker. A wait on a state, so it costs nothing when all is well."""
-PROBE_TIMEOUT_S = 5.0
-"""One /readyz probe's own timeout: above the app's READY_TIMEOUT_S (3 s), so a slow but healthy answer
-counts."""
 STOP_TIMEOUT_S = 60.0
 """How long a graceful exit may take (uvicorn's own grace is 5 s) before the process is killed."""
 
@@ -85,27 +77,13 @@ class ServerProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of its log, for failure messages."""
-        return f"{self.log_path}:\n{log_tail(self.log_path, lines)}"
+        return tails([self.log_path], lines)
 
     def start(self) -> None:
         """Start it and wait until /readyz answers 200 (migrated, bus up, runners open); a process that exits
         or is not ready in time fails with its log tail and is not left running."""
-        with open(self.log_path, "ab") as log:  # the child keeps its own copy
-            self.proc = subprocess.Popen(
-                [str(BIN / "a2a-server"), "serve"], cwd=ROOT, env=self.env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited (code {self.proc.returncode}); {self.log_tail()}")
-            try:
-                if httpx.get(self.base_url + "/readyz", timeout=PROBE_TIMEOUT_S).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"server not ready after {READY_TIMEOUT_S:.0f}s (killed); {self.log_tail()}")
+        cmd = [str(BIN / "a2a-server"), "serve"]
+        self.proc = start(cmd, self.base_url + "/readyz", "server", self.log_path, cwd=ROOT, env=self.env)
 
     def stop(self, must_be_graceful: bool = False) -> None:
         """SIGTERM and wait for the exit; SIGKILL after STOP_TIMEOUT_S. `must_be_graceful`: a test about

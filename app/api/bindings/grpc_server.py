@@ -28,7 +28,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from google.protobuf import json_format
@@ -37,6 +37,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2  # noqa: F401  (ErrorInfo joins the pool for ParseDict)
 
+from app.agents.errors import SettingError
 from app.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -44,7 +45,6 @@ from app.protocol.errors import (
     PermissionDeniedError,
     VersionNotSupportedError,
 )
-from app.settings import SettingError, Settings
 from app.telemetry import logs, traces
 
 from ..card.build import ROLE_METADATA
@@ -377,17 +377,39 @@ async def abort(context: grpc.aio.ServicerContext, err: A2AError, version: str) 
     raise AssertionError("abort returns only by raising")  # pragma: no cover
 
 
-def check_port(settings: Settings) -> None:
-    """Refuse at start-up, in one line, a gRPC port another process holds."""
+class GrpcSettings(Protocol):
+    """What `GrpcOptions.from_settings` reads of the settings (`settings.Settings`, not imported here)."""
+
+    grpc_host: str
+    grpc_port: int
+    max_body_bytes: int
+    workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcOptions:
+    """Where the gRPC server listens (GRPC_HOST, GRPC_PORT) and the largest request it takes
+    (MAX_BODY_BYTES); `reuse_port` with WORKERS above 1: sibling worker processes share the port."""
+
+    host: str
+    port: int
+    max_body_bytes: int = 10 * 1024 * 1024
+    reuse_port: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: GrpcSettings) -> GrpcOptions:
+        return cls(settings.grpc_host, settings.grpc_port, settings.max_body_bytes, settings.workers > 1)
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse at start-up, in one line, a gRPC port (GRPC_HOST:GRPC_PORT) another process holds."""
     try:
-        infos = socket.getaddrinfo(settings.grpc_host, settings.grpc_port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         with socket.socket(infos[0][0], socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(infos[0][4])
     except OSError as exc:
-        raise SettingError(
-            "GRPC_PORT", f"cannot listen on {settings.grpc_host}:{settings.grpc_port}: {exc.strerror or exc}"
-        ) from None
+        raise SettingError("GRPC_PORT", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,22 +426,21 @@ class Running:
 
 
 async def start(
-    components: Components, authenticator: Authenticator, services: tuple[Service, ...]
+    components: Components, authenticator: Authenticator, services: tuple[Service, ...], options: GrpcOptions
 ) -> Running:
     """The gRPC server listening on GRPC_HOST:GRPC_PORT with `services`; started."""
-    settings = components.settings
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.max_receive_message_length", options.max_body_bytes),
             # gRPC shares a port between processes by default; a second server must fail instead, unless
             # it is a sibling worker (WORKERS): then every worker listens on the port and the kernel spreads
             # the connections, as for HTTP.
-            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+            ("grpc.so_reuseport", 1 if options.reuse_port else 0),
         ]
     )
     binding = Binding(components, authenticator)
     server.add_generic_rpc_handlers(tuple(binding.handlers(s) for s in services))
-    address = f"{settings.grpc_host}:{settings.grpc_port}"
+    address = f"{options.host}:{options.port}"
     try:
         server.add_insecure_port(address)
     except RuntimeError as exc:

@@ -90,7 +90,7 @@ async def _one(request: Request, item: Any, batched: bool, header_v10: bool) -> 
             return SseResponse(
                 items,
                 lambda it: {"jsonrpc": "2.0", "id": rid, "result": encode(it)},
-                call.c.settings.sse_keepalive_s,
+                call.c.sse_keepalive_s,
             )
         handler = table.get(method)
         if handler is None:

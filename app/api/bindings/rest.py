@@ -116,7 +116,7 @@ class RestBinding:
             call = self.call_of(request)
             args = await params(request)
             items, encode = await open_stream(call, lambda: handler(args, call))
-            return SseResponse(items, encode, call.c.settings.sse_keepalive_s)
+            return SseResponse(items, encode, call.c.sse_keepalive_s)
 
         return endpoint
 

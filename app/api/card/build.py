@@ -1,7 +1,7 @@
 """The agent card, built and rendered: what `routes.py` serves at `/.well-known/agent-card.json` (and the
 `agent.json` alias), and the extended card operations return, cache-friendly.
 
-The card is built once at start-up from the settings and the active agent; it advertises only what
+The card is built once at start-up from a `CardOptions` and the active agent; it advertises only what
 works: streaming, push notifications and state-transition history yes, the authenticated extended card
 when one is configured (and authentication is on), and the security schemes in force.
 
@@ -36,15 +36,17 @@ from urllib.parse import urlsplit
 import orjson
 from fastapi import Request, Response
 
+from app.agents.errors import SettingError
 from app.agents.sdk import Agent
 from app.protocol import json_v03, protojson_v10
+from app.protocol.extensions import extension_entry
 from app.roles import Role
-from app.settings import SettingError, Settings, extension_entry
 
 from ..edge.auth import security_fields
 from ..extensions import Declared
 from ..versions import raw_version
 from . import signing
+from .options import CardOptions
 
 ROLE_METADATA = "a2a-role"
 """The gRPC request metadata that selects a role (the HTTP bindings select it by URL)."""
@@ -183,16 +185,16 @@ def v10_only(card: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def extended_skills(settings: Settings) -> list[dict[str, Any]] | None:
+def extended_skills(options: CardOptions) -> list[dict[str, Any]] | None:
     """The extra skills of the authenticated extended card, or None when there is none to serve.
 
     From EXTENDED_CARD_SKILLS (JSON) and EXTENDED_CARD_FILE (a JSON list, or `{"skills": [...]}`); with
     AUTH_MODE=off nobody is authenticated, so no extended card is served.
     """
-    skills = list(settings.extended_card_skills)
-    if settings.extended_card_file:
+    skills = list(options.extended_skills)
+    if options.extended_file:
         try:
-            with open(settings.extended_card_file, "rb") as f:
+            with open(options.extended_file, "rb") as f:
                 loaded = orjson.loads(f.read())
         except (OSError, orjson.JSONDecodeError) as exc:
             raise SettingError("EXTENDED_CARD_FILE", f"cannot read it as JSON: {exc}") from None
@@ -209,12 +211,12 @@ def extended_skills(settings: Settings) -> list[dict[str, Any]] | None:
             raise SettingError(
                 "EXTENDED_CARD_SKILLS", "each skill needs string id, name, description (and a list of tags)"
             )
-    if not skills or settings.auth_mode == "off":
+    if not skills or options.auth.off:
         return None
     return [{"tags": [], **s} for s in skills]
 
 
-def card_extensions(settings: Settings, agent: Agent) -> list[dict[str, Any]]:
+def card_extensions(options: CardOptions, agent: Agent) -> list[dict[str, Any]]:
     """The agent's extensions (`Agent.extensions`), then CARD_EXTENSIONS (which replace the agent's entry
     of the same URI), as the card prints them."""
     merged: dict[str, dict[str, Any]] = {}
@@ -230,13 +232,13 @@ def card_extensions(settings: Settings, agent: Agent) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise SettingError("AGENT_ADAPTER", f"{type(agent).__name__}.extensions: {exc}") from None
         merged[entry["uri"]] = entry
-    for entry in settings.card_extensions:
+    for entry in options.extensions:
         merged[entry["uri"]] = entry
     return list(merged.values())
 
 
 def build_card(
-    settings: Settings,
+    options: CardOptions,
     agent: Agent,
     built_at: datetime,
     extra_skills: list[dict[str, Any]] | None = None,
@@ -249,18 +251,67 @@ def build_card(
     With `role`, the card of that role: its endpoints under the role's path, its card overrides, and (when
     it is not the default role) the gRPC metadata that selects it, as an optional extension. `origin`: the
     loopback origin it is seen through when no PUBLIC_URL is set (`Card.at`)."""
-    origin = origin or settings.public_url
-    base = origin + (role.path if role is not None else "")
-    url = f"{base}/a2a/jsonrpc"
-    # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
-    rest_url = f"{base}/a2a/rest"
-    grpc_address = settings.grpc_public_address if settings.grpc_port else ""
-    if grpc_address and origin != settings.public_url and settings.grpc_follows_host:
-        host = urlsplit(origin).hostname or "localhost"
-        grpc_address = f"[{host}]:{settings.grpc_port}" if ":" in host else f"{host}:{settings.grpc_port}"
+    origin = origin or options.public_url
+    grpc_address = _grpc_address(options, origin)
     overrides = role.entry.card if role is not None else None
     name = (overrides and overrides.name) or agent.name
-    skills = [
+    skills = _skills(agent) if overrides is None or overrides.skills is None else list(overrides.skills)
+    extensions = card_extensions(options, agent)
+    if role is not None and role.path and grpc_address:
+        extensions.append(_role_extension(role))
+    card: dict[str, Any] = {
+        "name": name,
+        "description": (overrides and overrides.description)
+        or agent.description
+        or f"{name} behind the A2A protocol",
+        **_interfaces(origin + (role.path if role is not None else ""), grpc_address),
+        "version": _server_version(),
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": True,
+            "stateTransitionHistory": True,
+            **({"extendedAgentCard": True} if has_extended else {}),
+            **({"extensions": extensions} if extensions else {}),
+        },
+        "defaultInputModes": list(agent.input_modes),
+        "defaultOutputModes": list(agent.output_modes),
+        "skills": skills + (extra_skills or []),
+        "supportsAuthenticatedExtendedCard": has_extended,
+        **security_fields(options.auth),
+    }
+    signer = signing.signer(options.signing)
+    if signer is not None:
+        # Over the card as the v1.0 AgentCard proto sees it: the same for both variants.
+        card["signatures"] = signer.signatures(v10_only(card))
+    return Card(
+        hybrid=Variant.of(card),
+        v10=Variant.of(v10_only(card)),
+        default_v10=options.compat == "1.0",
+        last_modified=format_datetime(built_at, usegmt=True),
+        max_age=options.max_age_s,
+        extensions=Declared.of(extensions),
+        origin=origin,
+        rebuild=(
+            (lambda o: build_card(options, agent, built_at, extra_skills, has_extended, role, o))
+            if options.follows_host
+            else None
+        ),
+    )
+
+
+def _grpc_address(options: CardOptions, origin: str) -> str:
+    """The `host:port` the card names for gRPC ("" without gRPC): GRPC_PUBLIC_ADDRESS, or with none given
+    and the card seen through another origin, that origin's host with GRPC_PORT."""
+    grpc_address = options.grpc_public_address if options.grpc_port else ""
+    if grpc_address and origin != options.public_url and options.grpc_follows_host:
+        host = urlsplit(origin).hostname or "localhost"
+        grpc_address = f"[{host}]:{options.grpc_port}" if ":" in host else f"{host}:{options.grpc_port}"
+    return grpc_address
+
+
+def _skills(agent: Agent) -> list[dict[str, Any]]:
+    """The agent's skills as the card prints them."""
+    return [
         {
             "id": s.id,
             "name": s.name,
@@ -272,23 +323,25 @@ def build_card(
         }
         for s in agent.skills
     ]
-    if overrides is not None and overrides.skills is not None:
-        skills = list(overrides.skills)
-    extensions = card_extensions(settings, agent)
-    if role is not None and role.path and grpc_address:
-        extensions.append(
-            {
-                "uri": ROLE_EXTENSION,
-                "description": f"gRPC: send the request metadata {ROLE_METADATA}: {role.name}",
-                "required": False,
-                "params": {"grpcMetadata": {ROLE_METADATA: role.name}, "role": role.name},
-            }
-        )
-    card: dict[str, Any] = {
-        "name": name,
-        "description": (overrides and overrides.description)
-        or agent.description
-        or f"{name} behind the A2A protocol",
+
+
+def _role_extension(role: Role) -> dict[str, Any]:
+    """The optional extension that tells a gRPC client the request metadata selecting `role`."""
+    return {
+        "uri": ROLE_EXTENSION,
+        "description": f"gRPC: send the request metadata {ROLE_METADATA}: {role.name}",
+        "required": False,
+        "params": {"grpcMetadata": {ROLE_METADATA: role.name}, "role": role.name},
+    }
+
+
+def _interfaces(base: str, grpc_address: str) -> dict[str, Any]:
+    """The card's endpoints under `base` (and gRPC's at `grpc_address`, if any), in the fields of both
+    versions."""
+    url = f"{base}/a2a/jsonrpc"
+    # HTTP+JSON: one base URL for both versions; v0.3 clients append `/v1` themselves.
+    rest_url = f"{base}/a2a/rest"
+    return {
         # v1.0: every interface with its version, the preferred first.
         "supportedInterfaces": [
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": protojson_v10.PROTOCOL_VERSION},
@@ -314,38 +367,7 @@ def build_card(
             {"url": rest_url, "transport": "HTTP+JSON"},
             *([{"url": grpc_address, "transport": "GRPC"}] if grpc_address else []),
         ],
-        "version": _server_version(),
-        "capabilities": {
-            "streaming": True,
-            "pushNotifications": True,
-            "stateTransitionHistory": True,
-            **({"extendedAgentCard": True} if has_extended else {}),
-            **({"extensions": extensions} if extensions else {}),
-        },
-        "defaultInputModes": list(agent.input_modes),
-        "defaultOutputModes": list(agent.output_modes),
-        "skills": skills + (extra_skills or []),
-        "supportsAuthenticatedExtendedCard": has_extended,
-        **security_fields(settings),
     }
-    signer = signing.signer(settings)
-    if signer is not None:
-        # Over the card as the v1.0 AgentCard proto sees it: the same for both variants.
-        card["signatures"] = signer.signatures(v10_only(card))
-    return Card(
-        hybrid=Variant.of(card),
-        v10=Variant.of(v10_only(card)),
-        default_v10=settings.card_compat == "1.0",
-        last_modified=format_datetime(built_at, usegmt=True),
-        max_age=settings.card_max_age_s,
-        extensions=Declared.of(extensions),
-        origin=origin,
-        rebuild=(
-            (lambda o: build_card(settings, agent, built_at, extra_skills, has_extended, role, o))
-            if settings.follows_host
-            else None
-        ),
-    )
 
 
 def _matches(if_none_match: str, etag: str) -> bool:

@@ -34,7 +34,7 @@ from google.protobuf import json_format
 from jwt import PyJWK
 from jwt.exceptions import PyJWTError
 
-from app.settings import SettingError, Settings
+from app.agents.errors import SettingError
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
 ALGORITHMS = ("ES256", "RS256", "EdDSA")
@@ -195,7 +195,18 @@ def _signer(files: str, kids: str, jku: str) -> Signer | None:
     return Signer(keys, jku)
 
 
-def signer(settings: Settings) -> Signer | None:
-    """The card signer of these settings (loaded once per key set), or None when cards are not signed.
+@dataclass(frozen=True, slots=True)
+class SigningOptions:
+    """The CARD_SIGNING_* settings, as given (`signer` checks them); part of `build.CardOptions`."""
+
+    key_files: str = ""
+    """CARD_SIGNING_KEY_FILE: comma-separated; empty: cards are not signed."""
+    kids: str = ""
+    """CARD_SIGNING_KID: comma-separated, in the files' order."""
+    jku: str = ""
+
+
+def signer(options: SigningOptions) -> Signer | None:
+    """The card signer of these options (loaded once per key set), or None when cards are not signed.
     Raises SettingError, in one line, for a key that cannot sign."""
-    return _signer(settings.card_signing_key_file, settings.card_signing_kid, settings.card_signing_jku)
+    return _signer(options.key_files, options.kids, options.jku)

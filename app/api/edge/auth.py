@@ -2,7 +2,7 @@
 
 The guard middleware (`auth_guard.py`) asks `Authenticator.authenticate` for every route but the card and the
 health checks; the principal's name becomes the `owner` of everything the call creates or reads. The card
-declares the same schemes (`security_fields`).
+declares the same schemes (`security_fields`). Both are built from an `AuthOptions`, never the settings.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import hashlib
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
+from app.agents.errors import SettingError
 from app.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
-from app.settings import SettingError, Settings
 
-from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, JwtVerifier
+from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, JwtOptions, JwtVerifier
 
 ANONYMOUS = "anonymous"
 REALM = "a2a"
@@ -32,6 +32,71 @@ class Principal:
     worker: bool = False
     """A remote worker's credential (WORKER_KEYS, or a JWT with WORKER_JWT_SCOPE): the worker endpoints
     only."""
+
+
+class AuthSettings(Protocol):
+    """What `AuthOptions.from_settings` reads of the server's settings (`settings.Settings`, not imported
+    here)."""
+
+    auth_mode: Literal["required", "off"]
+    api_keys: dict[str, str]
+    worker_keys: dict[str, str]
+    worker_jwt_scope: str
+    jwt_jwks_url: str
+    jwt_issuer: str
+    jwt_audience: str
+    jwt_required_scopes: str
+    jwt_algorithms: str
+    jwt_principal_claim: str
+    jwt_leeway_s: float
+    jwks_cache_s: float
+    jwks_refresh_min_s: float
+    oidc_discovery_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthOptions:
+    """Who may call, and with what: what `Authenticator` and the card's schemes (`security_fields`) are built
+    from, once at start-up, instead of the server's settings. The defaults are the settings'."""
+
+    mode: Literal["required", "off"] = "required"
+    """AUTH_MODE."""
+    api_keys: Mapping[str, str] = field(default_factory=dict)
+    """API_KEYS: sha256 hex of a key → principal name."""
+    worker_keys: Mapping[str, str] = field(default_factory=dict)
+    """WORKER_KEYS: sha256 hex of a worker's key → worker name."""
+    worker_jwt_scope: str = "a2a:worker"
+    jwt: JwtOptions = field(default_factory=JwtOptions)
+    """The JWT_* and JWKS_* settings; `jwt.jwks_url` empty: no JWTs."""
+    oidc_discovery_url: str = ""
+    """Advertised by the card, when set, as the JWT scheme's openIdConnect URL."""
+
+    @property
+    def off(self) -> bool:
+        return self.mode == "off"
+
+    @classmethod
+    def from_settings(cls, settings: AuthSettings) -> AuthOptions:
+        """The options of these settings, as given: `Authenticator` and `JwtVerifier` check them."""
+        s = settings
+        return cls(
+            mode=s.auth_mode,
+            api_keys=dict(s.api_keys),
+            worker_keys=dict(s.worker_keys),
+            worker_jwt_scope=s.worker_jwt_scope,
+            jwt=JwtOptions(
+                jwks_url=s.jwt_jwks_url,
+                issuer=s.jwt_issuer,
+                audience=s.jwt_audience,
+                scopes=tuple(x for x in s.jwt_required_scopes.replace(",", " ").split() if x),
+                algorithms=s.jwt_algorithms,
+                principal_claim=s.jwt_principal_claim,
+                leeway_s=s.jwt_leeway_s,
+                cache_s=s.jwks_cache_s,
+                refresh_min_s=s.jwks_refresh_min_s,
+            ),
+            oidc_discovery_url=s.oidc_discovery_url,
+        )
 
 
 def hash_key(key: str) -> str:
@@ -54,16 +119,18 @@ def challenge(err: A2AError) -> str:
 
 
 class Authenticator:
-    def __init__(self, settings: Settings) -> None:
-        self.off = settings.auth_mode == "off"
-        self.keys: Mapping[str, str] = {} if self.off else dict(settings.api_keys)
-        self.worker_keys: Mapping[str, str] = dict(settings.worker_keys)
-        self.worker_scope = settings.worker_jwt_scope
+    def __init__(self, options: AuthOptions) -> None:
+        self.options = options
+        """What it was built from (the cards declare the same schemes)."""
+        self.off = options.off
+        self.keys: Mapping[str, str] = {} if self.off else dict(options.api_keys)
+        self.worker_keys: Mapping[str, str] = dict(options.worker_keys)
+        self.worker_scope = options.worker_jwt_scope
         overlap = set(self.keys) & set(self.worker_keys)
         if overlap:
             raise SettingError("WORKER_KEYS", "a key cannot be both an API key and a worker key")
         try:
-            self.jwt = JwtVerifier(settings) if settings.jwt_jwks_url and not self.off else None
+            self.jwt = JwtVerifier(options.jwt) if options.jwt.jwks_url and not self.off else None
         except JwtConfigError as exc:
             raise SettingError("JWT_JWKS_URL", str(exc)) from None
         if not self.off and not self.keys and self.jwt is None:
@@ -125,18 +192,18 @@ class Authenticator:
         return principal
 
 
-def security_fields(settings: Settings) -> dict[str, Any]:
+def security_fields(options: AuthOptions) -> dict[str, Any]:
     """The card's security declarations for both versions in one document.
 
     v0.3 reads OpenAPI-style schemes (`type`, ...) and `security`; v1.0 reads one-of wrappers
     (`apiKeySecurityScheme`, ...) and `securityRequirements`. Each scheme object carries both forms, as
     a2a-python's hybrid card does; each reader ignores the other's fields.
     """
-    if settings.auth_mode == "off":
+    if options.off:
         return {}
     schemes: dict[str, dict[str, Any]] = {}
     scopes: dict[str, list[str]] = {}
-    if settings.api_keys:
+    if options.api_keys:
         schemes["apiKey"] = {
             "type": "apiKey",
             "in": "header",
@@ -151,14 +218,14 @@ def security_fields(settings: Settings) -> dict[str, Any]:
             "httpAuthSecurityScheme": {"scheme": "Bearer"},
         }
         scopes["apiKey"] = scopes["bearer"] = []
-    if settings.jwt_jwks_url:
-        if settings.oidc_discovery_url:
+    if options.jwt.jwks_url:
+        if options.oidc_discovery_url:
             schemes["oidc"] = {
                 "type": "openIdConnect",
-                "openIdConnectUrl": settings.oidc_discovery_url,
-                "openIdConnectSecurityScheme": {"openIdConnectUrl": settings.oidc_discovery_url},
+                "openIdConnectUrl": options.oidc_discovery_url,
+                "openIdConnectSecurityScheme": {"openIdConnectUrl": options.oidc_discovery_url},
             }
-            scopes["oidc"] = settings.jwt_scopes
+            scopes["oidc"] = list(options.jwt.scopes)
         else:
             schemes["jwt"] = {
                 "type": "http",
@@ -166,7 +233,7 @@ def security_fields(settings: Settings) -> dict[str, Any]:
                 "bearerFormat": "JWT",
                 "httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"},
             }
-            scopes["jwt"] = settings.jwt_scopes
+            scopes["jwt"] = list(options.jwt.scopes)
     return {
         "securitySchemes": schemes,
         "security": [{name: s} for name, s in scopes.items()],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -17,7 +18,6 @@ import jwt
 from jwt import PyJWK, PyJWKSet
 
 from app.protocol.errors import PermissionDeniedError, UnauthenticatedError
-from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +51,44 @@ def token_scopes(claims: dict[str, Any]) -> frozenset[str]:
     return frozenset(found)
 
 
+@dataclass(frozen=True, slots=True)
+class JwtOptions:
+    """What the verifier and its JWKS fetcher run with: the JWT_* and JWKS_* settings, as given (checked by
+    `JwtVerifier`). Built by `auth.AuthOptions.from_settings`; the defaults are the settings'."""
+
+    jwks_url: str = ""
+    """JWT_JWKS_URL; empty: no JWT authentication."""
+    issuer: str = ""
+    audience: str = ""
+    scopes: tuple[str, ...] = ()
+    """JWT_REQUIRED_SCOPES, split."""
+    algorithms: str = "RS256,ES256"
+    """JWT_ALGORITHMS, comma-separated."""
+    principal_claim: str = "sub"
+    leeway_s: float = 30.0
+    cache_s: float = 300.0
+    refresh_min_s: float = 10.0
+
+
 class JwtVerifier:
-    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
-        if not settings.jwt_issuer or not settings.jwt_audience:
+    def __init__(self, options: JwtOptions, client: httpx.AsyncClient | None = None) -> None:
+        if not options.issuer or not options.audience:
             raise JwtConfigError("JWT_JWKS_URL needs JWT_ISSUER and JWT_AUDIENCE too")
-        algorithms = [a.strip() for a in settings.jwt_algorithms.split(",") if a.strip()]
+        algorithms = [a.strip() for a in options.algorithms.split(",") if a.strip()]
         bad = [a for a in algorithms if a not in ASYMMETRIC]
         if not algorithms or bad:
             raise JwtConfigError(
                 f"JWT_ALGORITHMS takes asymmetric algorithms only ({', '.join(sorted(ASYMMETRIC))})"
             )
-        self.jwks_url = settings.jwt_jwks_url
-        self.issuer = settings.jwt_issuer
-        self.audience = settings.jwt_audience
-        self.scopes = frozenset(settings.jwt_scopes)
+        self.jwks_url = options.jwks_url
+        self.issuer = options.issuer
+        self.audience = options.audience
+        self.scopes = frozenset(options.scopes)
         self.algorithms = algorithms
-        self.claim = settings.jwt_principal_claim
-        self.leeway = settings.jwt_leeway_s
-        self.cache_s = settings.jwks_cache_s
-        self.refresh_min_s = settings.jwks_refresh_min_s
+        self.claim = options.principal_claim
+        self.leeway = options.leeway_s
+        self.cache_s = options.cache_s
+        self.refresh_min_s = options.refresh_min_s
         self._client = client or httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, follow_redirects=False)
         self._keys: dict[str, PyJWK] = {}
         self._fetched_at = float("-inf")

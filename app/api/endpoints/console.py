@@ -8,7 +8,7 @@ except for the principals in `CONSOLE_ADMINS`, who may list and open every owner
 
 Every answer carries a strict Content-Security-Policy: scripts and styles from this origin only (no inline
 script, no `eval`), calls to this origin only, nothing framed. Agent output is rendered by the page as
-text (`app/console/console.js`), never as HTML. No cookie is set: the credential lives in the tab's session
+text (`app/console/render.js`), never as HTML. No cookie is set: the credential lives in the tab's session
 storage and goes out as an `Authorization` header, so there is nothing for another site to ride on.
 """
 
@@ -120,7 +120,7 @@ async def page() -> Response:
 
 def _admin(request: Request) -> bool:
     principal = request.scope.get(PRINCIPAL_KEY)
-    return principal is not None and principal.name in components(request).settings.console_admin_set
+    return principal is not None and principal.name in components(request).console_admins
 
 
 def _roles(request: Request) -> list[dict[str, Any]]:

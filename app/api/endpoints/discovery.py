@@ -83,5 +83,5 @@ async def list_agents(request: Request) -> Response:
         instances = await c.discovery.live() if c.discovery is not None else []
     except Exception as exc:
         return status_error(request, unexpected(exc, "GET /agents"))
-    body = listing(instances, roles, c.settings.public_url)
+    body = listing(instances, roles, c.public_url)
     return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})

@@ -67,7 +67,7 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse(
         {
             "status": "ok",
-            "replica": c.settings.replica_id,
+            "replica": c.replica_id,
             "runningAgents": c.running,
             "push": c.deliverer.stats(),
         }

@@ -29,7 +29,7 @@ class Live(Collector):
         if c is None:
             return
         info = GaugeMetricFamily("a2a_replica_info", "This replica (always 1).", labels=["replica"])
-        info.add_metric([c.settings.replica_id], 1)
+        info.add_metric([c.replica_id], 1)
         yield info
         every = list(c.roles.values()) or [c]
         created = sum(r.tasks.created_total for r in every)

@@ -71,7 +71,7 @@ async def usage(request: Request) -> Response:
         by = params.get("by") or "day"
         if by not in BY:
             raise InvalidParamsError(f"by must be one of {', '.join(BY)}")
-        owner = whose(caller, params.get("owner"), c.settings.console_admin_set)
+        owner = whose(caller, params.get("owner"), c.console_admins)
         since, until = _day(params, "since"), _day(params, "until")
         if since and until and since > until:
             raise InvalidParamsError("since must not be after until")

@@ -1,0 +1,223 @@
+// One task's page: its snapshot (the console's read API), then, for its owner, the live stream through A2A
+// (SubscribeToTask from the snapshot's last event, again from the last event seen after a drop), folded into
+// the page as it comes; the steering panel (steer.js) stays in place between them.
+
+import { Unauthenticated, api, sseItems, subscribe } from "./api.js";
+import { $, TERMINAL, WAITING, el, navigate, sleep, stateLabel, viewToken, when } from "./page.js";
+import { renderParts, textOf } from "./render.js";
+import { steerPanel } from "./steer.js";
+import { renderUsage } from "./usage.js";
+
+const TASK_REFRESH_MS = 1500;
+const RESUBSCRIBE_MS = 500;
+
+function applyEvent(task, item) {
+  // Folds one stream item into the task; true when it carried a usage report (the sum is then stale).
+  if (item.task) {
+    Object.assign(task, item.task);
+    return false;
+  }
+  const status = item.statusUpdate;
+  if (status) {
+    task.status = status.status;
+    task.metadata = task.metadata || {};
+    const transitions = (task.metadata.stateTransitions = task.metadata.stateTransitions || []);
+    const last = transitions[transitions.length - 1];
+    if (!last || last.state !== status.status.state || last.timestamp !== status.status.timestamp) {
+      transitions.push({ state: status.status.state, timestamp: status.status.timestamp });
+    }
+    if (status.status.message) {
+      task.history = task.history || [];
+      if (!task.history.some((m) => m.messageId === status.status.message.messageId)) task.history.push(status.status.message);
+    }
+    return Boolean(status.metadata?.usage); // a run's report: the task's sum is to be read again
+  }
+  const update = item.artifactUpdate;
+  if (update) {
+    task.artifacts = task.artifacts || [];
+    const art = update.artifact;
+    const existing = task.artifacts.find((a) => a.artifactId === art.artifactId);
+    if (existing && update.append) existing.parts = [...(existing.parts || []), ...(art.parts || [])];
+    else if (existing) Object.assign(existing, art);
+    else task.artifacts.push({ ...art, parts: [...(art.parts || [])] });
+  }
+  return false;
+}
+
+function toolCalls(task) {
+  const calls = [];
+  for (const m of task.history || []) {
+    const call = m.metadata?.toolCall;
+    const text = textOf(m.parts);
+    if (call) calls.push({ name: call.name, input: call.input, at: m.metadata?.timestamp });
+    else if (m.role === "ROLE_AGENT" && text.startsWith("Using tool: ")) calls.push({ name: text.slice(12) });
+  }
+  return calls;
+}
+
+function renderTask(head, tail, info, task) {
+  // Around the steering panel, which stays in place: moving it out of the page and back would take the
+  // focus from the text box being typed in.
+  const state = task.status?.state;
+  const usage = task.metadata?.usage;
+  const transitions = task.metadata?.stateTransitions || [];
+  const historyNodes = (task.history || []).map((m) =>
+    el("div", { class: `message ${m.role === "ROLE_USER" ? "user" : "agent"}` },
+      el("div", { class: "who", text: m.role === "ROLE_USER" ? "user" : "agent" }), renderParts(m.parts)));
+  const statusMessage = task.status?.message;
+  const artifacts = (task.artifacts || []).map((a) =>
+    el("div", { class: "artifact", "data-artifact": a.name || a.artifactId },
+      el("h3", { text: a.name || a.artifactId }), renderParts(a.parts)));
+  const calls = toolCalls(task);
+  // replaceChildren, unlike el(), would show a null (no question) as the text "null".
+  head.replaceChildren(...[
+    el("div", { class: "task-head" },
+      el("h1", { text: textOf(task.history?.[0]?.parts).slice(0, 120) || task.id }),
+      el("span", { id: "task-state", class: `state ${stateLabel(state)}`, "data-state": stateLabel(state), text: stateLabel(state) })),
+    el("dl", { class: "facts" },
+      el("dt", { text: "Task" }), el("dd", { class: "mono", text: task.id }),
+      el("dt", { text: "Context" }), el("dd", { class: "mono", text: task.contextId }),
+      el("dt", { text: "Role" }), el("dd", { text: info.role }),
+      el("dt", { text: "Owner" }), el("dd", { text: info.owner })),
+    WAITING.has(state) && statusMessage
+      ? el("div", { class: "question", id: "question" }, el("h2", { text: "The agent asks" }), renderParts(statusMessage.parts))
+      : null,
+  ].filter((node) => node !== null));
+  tail.replaceChildren(...[
+    el("h2", { text: "Conversation" }), el("div", { class: "conversation", id: "conversation" }, historyNodes),
+    el("h2", { text: "Artifacts" }), el("div", { id: "artifacts" }, artifacts.length ? artifacts : el("p", { text: "None yet." })),
+    el("h2", { text: "Tool calls" }),
+    calls.length
+      ? el("ol", { id: "tool-calls" }, calls.map((c) => el("li", {}, el("code", { text: c.name || "?" }),
+          c.input !== undefined ? el("pre", { class: "json", text: JSON.stringify(c.input, null, 2) }) : null)))
+      : el("p", { text: "None reported." }),
+    el("h2", { text: "Usage" }),
+    usage ? renderUsage(usage) : el("p", { text: "Not reported." }),
+    el("h2", { text: "State transitions" }),
+    el("ol", { class: "transitions", id: "transitions" },
+      transitions.map((t) => el("li", {}, el("span", { class: `state ${stateLabel(t.state)}`, text: stateLabel(t.state) }), ` ${when(t.timestamp)}`))),
+  ].filter((node) => node !== null));
+}
+
+async function follow(token, task, render, reload, refreshUsage, cursor) {
+  // SubscribeToTask through A2A from the snapshot's last event (`Last-Event-ID`), so nothing is read twice;
+  // after a dropped connection again from the last event seen (any replica serves it from the log). A
+  // stream ends at input-required: the page then looks again at the snapshot until the task moves on.
+  const live = $("live");
+  let lastEventId = cursor;
+  while (token === viewToken && !TERMINAL.has(task.status?.state)) {
+    let ended = "dropped";
+    try {
+      const resp = await subscribe(task.endpoint, task.id, lastEventId);
+      if (!(resp.headers.get("content-type") || "").startsWith("text/event-stream")) {
+        ended = "refused";
+      } else {
+        live.textContent = "live";
+        live.dataset.connects = String(Number(live.dataset.connects || 0) + 1);
+        for await (const ev of sseItems(resp)) {
+          if (token !== viewToken) return;
+          if (ev.id) lastEventId = ev.id;
+          const msg = JSON.parse(ev.data);
+          if (msg.error) break;
+          if (applyEvent(task, msg.result || {})) refreshUsage();
+          render(Number(ev.id) || 0);
+        }
+        ended = "closed";
+      }
+    } catch (err) {
+      if (err instanceof Unauthenticated) throw err;
+    }
+    if (token !== viewToken || TERMINAL.has(task.status?.state)) break;
+    if (ended === "dropped") {
+      live.textContent = "reconnecting…";
+      await sleep(RESUBSCRIBE_MS);
+      continue;
+    }
+    // Closed at an interrupted state, or refused (the task ended meanwhile): the snapshot says what now.
+    live.textContent = WAITING.has(task.status?.state) ? "waiting for an answer" : "";
+    await sleep(ended === "closed" && WAITING.has(task.status?.state) ? TASK_REFRESH_MS : RESUBSCRIBE_MS);
+    if (token !== viewToken) return;
+    const fresh = await reload();
+    if (WAITING.has(fresh.task.status?.state)) continue;
+    lastEventId = String(fresh.lastSeq);
+  }
+}
+
+export async function taskView(view, taskId) {
+  const token = viewToken;
+  const load = () => api(`/console/api/tasks/${encodeURIComponent(taskId)}`);
+  let info = await load();
+  const task = { ...info.task, endpoint: info.endpoint };
+  const head = el("div");
+  const tail = el("div");
+  const live = el("span", { id: "live", class: "live" });
+  const steerBox = el("div");
+  const box = el("div", { id: "task" }, head, steerBox, tail);
+  view.append(el("p", {}, el("a", { href: "/console", "data-nav": true, text: "← all tasks" }), " ", live), box);
+  let panelKey = null; // what the steering panel was built for: rebuilt only when that changes
+  let pending = false;
+  let seen = Number(info.lastSeq) || 0; // the newest event the page shows, from a snapshot or the stream
+  const render = (seq = 0) => {
+    if (seq > seen) seen = seq;
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => {
+      pending = false;
+      if (token !== viewToken) return;
+      // Not on every snapshot: a rebuild replaces the text box under the user's typing (focus, caret, and
+      // what a test types in that instant are lost), so only a new state or new rights rebuild it.
+      const key = `${task.status?.state}|${info.own}|${info.endpoint}`;
+      if (key !== panelKey) {
+        panelKey = key;
+        const draft = steerBox.querySelector("#reply-text")?.value || "";
+        steerBox.replaceChildren(steerPanel(info, task, sent, draft));
+      }
+      renderTask(head, tail, info, task);
+    });
+  };
+  const reload = async () => {
+    // The whole task again (its snapshot replaces what the page holds), the cursor to stream on from. A
+    // snapshot taken before events the page already shows (two loads crossed: one after a reply, one by the
+    // follower) would roll the page back, and a half-typed follow-up with it: load once more, which now
+    // sees them (an event is stored before it is streamed).
+    let fresh = await load();
+    if ((Number(fresh.lastSeq) || 0) < seen) fresh = await load();
+    info = fresh;
+    seen = Math.max(seen, Number(info.lastSeq) || 0);
+    for (const key of Object.keys(task)) if (key !== "endpoint") delete task[key];
+    Object.assign(task, info.task);
+    render();
+    return info;
+  };
+  const refreshUsage = async () => {
+    // Only the sum: the rest of the task comes over the stream.
+    const fresh = await load().catch(() => null);
+    if (!fresh || token !== viewToken) return;
+    task.metadata = { ...(task.metadata || {}), usage: fresh.task.metadata?.usage };
+    render();
+  };
+  let following = false;
+  const watch = async () => {
+    if (following) return;
+    following = true;
+    try {
+      if (info.own && info.endpoint) await follow(token, task, render, reload, refreshUsage, String(info.lastSeq));
+      // Someone else's task (an admin watching): its snapshot, until it ends.
+      while (token === viewToken && !info.own && !TERMINAL.has(task.status?.state)) {
+        await sleep(TASK_REFRESH_MS);
+        if (token === viewToken) await reload();
+      }
+    } finally {
+      following = false;
+      if (token === viewToken && TERMINAL.has(task.status?.state)) live.textContent = "ended";
+    }
+  };
+  const sent = async (id) => {
+    if (id !== task.id) return navigate(`/console/tasks/${encodeURIComponent(id)}`);
+    await reload();
+    watch();
+  };
+  render();
+  if (TERMINAL.has(task.status?.state)) live.textContent = "ended";
+  else await watch();
+}

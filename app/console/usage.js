@@ -1,0 +1,42 @@
+// What a task cost: its usage sum in a list's row, and in full (then one row per model) on its page.
+
+import { el } from "./page.js";
+
+export function usageCell(usage) {
+  if (!usage) return "";
+  const cost = usage.costUsd ?? usage.cost_usd;
+  const tokens = (usage.inputTokens ?? 0) + (usage.outputTokens ?? 0);
+  if (typeof cost === "number") return `$${cost.toFixed(4)}`;
+  return tokens ? `${tokens} tokens` : "";
+}
+
+const USAGE_FIELDS = [
+  ["costUsd", "Cost (USD)", (v) => `$${Number(v).toFixed(4)}`],
+  ["inputTokens", "Input tokens"],
+  ["outputTokens", "Output tokens"],
+  ["cacheReadTokens", "Cache read tokens"],
+  ["cacheWriteTokens", "Cache write tokens"],
+  ["wallMs", "Wall time", (v) => `${(Number(v) / 1000).toFixed(1)} s`],
+  ["turns", "Agent turns"],
+  ["toolCalls", "Tool calls"],
+  ["reports", "Runs reported"],
+];
+
+export function renderUsage(usage) {
+  // The task's summed usage (metadata key `usage`), then one row per model.
+  const facts = el("dl", { class: "facts", id: "usage" });
+  for (const [key, label, format] of USAGE_FIELDS) {
+    if (usage[key] === undefined || usage[key] === null) continue;
+    facts.append(el("dt", { text: label }), el("dd", { "data-usage": key, text: format ? format(usage[key]) : String(usage[key]) }));
+  }
+  const models = Object.entries(usage.models || {});
+  if (!models.length) return facts;
+  const table = el("table", { class: "tasks models" },
+    el("thead", {}, el("tr", {}, ["Model", "Input", "Output", "Cache read", "Cache write", "Cost (USD)"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, models.map(([model, m]) => el("tr", { "data-model": model },
+      el("td", { class: "mono", text: model }), el("td", { text: String(m.inputTokens ?? "") }),
+      el("td", { text: String(m.outputTokens ?? "") }), el("td", { text: String(m.cacheReadTokens ?? "") }),
+      el("td", { text: String(m.cacheWriteTokens ?? "") }),
+      el("td", { text: typeof m.costUsd === "number" ? m.costUsd.toFixed(6) : "" })))));
+  return el("div", {}, facts, table);
+}
