@@ -11,6 +11,9 @@ A holder it cannot reach (no `REDIS_URL`, or a replica that does not answer) has
 number is taken) or heartbeat (its lease is no longer its own). `tasks tail` follows the event log: it
 reads the events after the last one printed whenever the bus rings (with `REDIS_URL`), and every
 `TAIL_POLL_S` anyway.
+
+It imports the stores it reads and `app.wiring` for the role a cancel builds (the app's assembly, the one
+place besides this package that assembles roles and stores); how it prints is `render.py`.
 """
 
 from __future__ import annotations

@@ -1,1 +1,3 @@
-"""Runs agents for tasks: concurrency limit, timeouts, and the commits of what agents emit."""
+"""What runs in the background of a role: its agent runs (`runner.py`, one `run.py` `AgentRun` per task), the
+reaper of lost runs (`reaper.py`), `Idle` for a role run elsewhere, discovery, prices and retention; and the
+remote worker's stand-ins for a replica's stores (`remote.py`)."""
