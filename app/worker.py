@@ -157,6 +157,14 @@ class RemoteTasks:
     def lose(self, task_id: str) -> bool:
         return self._live.pop(task_id, None) is not None
 
+    async def webhooked(self, task_ids: list[str]) -> set[str]:
+        """None to look up: the replicas that write a worker's events read the tasks' webhooks as they do."""
+        return set()
+
+    def resync(self, task_id: str) -> None:
+        """Nobody follows a task at a worker: its clients follow it at the replicas."""
+        return None
+
     async def release(self, task_ids: list[str]) -> None:
         for task_id in task_ids:
             self._live.pop(task_id, None)

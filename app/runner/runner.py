@@ -63,6 +63,8 @@ class RunTasks(Protocol):
     def lose(self, task_id: str) -> bool: ...
     async def release(self, task_ids: list[str]) -> None: ...
     async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool: ...
+    async def webhooked(self, task_ids: list[str]) -> set[str]: ...
+    def resync(self, task_id: str) -> None: ...
 
 
 class RunLeases(Protocol):
@@ -289,7 +291,7 @@ class Runner:
         without notifications for good. So each heartbeat looks up the webhooks of the runs not notifying:
         a missed word costs at most `LEASE_TTL_S`/3 of events, not the rest of the task."""
         quiet = [t for t in runs if (live := self._tasks.get(t)) is not None and not live.push]
-        for task_id in await self._tasks.repo.webhooked(quiet):
+        for task_id in await self._tasks.webhooked(quiet):
             live = self._tasks.get(task_id)
             if live is not None and not live.push:
                 live.push = True
@@ -304,7 +306,7 @@ class Runner:
             stored = await self._leases.recorded(task_id)
             if stored is None or stored[0] != seq:
                 del self._taken[task_id]
-                self._tasks.bus.resync(task_id)
+                self._tasks.resync(task_id)
 
     def lost(self, task_id: str) -> None:
         """The task may have been ended or taken over elsewhere: check, and stop its run if so."""

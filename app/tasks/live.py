@@ -728,6 +728,14 @@ class LiveTasks:
         except SeqTakenError:
             return False
 
+    async def webhooked(self, task_ids: list[str]) -> set[str]:
+        """Those of these tasks that have a webhook now (the runner's heartbeat: one added elsewhere)."""
+        return await self.repo.webhooked(task_ids)
+
+    def resync(self, task_id: str) -> None:
+        """Send this process's followers of the task to its log (a taker the bus did not reach wrote it)."""
+        self.bus.resync(task_id)
+
     def lose(self, task_id: str) -> bool:
         """The task was ended or taken over by another replica: stop holding it here, and send the
         blocking requests waiting on it to follow it from the log instead. True if it was held here."""
