@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from app.options import from_attributes
+
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
 
@@ -37,7 +39,8 @@ SETTING_OF: dict[str, str] = {
     "gemini_bin": "GEMINI_BIN",
     "cursor_bin": "CURSOR_BIN",
 }
-"""The server-wide setting behind each field (`bin` has none of its own: the adapter's `*_BIN`)."""
+"""The server-wide setting behind each field (`bin` has none of its own: the adapter's `*_BIN`): what
+errors name, and what `from_settings` reads (its attribute, the name in lower case)."""
 ROLE_FIELDS = frozenset(
     {"bin", "model", "env", "env_passthrough", "egress_allow", "sandbox_read", "idle_timeout_s", "command"}
 )
@@ -135,29 +138,17 @@ class AgentOptions:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> AgentOptions:
-        """The server-wide options (every role's unless it sets its own); SettingError for a bad one."""
+        """The server-wide options (every role's unless it sets its own); SettingError for a bad one. Each
+        field is its setting in SETTING_OF, but those the settings resolve or parse first."""
         s = settings
         sqlite = s.database_url.split(":///", 1)[-1] if s.database_url.startswith("sqlite") else None
-        return cls(
-            workspace_root=s.agent_workspace_root,
-            repo_path=s.agent_repo_path,
-            sandbox=s.agent_sandbox,
+        return from_attributes(
+            cls,
+            s,
+            names={name: setting.lower() for name, setting in SETTING_OF.items()},
             network=s.agent_network_mode,
-            egress_allow=s.agent_egress_allow,
-            env=dict(s.agent_env),
-            env_passthrough=tuple(s.agent_passthrough_names),
-            sandbox_read=tuple(s.agent_sandbox_read_paths),
-            home_seed=s.agent_home_seed,
-            idle_timeout_s=s.agent_idle_timeout_s,
-            force=s.agent_force,
-            model=s.agent_model,
-            command=s.agent_command,
-            cancel_grace_s=s.cancel_grace_s,
-            claude_bin=s.claude_bin,
-            codex_bin=s.codex_bin,
-            gemini_bin=s.gemini_bin,
-            cursor_bin=s.cursor_bin,
-            replica_id=s.replica_id,
+            env_passthrough=s.agent_passthrough_names,
+            sandbox_read=s.agent_sandbox_read_paths,
             database_file=sqlite,
         )
 

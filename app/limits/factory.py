@@ -8,6 +8,8 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
+from app.options import from_attributes
+
 from .base import StreamSlots, TaskRate
 from .memory import MemoryStreamSlots, MemoryTaskRate
 from .redis import RedisStreamSlots, RedisTaskRate
@@ -44,29 +46,20 @@ class LimitSettings(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LimitOptions:
-    """The numbers the limits hold to (MAX_MESSAGE_*, TASK_RATE_*, MAX_STREAMS_PER_PRINCIPAL,
-    STREAM_SLOT_TTL_S) and the replica the stream slots are counted for; the defaults are the settings'."""
+    """The numbers the limits hold to and the replica the stream slots are counted for, each named as its
+    setting; the defaults are the settings'."""
 
     replica_id: str
-    max_parts: int = 64
-    max_text: int = 1_000_000
-    rate_per_min: float = 120.0
-    rate_burst: int = 30
-    max_streams: int = 100
+    max_message_parts: int = 64
+    max_message_text_chars: int = 1_000_000
+    task_rate_per_min: float = 120.0
+    task_rate_burst: int = 30
+    max_streams_per_principal: int = 100
     stream_slot_ttl_s: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: LimitSettings) -> LimitOptions:
-        s = settings
-        return cls(
-            replica_id=s.replica_id,
-            max_parts=s.max_message_parts,
-            max_text=s.max_message_text_chars,
-            rate_per_min=s.task_rate_per_min,
-            rate_burst=s.task_rate_burst,
-            max_streams=s.max_streams_per_principal,
-            stream_slot_ttl_s=s.stream_slot_ttl_s,
-        )
+        return from_attributes(cls, settings)
 
 
 def build(options: LimitOptions, redis: Redis | None = None, role: str | None = None) -> Limits:
@@ -75,11 +68,11 @@ def build(options: LimitOptions, redis: Redis | None = None, role: str | None = 
     rate: TaskRate
     streams: StreamSlots
     if redis is None:
-        rate = MemoryTaskRate(options.rate_per_min, options.rate_burst)
-        streams = MemoryStreamSlots(options.max_streams)
+        rate = MemoryTaskRate(options.task_rate_per_min, options.task_rate_burst)
+        streams = MemoryStreamSlots(options.max_streams_per_principal)
     else:
-        rate = RedisTaskRate(redis, options.rate_per_min, options.rate_burst, role)
+        rate = RedisTaskRate(redis, options.task_rate_per_min, options.task_rate_burst, role)
         streams = RedisStreamSlots(
-            redis, options.max_streams, options.replica_id, options.stream_slot_ttl_s, role
+            redis, options.max_streams_per_principal, options.replica_id, options.stream_slot_ttl_s, role
         )
-    return Limits(options.max_parts, options.max_text, rate, streams)
+    return Limits(options.max_message_parts, options.max_message_text_chars, rate, streams)

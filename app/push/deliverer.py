@@ -21,7 +21,7 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -31,6 +31,7 @@ import orjson
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.options import from_attributes
 from app.protocol.model import utcnow
 from app.store.outage import OutageLog
 from app.telemetry import logs, traces
@@ -433,8 +434,7 @@ def _body(row: Pending) -> dict[str, Any] | None:
 def options_from(settings: Any) -> Options:
     """The worker's options from the app settings: each option but the policy is the setting
     `PUSH_<OPTION>` (e.g. `max_attempts` is PUSH_MAX_ATTEMPTS)."""
-    tuning = {f.name: getattr(settings, f"push_{f.name}") for f in fields(Options) if f.name != "policy"}
-    return Options(policy=policy_from(settings), **tuning)
+    return from_attributes(Options, settings, prefix="push_", policy=policy_from(settings))
 
 
 def policy_from(settings: Any) -> ssrf.Policy:

@@ -191,10 +191,10 @@ def extended_skills(options: CardOptions) -> list[dict[str, Any]] | None:
     From EXTENDED_CARD_SKILLS (JSON) and EXTENDED_CARD_FILE (a JSON list, or `{"skills": [...]}`); with
     AUTH_MODE=off nobody is authenticated, so no extended card is served.
     """
-    skills = list(options.extended_skills)
-    if options.extended_file:
+    skills = list(options.extended_card_skills)
+    if options.extended_card_file:
         try:
-            with open(options.extended_file, "rb") as f:
+            with open(options.extended_card_file, "rb") as f:
                 loaded = orjson.loads(f.read())
         except (OSError, orjson.JSONDecodeError) as exc:
             raise SettingError("EXTENDED_CARD_FILE", f"cannot read it as JSON: {exc}") from None
@@ -232,7 +232,7 @@ def card_extensions(options: CardOptions, agent: Agent) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise SettingError("AGENT_ADAPTER", f"{type(agent).__name__}.extensions: {exc}") from None
         merged[entry["uri"]] = entry
-    for entry in options.extensions:
+    for entry in options.card_extensions:
         merged[entry["uri"]] = entry
     return list(merged.values())
 
@@ -286,9 +286,9 @@ def build_card(
     return Card(
         hybrid=Variant.of(card),
         v10=Variant.of(v10_only(card)),
-        default_v10=options.compat == "1.0",
+        default_v10=options.card_compat == "1.0",
         last_modified=format_datetime(built_at, usegmt=True),
-        max_age=options.max_age_s,
+        max_age=options.card_max_age_s,
         extensions=Declared.of(extensions),
         origin=origin,
         rebuild=(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from app.options import from_attributes
+
 from ..edge.auth import AuthOptions, AuthSettings
 from .signing import SigningOptions
 
@@ -34,7 +36,8 @@ class CardSettings(AuthSettings, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CardOptions:
-    """What every card is built from, once at start-up, instead of the server's settings."""
+    """What every card is built from, once at start-up, instead of the server's settings: each field but
+    the last two is the setting of its name."""
 
     public_url: str
     """PUBLIC_URL, or its default `http://localhost:$PORT`."""
@@ -46,16 +49,13 @@ class CardOptions:
     """No PUBLIC_URL was given: a card fetched through another loopback origin names that origin."""
     grpc_follows_host: bool = False
     """No GRPC_PUBLIC_ADDRESS was given: the gRPC host follows the card's origin."""
-    compat: Literal["hybrid", "1.0"] = "hybrid"
-    """CARD_COMPAT."""
-    max_age_s: int = 300
-    """CARD_MAX_AGE_S."""
-    extensions: tuple[dict[str, Any], ...] = ()
-    """CARD_EXTENSIONS, checked by the settings (`extension_entry`)."""
-    extended_skills: tuple[dict[str, Any], ...] = ()
-    """EXTENDED_CARD_SKILLS, as given (`extended_skills` checks them)."""
-    extended_file: str = ""
-    """EXTENDED_CARD_FILE."""
+    card_compat: Literal["hybrid", "1.0"] = "hybrid"
+    card_max_age_s: int = 300
+    card_extensions: tuple[dict[str, Any], ...] = ()
+    """Checked by the settings (`extension_entry`)."""
+    extended_card_skills: tuple[dict[str, Any], ...] = ()
+    """As given (`build.extended_skills` checks them)."""
+    extended_card_file: str = ""
     signing: SigningOptions = field(default_factory=SigningOptions)
     auth: AuthOptions = field(default_factory=AuthOptions)
     """The schemes the card declares (`security_fields`); AUTH_MODE=off serves no extended card."""
@@ -64,17 +64,11 @@ class CardOptions:
     def from_settings(cls, settings: CardSettings, auth: AuthOptions | None = None) -> CardOptions:
         """The options of these settings; `auth`: the app's, when already built from them."""
         s = settings
-        return cls(
-            public_url=s.public_url,
-            grpc_public_address=s.grpc_public_address,
-            grpc_port=s.grpc_port,
-            follows_host=s.follows_host,
-            grpc_follows_host=s.grpc_follows_host,
-            compat=s.card_compat,
-            max_age_s=s.card_max_age_s,
-            extensions=tuple(s.card_extensions),
-            extended_skills=tuple(s.extended_card_skills),
-            extended_file=s.extended_card_file,
+        return from_attributes(
+            cls,
+            s,
+            card_extensions=tuple(s.card_extensions),
+            extended_card_skills=tuple(s.extended_card_skills),
             signing=SigningOptions(s.card_signing_key_file, s.card_signing_kid, s.card_signing_jku),
             auth=auth if auth is not None else AuthOptions.from_settings(s),
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from app.agents.errors import SettingError
+from app.options import from_attributes
 from app.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 
 from .jwks import InsufficientScopeError, InvalidTokenError, JwtConfigError, JwtOptions, JwtVerifier
@@ -84,14 +85,11 @@ class AuthOptions:
             api_keys=dict(s.api_keys),
             worker_keys=dict(s.worker_keys),
             worker_jwt_scope=s.worker_jwt_scope,
-            jwt=JwtOptions(
-                jwks_url=s.jwt_jwks_url,
-                issuer=s.jwt_issuer,
-                audience=s.jwt_audience,
+            jwt=from_attributes(
+                JwtOptions,
+                s,
+                prefix="jwt_",
                 scopes=tuple(x for x in s.jwt_required_scopes.replace(",", " ").split() if x),
-                algorithms=s.jwt_algorithms,
-                principal_claim=s.jwt_principal_claim,
-                leeway_s=s.jwt_leeway_s,
                 cache_s=s.jwks_cache_s,
                 refresh_min_s=s.jwks_refresh_min_s,
             ),

@@ -54,7 +54,8 @@ def token_scopes(claims: dict[str, Any]) -> frozenset[str]:
 @dataclass(frozen=True, slots=True)
 class JwtOptions:
     """What the verifier and its JWKS fetcher run with: the JWT_* and JWKS_* settings, as given (checked by
-    `JwtVerifier`). Built by `auth.AuthOptions.from_settings`; the defaults are the settings'."""
+    `JwtVerifier`). Built by `auth.AuthOptions.from_settings`: each field is the setting `JWT_<FIELD>` but the
+    three that say otherwise; the defaults are the settings'."""
 
     jwks_url: str = ""
     """JWT_JWKS_URL; empty: no JWT authentication."""
@@ -67,7 +68,9 @@ class JwtOptions:
     principal_claim: str = "sub"
     leeway_s: float = 30.0
     cache_s: float = 300.0
+    """JWKS_CACHE_S."""
     refresh_min_s: float = 10.0
+    """JWKS_REFRESH_MIN_S."""
 
 
 class JwtVerifier:
