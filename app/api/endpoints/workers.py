@@ -97,6 +97,12 @@ async def _open(request: Request, model: type[A], query: bool = False) -> tuple[
     return ask, role.workers, holder_of(request.scope[PRINCIPAL_KEY].name, ask.instance)
 
 
+async def _seen(desk: WorkerDesk, holder: str, load: _Load) -> None:
+    """A call that carries the worker's load (a claim, a sync) keeps it listed in discovery with that load."""
+    if desk.announce is not None:
+        await desk.announce.seen(holder, load.slots, load.running)
+
+
 def _answers(
     endpoint: Callable[..., Awaitable[Response]],
 ) -> Callable[..., Awaitable[Response]]:
@@ -116,8 +122,7 @@ def _answers(
 @_answers
 async def claim(request: Request) -> Response:
     ask, desk, holder = await _open(request, _Claim)
-    if desk.announce is not None:
-        await desk.announce.seen(holder, ask.slots, ask.running)
+    await _seen(desk, holder, ask)
     claimed = await desk.claim(holder, ask.limit, ask.wait_s)
     return _json({"tasks": [c.to_wire() for c in claimed]})
 
@@ -139,8 +144,7 @@ async def events(task_id: str, request: Request) -> Response:
 @_answers
 async def sync(request: Request) -> Response:
     ask, desk, holder = await _open(request, _Sync)
-    if desk.announce is not None:
-        await desk.announce.seen(holder, ask.slots, ask.running)
+    await _seen(desk, holder, ask)
     return _json({"news": await desk.sync(holder, ask.tasks, ask.wait_s)})
 
 
