@@ -38,20 +38,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.model import (
-    SESSION_KEY,
-    Artifact,
-    ArtifactUpdate,
-    Event,
-    Message,
-    Part,
-    Role,
-    StatusUpdate,
-    TaskState,
-    name_id,
-    new_id,
-    status_update,
-)
+from app.protocol.events import ArtifactUpdate, Event, StatusUpdate, status_update
+from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, name_id, new_id
 from app.protocol.usage import USAGE_KEY, ModelUsage, Usage
 
 __all__ = [

@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.protocol.model import EventRecord, new_id
+from app.protocol.events import EventRecord
+from app.protocol.model import new_id
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.protocol.model import EventRecord
+from app.protocol.events import EventRecord
 from app.telemetry import traces
 
 from .base import Bus, publish_attributes

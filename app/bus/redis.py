@@ -22,7 +22,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from app import background
-from app.protocol.model import EventRecord, event_from_store, event_kind
+from app.protocol.events import EventRecord, event_from_store, event_kind
 from app.telemetry import traces
 
 from .base import Bus, publish_attributes

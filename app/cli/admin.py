@@ -33,16 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import roles as roles_
 from app.protocol import protojson_v10
 from app.protocol.errors import A2AError
-from app.protocol.model import (
-    TERMINAL_STATES,
-    Message,
-    StatusUpdate,
-    Task,
-    TaskState,
-    iso,
-    parse_iso,
-    utcnow,
-)
+from app.protocol.events import StatusUpdate
+from app.protocol.model import TERMINAL_STATES, Message, Task, TaskState, iso, parse_iso, utcnow
 from app.settings import SettingError, Settings
 from app.store.admin import AdminReads, TaskRecord
 from app.store.browse import Browse, Filters

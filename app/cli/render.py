@@ -12,7 +12,8 @@ from typing import Any, TextIO
 import orjson
 
 from app.protocol import protojson_v10
-from app.protocol.model import ArtifactUpdate, EventRecord, Message, Part, StatusUpdate, Task, iso, parse_iso
+from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate
+from app.protocol.model import Message, Part, Task, iso, parse_iso
 from app.store.admin import TaskRecord
 
 

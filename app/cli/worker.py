@@ -24,7 +24,8 @@ from typing import Any
 
 from app import roles as roles_
 from app.agents.sdk import Agent
-from app.protocol.model import INTERRUPTED_STATES, Message, TaskState, status_update
+from app.protocol.events import status_update
+from app.protocol.model import INTERRUPTED_STATES, Message, TaskState
 from app.runner.prices import PriceTable
 from app.runner.remote import CLAIM_WAIT_S, NoBell, RemoteLeases, RemoteTasks, Server, ServerError
 from app.runner.runner import Runner

@@ -15,19 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_snake
 
-from .model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
-    Message,
-    Part,
-    Role,
-    SendConfig,
-    StatusUpdate,
-    Task,
-    TaskState,
-    TaskStatus,
-)
+from .events import ArtifactUpdate, Event, StatusUpdate
+from .model import Artifact, Message, Part, Role, SendConfig, Task, TaskState, TaskStatus
 from .validation import validate
 
 PROTOCOL_VERSION = "0.3.0"

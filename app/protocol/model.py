@@ -2,7 +2,8 @@
 
 Codecs in this package translate wire JSON (v0.3 today) to and from these objects; nothing below `api/`
 sees wire shapes. The storage form (`to_store`/`from_store`) is a compact, version-neutral JSON that the
-store writes and reads; it never leaves the server.
+store writes and reads; it never leaves the server. The events of a task's log, made of these, are in
+`events.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import base64
 import hashlib
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -263,6 +264,17 @@ class Artifact:
     def to_store(self) -> dict[str, Any]:
         return self.encode(Part.to_store)
 
+    def copy(self) -> Artifact:
+        """A copy with lists of its own, which folding later chunks into it may extend."""
+        return Artifact(
+            self.artifact_id,
+            list(self.parts),
+            self.name,
+            self.description,
+            self.metadata,
+            list(self.extensions),
+        )
+
     def encode(self, encode_part: Callable[[Part], dict[str, Any]]) -> dict[str, Any]:
         """The artifact as JSON, the same in the store and on every wire but for how a part looks."""
         out: dict[str, Any] = {"artifactId": self.artifact_id, "parts": [encode_part(p) for p in self.parts]}
@@ -334,127 +346,12 @@ class Task:
 
 
 @dataclass(slots=True)
-class StatusUpdate:
-    task_id: str
-    context_id: str
-    status: TaskStatus
-    final: bool = False
-    metadata: dict[str, Any] | None = None
-
-    def to_store(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status.to_store(), "final": self.final}
-        if self.metadata:
-            out["metadata"] = self.metadata
-        return out
-
-
-def status_update(
-    task_id: str, context_id: str, state: TaskState, text: str | None = None, parts: Sequence[Part] = ()
-) -> StatusUpdate:
-    """A status-update event stamped now, with an agent message when there is text or parts; final when
-    terminal."""
-    content = ([Part(text=text)] if text is not None else []) + list(parts)
-    message = None
-    if content:
-        message = Message(
-            message_id=new_id(), role=Role.AGENT, parts=content, context_id=context_id, task_id=task_id
-        )
-    status = TaskStatus(state=state, timestamp=now_iso(), message=message)
-    return StatusUpdate(task_id=task_id, context_id=context_id, status=status, final=state.terminal)
-
-
-@dataclass(slots=True)
-class ArtifactUpdate:
-    task_id: str
-    context_id: str
-    artifact: Artifact
-    append: bool = False
-    last_chunk: bool = False
-    metadata: dict[str, Any] | None = None
-
-    def to_store(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "artifact": self.artifact.to_store(),
-            "append": self.append,
-            "lastChunk": self.last_chunk,
-        }
-        if self.metadata:
-            out["metadata"] = self.metadata
-        return out
-
-
-Event = StatusUpdate | ArtifactUpdate
-
-
-@dataclass(slots=True, frozen=True)
-class EventRecord:
-    """An event as it sits in the task's log: its per-task sequence number decides its order."""
-
-    seq: int
-    event: Event
-
-
-def event_from_store(task_id: str, context_id: str, kind: str, body: dict[str, Any]) -> Event:
-    if kind == "status":
-        return StatusUpdate(
-            task_id=task_id,
-            context_id=context_id,
-            status=TaskStatus.from_store(body["status"]),
-            final=body.get("final", False),
-            metadata=body.get("metadata"),
-        )
-    return ArtifactUpdate(
-        task_id=task_id,
-        context_id=context_id,
-        artifact=Artifact.from_store(body["artifact"]),
-        append=body.get("append", False),
-        last_chunk=body.get("lastChunk", False),
-        metadata=body.get("metadata"),
-    )
-
-
-def event_kind(event: Event) -> str:
-    return "status" if isinstance(event, StatusUpdate) else "artifact"
-
-
-@dataclass(slots=True)
 class SendConfig:
     """What the client asked of a send, independent of wire version."""
 
     blocking: bool = True
     history_length: int | None = None
     accepted_output_modes: list[str] = field(default_factory=list)
-
-
-def fold_artifact(artifacts: list[Artifact], update: ArtifactUpdate) -> None:
-    """Apply an artifact-update to a task's artifact list: append parts or replace the artifact."""
-    art = update.artifact
-    for i, existing in enumerate(artifacts):
-        if existing.artifact_id == art.artifact_id:
-            if update.append:
-                existing.parts.extend(p for p in art.parts if p.text != "")
-                if art.metadata:
-                    existing.metadata = {**(existing.metadata or {}), **art.metadata}
-            else:
-                artifacts[i] = Artifact(
-                    artifact_id=art.artifact_id,
-                    parts=list(art.parts),
-                    name=art.name,
-                    description=art.description,
-                    metadata=art.metadata,
-                    extensions=list(art.extensions),
-                )
-            return
-    artifacts.append(
-        Artifact(
-            artifact_id=art.artifact_id,
-            parts=list(art.parts),
-            name=art.name,
-            description=art.description,
-            metadata=art.metadata,
-            extensions=list(art.extensions),
-        )
-    )
 
 
 @dataclass(slots=True)

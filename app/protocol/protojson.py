@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .model import ArtifactUpdate, Role, StatusUpdate
+from .events import ArtifactUpdate, StatusUpdate
+from .model import Role
 
 if TYPE_CHECKING:  # annotations only
-    from .model import Artifact, Event, Message, Part, Task, TaskState, TaskStatus
+    from .events import Event
+    from .model import Artifact, Message, Part, Task, TaskState, TaskStatus
 
 ROLE_NAMES = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
 

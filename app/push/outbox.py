@@ -39,7 +39,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnClause
 
-from app.protocol.model import Event, event_from_store, utcnow
+from app.protocol.events import Event, event_from_store
+from app.protocol.model import utcnow
 from app.store.tables import (
     events as _events,
     messages as _messages,

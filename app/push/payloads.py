@@ -31,19 +31,8 @@ from datetime import datetime
 from typing import Any
 
 from app.protocol import json_v03, protojson_v10
-from app.protocol.model import (
-    Artifact,
-    ArtifactUpdate,
-    Event,
-    EventRecord,
-    Message,
-    StateTransition,
-    StatusUpdate,
-    Task,
-    TaskState,
-    TaskStatus,
-    fold_artifact,
-)
+from app.protocol.events import ArtifactUpdate, Event, EventRecord, StatusUpdate, fold_artifact
+from app.protocol.model import Artifact, Message, StateTransition, Task, TaskState, TaskStatus
 
 V03 = "0.3"
 V10 = "1.0"

@@ -20,7 +20,8 @@ from typing import Any
 
 import httpx
 
-from app.protocol.model import TaskState, status_update
+from app.protocol.events import status_update
+from app.protocol.model import TaskState
 from app.store.leases import Held
 from app.store.outage import backoff
 from app.tasks.held import LiveTask, TaskLostError, UnrecordedError

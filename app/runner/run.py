@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
-from app.protocol.model import ArtifactUpdate, Part, Role, StatusUpdate, TaskState, status_update
+from app.protocol.events import ArtifactUpdate, StatusUpdate, status_update
+from app.protocol.model import Part, Role, TaskState
 from app.store.outage import backoff, is_unavailable
 from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
 from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
-    from app.protocol.model import Event, Message
+    from app.protocol.events import Event
+    from app.protocol.model import Message
 
     from .prices import PriceTable
 

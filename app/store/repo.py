@@ -21,19 +21,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.protocol.model import (
-    Artifact,
-    ArtifactUpdate,
-    EventRecord,
-    Message,
-    StateTransition,
-    Task,
-    TaskState,
-    TaskStatus,
-    event_from_store,
-    fold_artifact,
-    parse_iso,
-)
+from app.protocol.events import ArtifactUpdate, EventRecord, event_from_store, fold_artifact
+from app.protocol.model import Artifact, Message, StateTransition, Task, TaskState, TaskStatus, parse_iso
 
 from .models import ENDED_STATES, ArtifactRow, EventRow, MessageRow, PushConfigRow, TaskCountRow
 from .tables import tasks as _tasks

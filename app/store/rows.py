@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from app.protocol.model import Artifact, ArtifactUpdate, event_kind, fold_artifact
+from app.protocol.events import ArtifactUpdate, event_kind, fold_artifact
+from app.protocol.model import Artifact
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
 
-    from app.protocol.model import Event, EventRecord, Message, StateTransition, Task, TaskStatus
+    from app.protocol.events import Event, EventRecord
+    from app.protocol.model import Message, StateTransition, Task, TaskStatus
     from app.protocol.usage import Usage
 
 TITLE_CHARS = 200

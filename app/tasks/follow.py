@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from app.bus.base import RESYNC, Subscription
 from app.protocol.errors import TaskNotFoundError
-from app.protocol.model import TERMINAL_STATES, EventRecord, StatusUpdate, Task, TaskState
+from app.protocol.events import EventRecord, StatusUpdate
+from app.protocol.model import TERMINAL_STATES, Task, TaskState
 from app.store.outage import OutageLog, backoff, is_unavailable
 from app.store.repo import TaskHead
 

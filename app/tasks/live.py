@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from app.protocol.errors import DatabaseUnavailableError, TaskNotFoundError
-from app.protocol.model import EventRecord, TaskState, status_update, utcnow
+from app.protocol.events import EventRecord, status_update
+from app.protocol.model import TaskState, utcnow
 from app.protocol.usage import TOKEN_KINDS, Usage
 from app.store.write import Write
 from app.store.writer import SeqTakenError
@@ -46,7 +47,8 @@ from .step import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from app.protocol.model import Event, Message, Task
+    from app.protocol.events import Event
+    from app.protocol.model import Message, Task
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from app.protocol.model import TaskState, status_update
+from app.protocol.events import status_update
+from app.protocol.model import TaskState
 from app.store.writer import SeqTakenError
 
 from .held import LiveTask

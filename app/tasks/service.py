@@ -20,10 +20,10 @@ from app.protocol.errors import (
     TaskNotCancelableError,
     UnsupportedOperationError,
 )
+from app.protocol.events import EventRecord, status_update
 from app.protocol.model import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
-    EventRecord,
     Message,
     PushConfig,
     SendConfig,
@@ -33,7 +33,6 @@ from app.protocol.model import (
     TaskStatus,
     iso,
     new_id,
-    status_update,
     utcnow,
 )
 from app.push import ssrf

@@ -16,17 +16,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.protocol.model import (
-    INTERRUPTED_STATES,
-    SESSION_KEY,
-    TERMINAL_STATES,
-    ArtifactUpdate,
-    EventRecord,
-    StateTransition,
-    StatusUpdate,
-    fold_artifact,
-    session_of,
-)
+from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate, fold_artifact
+from app.protocol.model import INTERRUPTED_STATES, SESSION_KEY, TERMINAL_STATES, StateTransition, session_of
 from app.protocol.usage import USAGE_KEY, Usage, UsageError, add_to_summary
 from app.push import payloads
 from app.push.configs import new_row
@@ -39,7 +30,8 @@ if TYPE_CHECKING:
     import asyncio
     from datetime import datetime
 
-    from app.protocol.model import Event, Message, PushConfig, Task, TaskStatus
+    from app.protocol.events import Event
+    from app.protocol.model import Message, PushConfig, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 

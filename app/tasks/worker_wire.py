@@ -11,18 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.protocol.model import (
-    Artifact,
-    Event,
-    Message,
-    Role,
-    StateTransition,
-    Task,
-    TaskState,
-    TaskStatus,
-    event_from_store,
-    event_kind,
-)
+from app.protocol.events import Event, event_from_store, event_kind
+from app.protocol.model import Artifact, Message, Role, StateTransition, Task, TaskState, TaskStatus
 
 from .held import LiveTask
 

@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from app.bus.base import Subscription
-from app.protocol.model import EventRecord, Role, StatusUpdate, event_kind, utcnow
+from app.protocol.events import EventRecord, StatusUpdate, event_kind
+from app.protocol.model import Role, utcnow
 from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
 from app.store.writer import SeqTakenError

@@ -8,7 +8,8 @@ import pytest
 
 from app.agents.events import AgentEvent, AgentRun, EventAgent
 from app.agents.sdk import Request, TaskContext, response_artifact_id
-from app.protocol.model import ArtifactUpdate, Event, Message, Part, Role, StatusUpdate, TaskState
+from app.protocol.events import ArtifactUpdate, Event, StatusUpdate
+from app.protocol.model import Message, Part, Role, TaskState
 
 
 class _Run(AgentRun):

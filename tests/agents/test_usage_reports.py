@@ -18,7 +18,8 @@ from app.agents.cli.gemini_events import StreamJsonParser, acp_usage
 from app.agents.cli.ndjson import parse_event, parse_usage
 from app.agents.events import AgentEvent, AgentEventKind
 from app.agents.sdk import TOOL_CALL_KEY, TOOL_INPUT_LIMIT, Request, TaskContext
-from app.protocol.model import Event, Message, Part, Role, StatusUpdate, TaskState
+from app.protocol.events import Event, StatusUpdate
+from app.protocol.model import Message, Part, Role, TaskState
 from app.protocol.usage import COST_PRICE_TABLE, COST_REPORTED, USAGE_KEY, ModelUsage, Usage
 from app.runner.prices import Price, PriceTable
 from tests.agents.test_event_agent import run

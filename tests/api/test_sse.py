@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.api.bindings.sse import BUFFER, SseResponse
-from app.protocol.model import EventRecord
+from app.protocol.events import EventRecord
 
 
 class Items:

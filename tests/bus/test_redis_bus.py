@@ -10,7 +10,8 @@ import pytest
 
 from app.bus.base import RESYNC
 from app.bus.redis import RedisBus
-from app.protocol.model import EventRecord, StatusUpdate, TaskState, TaskStatus, now_iso
+from app.protocol.events import EventRecord, StatusUpdate
+from app.protocol.model import TaskState, TaskStatus, now_iso
 from tests.support.own_services import OwnServices
 
 pytestmark = pytest.mark.skipif(

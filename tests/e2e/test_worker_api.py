@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from app.api.edge.auth import hash_key
-from app.protocol.model import TaskState, status_update
+from app.protocol.events import status_update
+from app.protocol.model import TaskState
 from app.tasks.worker_wire import events_to_wire
 from tests.conftest import BACKENDS, make_server
 from tests.support.rpc import send_request

@@ -11,18 +11,8 @@ from a2a.types import Message as PbMessage, StreamResponse as PbStreamResponse, 
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from app.protocol import json_v03, protojson_v10
-from app.protocol.model import (
-    Artifact,
-    ArtifactUpdate,
-    Message,
-    Part,
-    Role,
-    StateTransition,
-    StatusUpdate,
-    Task,
-    TaskState,
-    TaskStatus,
-)
+from app.protocol.events import ArtifactUpdate, StatusUpdate
+from app.protocol.model import Artifact, Message, Part, Role, StateTransition, Task, TaskState, TaskStatus
 from tests.support.server import ROOT
 
 SCHEMA = json.loads((ROOT / "tests" / "support" / "data" / "a2a-v0.3.0.schema.json").read_text())

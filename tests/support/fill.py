@@ -13,15 +13,13 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate
 from app.protocol.model import (
     Artifact,
-    ArtifactUpdate,
-    EventRecord,
     Message,
     Part,
     Role,
     StateTransition,
-    StatusUpdate,
     Task,
     TaskState,
     TaskStatus,

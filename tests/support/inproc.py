@@ -14,14 +14,13 @@ from typing import Any
 from app.agents.sdk import Agent, TaskContext
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator, AuthOptions
+from app.protocol.events import EventRecord, StatusUpdate
 from app.protocol.model import (
-    EventRecord,
     Message,
     Part,
     Role,
     SendConfig,
     StateTransition,
-    StatusUpdate,
     Task,
     TaskState,
     TaskStatus,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from app.agents.sdk import TaskContext
-from app.protocol.model import EventRecord, TaskState
+from app.protocol.events import EventRecord
+from app.protocol.model import TaskState
 from app.tasks import follow
 from app.tasks.follow import Snapshot
 from tests.support.inproc import OWNER, WAIT_S, running, send

@@ -9,7 +9,8 @@ import pytest
 
 from app.agents.sdk import TaskContext
 from app.protocol.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
-from app.protocol.model import EventRecord, PushConfig, Role, StatusUpdate, TaskState
+from app.protocol.events import EventRecord, StatusUpdate
+from app.protocol.model import PushConfig, Role, TaskState
 from app.tasks.step import Snapshot
 from tests.support.inproc import OWNER, WAIT_S, running, send, status_text, texts, user
 

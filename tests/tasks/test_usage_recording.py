@@ -7,7 +7,8 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from app.agents.sdk import TaskContext, Usage
-from app.protocol.model import EventRecord, SendConfig, StatusUpdate, TaskState
+from app.protocol.events import EventRecord, StatusUpdate
+from app.protocol.model import SendConfig, TaskState
 from app.protocol.usage import USAGE_KEY, ModelUsage
 from app.store.models import EventRow, TaskRow, TaskUsageRow
 from tests.support.inproc import OWNER, running, send, until, user

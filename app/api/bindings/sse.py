@@ -18,7 +18,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.protocol.model import EventRecord
+from app.protocol.events import EventRecord
 from app.tasks.service import Snapshot
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

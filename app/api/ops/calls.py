@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import Request
 
 from app.protocol.errors import ContentTypeNotSupportedError, InvalidParamsError
-from app.protocol.model import Event, EventRecord, Message, Task
+from app.protocol.events import Event, EventRecord
+from app.protocol.model import Message, Task
 from app.tasks.service import Snapshot
 from app.telemetry import logs
 
