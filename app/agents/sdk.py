@@ -24,23 +24,26 @@ turn (`complete`, `fail`, `ask`, ...), or at any time with `usage()`; the server
 the tool calls announced with `tool_call()` when the report leaves them out, prices tokens whose cost the
 report does not give (the price table), records each report and sums them in the task's metadata
 (`metadata.usage`).
+
+An agent's author imports from this module alone: what an agent uses is defined or re-exported here, a
+facade over the modules it lives in (`Message`, `Part`, `Usage`, `ModelUsage` from the domain model;
+`RESPONSE_ARTIFACT` from `emissions.py`, which holds the internals of `TaskContext`'s events: the usage
+meter, a tool call's metadata, the response artifact's id).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
-import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.events import ArtifactUpdate, Event, StatusUpdate, status_update
-from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, name_id, new_id
+from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, new_id
 from app.protocol.usage import USAGE_KEY, ModelUsage, Usage
+
+from .emissions import RESPONSE_ARTIFACT, Emit, Price, UsageMeter, response_artifact_id, tool_call_metadata
 
 __all__ = [
     "RESPONSE_ARTIFACT",
@@ -58,13 +61,6 @@ __all__ = [
     "text_part",
     "url_part",
 ]
-
-RESPONSE_ARTIFACT = "assistant-response"
-"""The name of the artifact `TaskContext.say` streams text into (one per task, with a stable id)."""
-TOOL_CALL_KEY = "toolCall"
-"""The key of a tool call in the metadata of the status message announcing it (`TaskContext.tool_call`)."""
-TOOL_INPUT_LIMIT = 2000
-"""Longest a tool call's input is shown (its JSON, in characters); a longer one is cut, as a string."""
 
 
 def text_part(text: str, metadata: dict[str, Any] | None = None) -> Part:
@@ -168,27 +164,6 @@ class Request:
         )
 
 
-Emit = Callable[[list[Event]], Awaitable[None]]
-Price = Callable[[Usage], Usage]
-
-
-def tool_call_metadata(name: str, tool_input: Any) -> dict[str, Any]:
-    """`{"toolCall": {"name", "input"}}`; an input whose JSON is over `TOOL_INPUT_LIMIT` characters is that
-    JSON cut to the limit (a string), with `"truncated": true`."""
-    call: dict[str, Any] = {"name": name}
-    if tool_input is not None:
-        try:
-            shown = json.dumps(tool_input, ensure_ascii=False, default=str, allow_nan=False)
-        except ValueError:  # NaN or a cycle: not JSON the store takes; its text instead
-            shown = json.dumps(str(tool_input), ensure_ascii=False)
-        if len(shown) > TOOL_INPUT_LIMIT:
-            call["input"] = shown[: TOOL_INPUT_LIMIT - 1] + "…"
-            call["truncated"] = True
-        else:
-            call["input"] = json.loads(shown)
-    return {TOOL_CALL_KEY: call}
-
-
 class TaskContext(Request):
     """A running task as its agent sees it: the request, plus everything the agent may say.
 
@@ -202,11 +177,8 @@ class TaskContext(Request):
         "_cancelled",
         "_emit",
         "_finished",
-        "_price",
+        "_meter",
         "_response_started",
-        "_since",
-        "_tools",
-        "_waited",
     )
 
     def __init__(
@@ -232,13 +204,7 @@ class TaskContext(Request):
         self._cancel_hooks: list[Callable[[], Awaitable[None]]] = []
         self._finished = False
         self._response_started = response_started
-        self._price = price
-        """Fills in the cost of a report's tokens from the server's price table."""
-        self._since = time.monotonic()
-        self._waited = 0.0
-        """Seconds spent waiting for the user's answers since `_since` (not wall time of the run)."""
-        self._tools = 0
-        """Tool calls announced since the last usage report."""
+        self._meter = UsageMeter(price)
 
     @property
     def id(self) -> str:
@@ -312,7 +278,7 @@ class TaskContext(Request):
         ev = self._status(TaskState.WORKING, f"Using tool: {name}")
         assert ev.status.message is not None
         ev.status.message.metadata = tool_call_metadata(name, tool_input)
-        self._tools += 1
+        self._meter.tool_called()
         await self._send([ev])
 
     async def session(self, **info: str) -> None:
@@ -384,12 +350,9 @@ class TaskContext(Request):
         self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
     ) -> Message:
         status = self._status(state, text, parts, usage)
-        waiting = time.monotonic()  # from the question on, the time is the user's
-        try:
+        with self._meter.waiting():
             await self._send([status])
             return await self._answers.get()
-        finally:
-            self._waited += time.monotonic() - waiting
 
     async def _finish(
         self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
@@ -407,29 +370,13 @@ class TaskContext(Request):
     ) -> StatusUpdate:
         ev = status_update(self.id, self.context_id, state, text or None, parts)
         if usage is not None:
-            ev.metadata = {USAGE_KEY: self._report(usage).to_wire()}
+            ev.metadata = {USAGE_KEY: self._meter.report(usage).to_wire()}
         return ev
-
-    def _report(self, usage: Usage) -> Usage:
-        """The report as recorded: valid, its wall time and tool calls filled in when left out (since the
-        last report), priced. The counters start again from here."""
-        now = time.monotonic()
-        wall_ms = max(0, round((now - self._since - self._waited) * 1000))
-        report = usage.normalised().with_defaults(wall_ms, self._tools)
-        self._since, self._waited, self._tools = now, 0.0, 0
-        return self._price(report) if self._price is not None else report
 
     def _artifact_update(
         self, art: Artifact, append: bool = False, last_chunk: bool = False
     ) -> ArtifactUpdate:
         return ArtifactUpdate(self.id, self.context_id, art, append=append, last_chunk=last_chunk)
-
-
-@functools.lru_cache(maxsize=1024)
-def response_artifact_id(task_id: str) -> str:
-    """Stable per task, so a run resumed after a restart keeps appending to the same artifact (cached: a
-    streaming agent asks for it at every chunk)."""
-    return name_id(uuid.NAMESPACE_URL, f"a2a:{task_id}:{RESPONSE_ARTIFACT}")
 
 
 class Agent(ABC):

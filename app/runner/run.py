@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from app.agents.sdk import Agent, Request, TaskContext, response_artifact_id
+from app.agents.emissions import response_artifact_id
+from app.agents.sdk import Agent, Request, TaskContext
 from app.protocol.events import ArtifactUpdate, StatusUpdate, status_update
 from app.protocol.model import Part, Role, TaskState
 from app.store.outage import backoff, is_unavailable

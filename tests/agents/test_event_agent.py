@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from app.agents.emissions import response_artifact_id
 from app.agents.events import AgentEvent, AgentRun, EventAgent
-from app.agents.sdk import Request, TaskContext, response_artifact_id
+from app.agents.sdk import Request, TaskContext
 from app.protocol.events import ArtifactUpdate, Event, StatusUpdate
 from app.protocol.model import Message, Part, Role, TaskState
 

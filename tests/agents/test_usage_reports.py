@@ -16,8 +16,9 @@ from app.agents.cli.codex_events import AppServerParser, ExecParser, kept_tokens
 from app.agents.cli.cursor import cursor_usage
 from app.agents.cli.gemini_events import StreamJsonParser, acp_usage
 from app.agents.cli.ndjson import parse_event, parse_usage
+from app.agents.emissions import TOOL_CALL_KEY, TOOL_INPUT_LIMIT
 from app.agents.events import AgentEvent, AgentEventKind
-from app.agents.sdk import TOOL_CALL_KEY, TOOL_INPUT_LIMIT, Request, TaskContext
+from app.agents.sdk import Request, TaskContext
 from app.protocol.events import Event, StatusUpdate
 from app.protocol.model import Message, Part, Role, TaskState
 from app.protocol.usage import COST_PRICE_TABLE, COST_REPORTED, USAGE_KEY, ModelUsage, Usage
@@ -234,9 +235,9 @@ async def test_the_tool_call_is_in_the_status_message_metadata_text_unchanged() 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The agent SDK's monotonic clock, which a test moves on by hand (`clock[0] += seconds`)."""
+    """The usage meter's monotonic clock, which a test moves on by hand (`clock[0] += seconds`)."""
     now = [100.0]
-    monkeypatch.setattr("app.agents.sdk.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("app.agents.emissions.time.monotonic", lambda: now[0])
     return now
 
 
@@ -304,7 +305,7 @@ def test_codex_keeps_the_threads_total_in_the_form_it_reads_back() -> None:
 
 
 def test_a_tool_input_that_is_not_json_is_shown_as_text() -> None:
-    from app.agents.sdk import tool_call_metadata
+    from app.agents.emissions import tool_call_metadata
 
     assert tool_call_metadata("calc", {"x": float("nan")}) == {
         TOOL_CALL_KEY: {"name": "calc", "input": "{'x': nan}"}
