@@ -430,19 +430,8 @@ def _instances(
 ) -> list[Instance]:
     """This process's instance of each role it runs, as its card describes it; its running agents are read
     from the role's runner (in `every` once wired) at each heartbeat."""
-    out = []
-    for name, role in roles.items():
-        if not role.runs_here:
-            continue
-        described = _describe(settings, role, cards[name])
-        out.append(
-            Instance(
-                role=name,
-                description=described.description,
-                card_url=described.card_url,
-                capabilities=described.capabilities,
-                slots=role.slots,
-                running=partial(_running, every, name),
-            )
-        )
-    return out
+    return [
+        Instance(_describe(settings, role, cards[name]), role.slots, partial(_running, every, name))
+        for name, role in roles.items()
+        if role.runs_here
+    ]

@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from app import background
 from app.protocol.model import utcnow
@@ -34,15 +33,17 @@ out)."""
 
 @dataclass(slots=True, frozen=True)
 class Instance:
-    """What this process runs for one role, as discovery shows it."""
+    """What this process runs for one role, as discovery shows it: the role as its card describes it (an
+    `InstanceRecord` whose instance, kind and load its announcer fills in), and its load here."""
 
-    role: str
-    description: str
-    card_url: str
-    capabilities: dict[str, Any] = field(default_factory=dict)
+    described: InstanceRecord
     slots: int = 0
     running: Callable[[], int] = lambda: 0
     """The role's agent runs here now, read at each heartbeat."""
+
+    @property
+    def role(self) -> str:
+        return self.described.role
 
 
 class Discovery:
@@ -78,17 +79,7 @@ class Discovery:
     def records(self) -> list[InstanceRecord]:
         """This process's instances as they stand now."""
         return [
-            InstanceRecord(
-                role=i.role,
-                instance_id=self.instance_id,
-                kind=self.kind,
-                description=i.description,
-                card_url=i.card_url,
-                capabilities=i.capabilities,
-                slots=i.slots,
-                running=i.running(),
-                started_at=self._started_at,
-            )
+            i.described.announced(self.instance_id, self.kind, i.slots, i.running(), self._started_at)
             for i in self._instances
         ]
 

@@ -9,6 +9,7 @@ writers' clocks, as for leases.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,15 @@ class InstanceRecord:
     @property
     def free(self) -> int:
         return max(self.slots - self.running, 0)
+
+    def announced(
+        self, instance_id: str, kind: Kind, slots: int, running: int, started_at: datetime
+    ) -> InstanceRecord:
+        """This description of a role (`wiring._describe`: as its card describes it) as one of its instances
+        announces itself: who it is, its kind, its load and its start."""
+        return dataclasses.replace(
+            self, instance_id=instance_id, kind=kind, slots=slots, running=running, started_at=started_at
+        )
 
     def described(self) -> dict[str, Any]:
         """What it says of itself, as its row and `GET /agents` both name it."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -80,13 +79,9 @@ class Announcer:
         if now - self._last.get(holder, -math.inf) < self.every_s / 2:
             return
         self._last[holder] = now
-        record = dataclasses.replace(
-            self._template,
-            instance_id=holder.removeprefix(WORKER_PREFIX),
-            kind="worker",
-            slots=slots,
-            running=running or 0,
-            started_at=self._started.setdefault(holder, utcnow()),
+        started = self._started.setdefault(holder, utcnow())
+        record = self._template.announced(
+            holder.removeprefix(WORKER_PREFIX), "worker", slots, running or 0, started
         )
         try:
             await self._instances.upsert([record])

@@ -47,6 +47,11 @@ def record(role: str = "default", instance: str = "r1", **fields) -> InstanceRec
     return InstanceRecord(role=role, instance_id=instance, **values)
 
 
+def described(role: str, **fields) -> InstanceRecord:
+    """A role as its card describes it (`wiring._describe`): no instance, kind or load yet."""
+    return record(role, "", kind="worker", slots=0, **fields)
+
+
 async def names(store: Instances, max_age_s: float = MAX_AGE_S) -> list[str]:
     return [i.name for i in await store.live(max_age_s)]
 
@@ -125,8 +130,8 @@ async def wait_for(condition, what: str):
 async def test_discovery_registers_at_once_refreshes_running_and_forgets_on_close(store):
     running = 0
     roles = [
-        Instance("default", "the default agent", "http://x/card", {"a": 1}, slots=3, running=lambda: running),
-        Instance("reviewer", "reviews", "http://x/agents/reviewer/card", slots=1),
+        Instance(described("default", capabilities={"a": 1}), slots=3, running=lambda: running),
+        Instance(described("reviewer"), slots=1),
     ]
     discovery = Discovery(store, "replica", "host:1", heartbeat_s=0.05, max_age_s=MAX_AGE_S, instances=roles)
     assert discovery.names == ["default:host:1", "reviewer:host:1"]
@@ -190,7 +195,7 @@ async def test_discovery_survives_an_outage_and_registers_when_the_database_is_b
         "w1",
         heartbeat_s=0.05,
         max_age_s=MAX_AGE_S,
-        instances=[Instance("default", "d", "http://x/card", slots=1)],
+        instances=[Instance(described("default"), slots=1)],
     )
     await discovery.start()  # does not fail, nor wait for the database
     try:
@@ -221,7 +226,7 @@ async def test_close_with_the_database_away_leaves_the_rows_to_age_out(store):
         "r9",
         heartbeat_s=30,
         max_age_s=MAX_AGE_S,
-        instances=[Instance("default", "d", "http://x/card")],
+        instances=[Instance(described("default"))],
     )
     await discovery.start()
     flaky.back = False
