@@ -66,9 +66,9 @@ class Components:
     """The app's metrics, for the bindings that count their own calls (gRPC); None: turned off."""
     role: str = "default"
     roles: dict[str, Components] = field(default_factory=dict)
+    """Every role's components by name (shared by all of them), the default role first."""
     workers: WorkerDesk | None = None
     """What the role's remote workers call (`/workers/v1/...`)."""
-    """Every role's components by name (shared by all of them), the default role first."""
     discovery: Discovery | None = None
     """This process's instances (one per role it runs) and the live listing of all (`GET /agents`), shared by
     every role's components; None: no discovery (the listing is empty)."""
