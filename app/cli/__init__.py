@@ -1,6 +1,7 @@
 """Command line: `a2a-server serve`, `migrate` (`serve.py`), `hash-key`, `worker` (a remote worker,
 `worker.py`), and the admin commands against `DATABASE_URL`: `prune` and `tasks list|show|tail|cancel`
-(`admin.py`). The programs and their assembly live in this package; nothing else in `app/` imports it.
+(`admin.py`). The programs and their assembly live in this package: it may import every room, and nothing
+else in `app/` imports it.
 
 A bad setting is one clear line. Here are the argument parsers and what each command is called with; each
 program's modules are imported only when it runs.
