@@ -2,8 +2,8 @@
 object, the v0.3 REST error body, a `google.rpc.Status` body, the headers an error adds to an HTTP answer
 (`Retry-After`), and the media type an answer goes out in.
 
-Each binding still has its one place that turns an exception into its shape (docs/ARCHITECTURE.md, "The
-error path"); they build it from these, so no binding imports another's private pieces.
+Each binding still has its one place that turns an exception into its shape (docs/ARCHITECTURE.md, "Errors
+carry their codes"); they build it from these, so no binding imports another's private pieces.
 """
 
 from __future__ import annotations
