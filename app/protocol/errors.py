@@ -233,16 +233,6 @@ class UnavailableError(A2AError):
 
 
 class DatabaseUnavailableError(UnavailableError):
-    """The task store cannot be reached (a restart, an outage): HTTP 503 with `Retry-After`; the
-    JSON-RPC code stays the spec's internal error, the message names the cause."""
+    """The task store cannot be reached (a restart, an outage): an `UnavailableError` naming the database."""
 
-    code = -32603
-    http_status = 503
-    rest_v03_status = 503
-    grpc_status = "UNAVAILABLE"
-    reason = "UNAVAILABLE"
     default_message = "The task database is unreachable right now; retry in a few seconds"
-    retry_after_s = 5
-
-    def __init__(self, message: str | None = None, data: object = None) -> None:
-        super().__init__(message, data if data is not None else {"retryAfter": self.retry_after_s})
