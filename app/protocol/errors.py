@@ -233,7 +233,6 @@ class UnavailableError(A2AError):
 
 
 class DatabaseUnavailableError(UnavailableError):
-    """The task store cannot be reached (a restart, an outage): an `UnavailableError` whose message names
-    the database."""
+    """The task store cannot be reached (a restart, an outage): an `UnavailableError` naming the database."""
 
     default_message = "The task database is unreachable right now; retry in a few seconds"
