@@ -116,6 +116,7 @@ def cluster_env(worker_key: str, receiver_host: str = "127.0.0.1") -> dict[str, 
         "PUSH_CLAIM_TTL_S": "3",
         "PUSH_TIMEOUT_S": "5",
         "PUSH_MAX_ATTEMPTS": "30",
+        "LOG_LEVEL": os.environ.get("SOAK_LOG_LEVEL", "warning"),
     }
 
 
@@ -245,6 +246,9 @@ class Load:
         self.tracked: list[Tracked] = []
         self.streams: list[StreamRecord] = []
         self.parked: list[tuple[float, Tracked]] = []
+        self.unasked: Counter[str] = Counter()
+        """How the multi-turn tasks the load never answered came back from their first send (a run lost
+        to a fault ends them, so they end without an answer), by state."""
         self.stopping = asyncio.Event()
         self.problems: list[str] = []
         self._n = itertools.count(1)
@@ -542,6 +546,7 @@ class Load:
         t = self.track("multiturn", version)
         task = await self.send(t, f"say:{t.marker};ask:Proceed?;say:after")
         if task is None or state_of(task) != WAITING:
+            self.unasked[state_of(task) if task else "no answer"] += 1
             return
         if next(self._turns) % 3 == 2:
             t.parked = True
@@ -552,12 +557,16 @@ class Load:
     async def answer(self, t: Tracked) -> None:
         """Answer the task's question (again if a resumed run asks again), until it is no longer waiting."""
         assert t.task_id is not None
+        seen: list[str] = []
         for _ in range(3):
             task = await self.send(t, "yes", task_id=t.task_id, expect=(-32004,))
+            seen.append("answered " + (state_of(task) if task else "nothing"))
             if task is None:
                 task = await self.get(t.op, t.version, t.task_id)
+                seen.append("then got " + (state_of(task) if task else "nothing"))
             if task is None or state_of(task) != WAITING:
                 return
+        self.problems.append(f"{t.marker}: still waiting after three answers: {', '.join(seen)}")
 
     async def op_answer_parked(self, version: str) -> None:
         """Answer a task parked at least a fault ago; with none, look at a recent task as a client would."""
@@ -989,6 +998,7 @@ class Figures:
     webhooks_missing: int = 0
     gave_up: int = 0
     replicas_exited: int = 0
+    unasked: dict[str, int] = field(default_factory=dict)
 
 
 class Checks:
@@ -1067,6 +1077,7 @@ class Checks:
         f.tasks = len(rows)
         f.states = dict(Counter(r["state"] for r in rows))
         f.gave_up = sum(t.gave_up for t in load.tracked)
+        f.unasked = dict(load.unasked)
         waiting = self.waiting_on_purpose()
         for t in load.tracked:
             stored = by_marker.get(t.marker, [])
@@ -1079,13 +1090,10 @@ class Checks:
                 f.doubled += len(stored) - 1
                 ids = ", ".join(r["id"] for r in stored)
                 self.problems.append(f"doubled: {t.marker} ({t.version} {t.op}) stored as {ids}")
-        for r in rows:
-            if r["state"] not in ENDED and not (r["id"] in waiting and r["state"] == WAITING):
-                f.stuck += 1
-                self.problems.append(
-                    f"stuck: task {r['id']} ({(r['title'] or '')[:40]!r}) is {r['state']},"
-                    f" lease {r['lease_owner']}\n" + self.log_lines(r["id"])
-                )
+        stuck = [
+            r for r in rows if r["state"] not in ENDED and not (r["id"] in waiting and r["state"] == WAITING)
+        ]
+        f.stuck = len(stuck)
         for task_id in waiting:
             if task_id in by_id and by_id[task_id]["state"] != WAITING:
                 self.problems.append(
@@ -1100,6 +1108,12 @@ class Checks:
         log: dict[str, list[asyncpg.Record]] = defaultdict(list)
         for e in events:
             log[e["task_id"]].append(e)
+        for r in stuck:
+            trail = " ".join(f"{e['seq']}:{e['state'] or e['kind']}" for e in log.get(r["id"], []))
+            self.problems.append(
+                f"stuck: task {r['id']} ({(r['title'] or '')[:40]!r}) is {r['state']},"
+                f" lease {r['lease_owner']}; events {trail}\n" + self.log_lines(r["id"])
+            )
         for task_id, evs in log.items():
             seqs = [e["seq"] for e in evs]
             if seqs != list(range(1, len(seqs) + 1)):
@@ -1438,12 +1452,14 @@ def render(report: Report, names: list[str]) -> str:
             cells.append(f"{_fmt(p['rss_mb'])}/{_fmt(p['fds'])}/{_fmt(p['db'])}" if p else "-")
         out.append(f"{w['window']:>3} " + " ".join(f"{c:>16}" for c in cells))
     f = report.figures
+    unasked = ", ".join(f"{k} {v}" for k, v in sorted(f.get("unasked", {}).items())) or "none"
     out += [
         "",
         f"soak: {f['tasks']} tasks ({', '.join(f'{k} {v}' for k, v in sorted(f['states'].items()))});"
         f" {f['streams']} streams ({f['stream_reconnects']} reconnects, {f['resumes_refused']} v1.0 resumes"
         " refused: task ended);"
-        f" {f['webhooks']} webhooks; {f['gave_up']} operations gave up",
+        f" {f['webhooks']} webhooks; {f['gave_up']} operations gave up; multi-turn tasks not asking at"
+        f" their first answer: {unasked}",
         "",
         "soak: targets",
     ]
