@@ -119,8 +119,9 @@ def test_a_bad_egress_entry_stops_start_up_through_the_options_not_the_settings(
 
 def test_the_agents_never_import_the_settings() -> None:
     """The room rule of docs/ARCHITECTURE.md: `grep -rn app.settings app/agents` is empty, and of ours the
-    agents (the CLI adapters and their jail included) import the domain model only (`protocol.model`, `protocol.events`, `protocol.usage`), never a
-    codec, and the leaf every room may import that builds their options (`app.options`)."""
+    agents (the CLI adapters and their jail included) import the domain model only (`protocol.model`,
+    `protocol.events`, `protocol.usage`), never a codec, and the leaf every room may import that builds
+    their options (`app.options`)."""
     assert SettingsSettingError is SettingError, "app.settings re-exports the agents' SettingError"
     allowed = r"protocol\.(model|events|usage)\b|options\b"
     found = [
