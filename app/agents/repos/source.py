@@ -178,7 +178,8 @@ def parse_allow(text: str | Sequence[str]) -> tuple[str, ...]:
             continue
         if entry.startswith("-") or _CONTROL.search(entry):
             raise ValueError(f"{SETTING} entry {entry!r} starts with '-' or has a space or control character")
-        if not (entry.startswith(("/", "file://")) or _scheme(entry) in URL_SCHEMES or _SCP.fullmatch(entry)):
+        scp = "://" not in entry and _SCP.fullmatch(entry)
+        if not (entry.startswith(("/", "file://")) or _scheme(entry) in URL_SCHEMES or scp):
             raise ValueError(
                 f"{SETTING} entry {entry!r} is neither an absolute folder nor a URL prefix "
                 "(https, http, git, ssh, file, user@host:)"
