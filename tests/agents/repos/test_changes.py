@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,26 @@ async def test_since_and_base_must_be_commit_ids(
     with pytest.raises(RepoError, match="not a full commit id"):
         await collect(rigged, None, "x", BIG)
     assert stat.S_ISDIR(os.stat(co.path).st_mode)
+
+
+async def test_every_command_on_the_checkout_goes_through_the_launcher_it_is_given(
+    cache: RepoCache, source: RepoSource, tmp_path: Path
+) -> None:
+    """The wiring gives the task's jail: each command then runs with the agent's rights, under the same
+    overrides and with no transport allowed."""
+    co = await cache.checkout(source, tmp_path / "ws", BRANCH)
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def launcher(argv: list[str], env: Mapping[str, str]) -> list[str]:
+        seen.append((argv, dict(env)))
+        return argv
+
+    start = await head(co, launcher=launcher)
+    (co.path / "notes.md").write_text("new\n")
+    changes = await collect(co, start, "notes", BIG, launcher=launcher)
+    assert changes.committed is not None and len(seen) >= 8
+    commands = {next(a for a in argv[1:] if not a.startswith("-")) for argv, _ in seen}
+    assert {"rev-parse", "config", "add", "diff", "commit", "log"} <= commands
+    for argv, env in seen:
+        assert argv[:3] == ["git", f"--git-dir={co.path / '.git'}", f"--work-tree={co.path}"]
+        assert env["GIT_ALLOW_PROTOCOL"] == "" and env["GIT_CONFIG_KEY_0"] == "core.hooksPath"
