@@ -127,8 +127,15 @@ class RepoCache:
                 exclude.write(f"/{ATTACHMENTS}/\n")
             try:
                 os.rename(tmp, workspace)  # over an empty folder, or none
-            except OSError:
-                raise RepoError(f"the workspace {workspace} is not empty any more; left as it is") from None
+            except OSError as exc:
+                # Filled meanwhile: by a task of the same context making the same checkout (then it is this
+                # one's too), or by anything else (refused as ever).
+                found = await self._existing(source, workspace, branch)
+                if found is None:
+                    raise RepoError(
+                        f"the checkout cannot be moved into {workspace}: {exc.strerror}"
+                    ) from None
+                return found
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return Checkout(workspace, source, branch, base, created=True)
@@ -140,6 +147,8 @@ class RepoCache:
                 return None
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            raise RepoError(f"the workspace {workspace} is a file; left as it is") from None
         config = workspace / ".git" / "config"
         recorded: dict[str, str] = {}
         if _is_dir(workspace / ".git") and _is_file(config):

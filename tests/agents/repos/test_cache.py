@@ -181,3 +181,12 @@ def test_task_branch_is_a2a_and_eight_hex_digits() -> None:
     assert task_branch("0123ABCD-ef45-6789-abcd-ef0123456789") == "a2a/0123abcd"
     made = task_branch("my context/../x")
     assert made.startswith("a2a/") and len(made) == 12 and made == task_branch("my context/../x")
+
+
+async def test_two_turns_of_a_context_making_its_checkout_at_once_get_the_same_one(
+    cache: RepoCache, source: RepoSource, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    a, b = await asyncio.gather(cache.checkout(source, ws, BRANCH), cache.checkout(source, ws, BRANCH))
+    assert (a.path, a.base) == (b.path, b.base) and [a.created, b.created].count(True) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ws.")] == []
