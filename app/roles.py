@@ -39,6 +39,15 @@ class CardOverrides(BaseModel):
     skills: list[dict[str, Any]] | None = None
 
 
+class RepositoryEntry(BaseModel):
+    """A role's default repository: what a task that names none works on (checked against REPO_ALLOW)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1)
+    ref: str | None = None
+
+
 class RoleEntry(BaseModel):
     """One entry of `AGENTS`. Every field but `adapter` falls back to the server-wide `AGENT_*` setting."""
 
@@ -59,6 +68,8 @@ class RoleEntry(BaseModel):
     """Agent runs of this role one process runs at once (as MAX_CONCURRENT_TASKS)."""
     timeout_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float | None = Field(default=None, gt=0)
+    repository: RepositoryEntry | None = None
+    """The repository a task naming none works on (a coding-agent CLI's role only)."""
     card: CardOverrides = Field(default_factory=CardOverrides)
 
 
@@ -150,6 +161,8 @@ def _split(value: str) -> list[str]:
 
 CLI_ADAPTERS = frozenset({"claude-code", "codex", "gemini", "cursor"})
 """The built-in adapters that run a CLI binary (a role's `bin`)."""
+REPO_ADAPTERS = CLI_ADAPTERS | {"ndjson"}
+"""The built-in adapters that work on a task's repository (a role's `repository`)."""
 
 
 def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOptions:
@@ -178,6 +191,13 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
         changes["sandbox_read"] = tuple(e.sandbox_read)
     if e.idle_timeout_s is not None:
         changes["idle_timeout_s"] = e.idle_timeout_s
+    if e.repository is not None:
+        if e.adapter not in REPO_ADAPTERS:
+            raise SettingError(
+                "AGENTS",
+                f"role {role.name!r}, field repository: adapter {e.adapter!r} works on no repository",
+            )
+        changes["repository"] = e.repository.model_dump(exclude_none=True)
     return dataclasses.replace(base, **changes)
 
 

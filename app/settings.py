@@ -193,6 +193,21 @@ class Settings(BaseSettings):
     agent_command: str | None = None
     """The `ndjson` adapter's command line (shell-like quoting), e.g. `/usr/bin/python3 /srv/my_agent.py`
     (it starts in the task's workspace)."""
+    repo_allow: str = ""
+    """Comma-separated URL prefixes (`https://github.com/my-org/`) and local folders (absolute paths or
+    `file://`) a task's repository (`metadata.repository`, or a role's `repository`) may come from; empty:
+    no repository is taken (docs/agents.md "Working on your repository")."""
+    repo_cache_root: str = "./data/repos"
+    """The mirrors of the repositories tasks name, one per repository, fetched for each new checkout; never
+    inside AGENT_WORKSPACE_ROOT, never shown to a jail."""
+    repo_max_diff_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Longest diff an artifact shows; a longer one is cut with a note and the whole patch is a second one."""
+    repo_git_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest one of the server's git commands may take (a clone, a fetch, a turn's diff)."""
+    attachment_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
+    """Largest file part (inline bytes) a coding agent's message may carry; written under attachments/."""
+    attachment_max_total_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    """The most bytes all the file parts of one message may carry together."""
     claude_bin: str = "claude"
     cursor_bin: str = "cursor-agent"
     codex_bin: str = "codex"
@@ -290,6 +305,7 @@ class Settings(BaseSettings):
     _workers = field_validator("workers")(checks.workers)
     _level = field_validator("log_level")(checks.log_level)
     _cidrs = field_validator("push_notification_allowed_cidrs")(checks.cidrs)
+    _repo_allow = field_validator("repo_allow")(checks.repo_allow)
     _lower = field_validator("agent_sandbox", "agent_network", mode="before")(checks.lower)
     _egress_needs_the_jail = field_validator("agent_network")(checks.egress_needs_the_jail)
     _outlives_the_heartbeat = field_validator("discovery_max_age_s")(checks.outlives_the_heartbeat)

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationInfo
 
+from app.agents.repos.source import parse_allow
 from app.protocol.extensions import extension_entry
 
 
@@ -124,3 +125,9 @@ def card_extensions(v: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if len(set(uris)) != len(uris):
         raise ValueError("each extension uri may appear once")
     return out
+
+
+def repo_allow(v: str) -> str:
+    """Each entry a local folder or a URL prefix (`repos.source.parse_allow`)."""
+    parse_allow(v)
+    return v

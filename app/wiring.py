@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
+from app.agents.repos.policy import RepoPolicy
 from app.agents.sdk import Agent
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
@@ -327,7 +328,14 @@ async def _role(
         discovery=shared.discovery,
         usage=shared.usage,
         retention=shared.retention,
+        repos=_repos(agent),
     )
+
+
+def _repos(agent: Agent) -> RepoPolicy | None:
+    """The repository rules of the role's agent (a CLI adapter's `repos`), None for one that takes none."""
+    repos = getattr(agent, "repos", None)
+    return repos if isinstance(repos, RepoPolicy) else None
 
 
 def _executor(

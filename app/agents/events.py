@@ -12,6 +12,7 @@ run to stop (a CLI adapter terminates its process group). Each event becomes `Ta
 | tool_result       | `working(<output truncated to 200 characters>)`                             |
 | approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
 | usage             | `usage(report)`: status working carrying what the run used so far           |
+| artifact          | `artifact(parts, artifact_id, name)`: a whole artifact (a turn's diff)      |
 | done              | artifact `result` with summary/stats when present; `complete(usage=...)`    |
 | error             | `fail(text, usage=...)`                                                     |
 
@@ -32,7 +33,7 @@ from typing import Any
 from app.protocol.model import Message
 from app.protocol.usage import Usage
 
-from .sdk import Agent, Request, TaskContext, data_part
+from .sdk import Agent, Part, Request, TaskContext, data_part
 
 TOOL_RESULT_LIMIT = 200
 RESULT_ARTIFACT = "result"
@@ -45,6 +46,7 @@ class AgentEventKind(StrEnum):
     TOOL_RESULT = "tool_result"
     APPROVAL_REQUIRED = "approval_required"
     USAGE = "usage"
+    ARTIFACT = "artifact"
     DONE = "done"
     ERROR = "error"
 
@@ -63,6 +65,10 @@ class AgentEvent:
     stats: dict[str, Any] | None = None
     usage: Usage | None = None
     """What the run used (`usage`, `done`, `error`)."""
+    parts: list[Part] | None = None
+    """An artifact's parts (`artifact`)."""
+    artifact_id: str | None = None
+    """The artifact's id (`artifact`): the same id again replaces it."""
 
     @classmethod
     def init(cls, model: str | None = None, session_id: str | None = None) -> AgentEvent:
@@ -88,6 +94,11 @@ class AgentEvent:
     def usage_report(cls, usage: Usage) -> AgentEvent:
         """What the run used since its start or its last report, reported before the run ends."""
         return cls(AgentEventKind.USAGE, usage=usage)
+
+    @classmethod
+    def artifact(cls, parts: list[Part], artifact_id: str, name: str | None = None) -> AgentEvent:
+        """A whole artifact (`text`: its name); an artifact of the same id replaces it."""
+        return cls(AgentEventKind.ARTIFACT, text=name or "", parts=parts, artifact_id=artifact_id)
 
     @classmethod
     def done(
@@ -168,6 +179,8 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
     elif kind is AgentEventKind.USAGE:
         if ev.usage is not None:
             await task.usage(ev.usage)
+    elif kind is AgentEventKind.ARTIFACT:
+        await task.artifact(ev.parts or [], artifact_id=ev.artifact_id, name=ev.text or None, last_chunk=True)
     elif kind is AgentEventKind.ERROR:
         await task.fail(ev.text or "The agent reported an error", usage=ev.usage)
         return True

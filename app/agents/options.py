@@ -10,12 +10,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from app.options import from_attributes
 
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
+from .repos.errors import RepoError
+from .repos.policy import RepoPolicy
+from .repos.source import RepoSource, allowed, parse_allow as parse_repo_allow
 
 SETTING_OF: dict[str, str] = {
     "workspace_root": "AGENT_WORKSPACE_ROOT",
@@ -38,11 +42,27 @@ SETTING_OF: dict[str, str] = {
     "codex_bin": "CODEX_BIN",
     "gemini_bin": "GEMINI_BIN",
     "cursor_bin": "CURSOR_BIN",
+    "repo_allow": "REPO_ALLOW",
+    "repo_cache_root": "REPO_CACHE_ROOT",
+    "repo_max_diff_bytes": "REPO_MAX_DIFF_BYTES",
+    "repo_git_timeout_s": "REPO_GIT_TIMEOUT_S",
+    "attachment_max_bytes": "ATTACHMENT_MAX_BYTES",
+    "attachment_max_total_bytes": "ATTACHMENT_MAX_TOTAL_BYTES",
 }
 """The server-wide setting behind each field (`bin` has none of its own: the adapter's `*_BIN`): what
 errors name, and what `from_settings` reads (its attribute, the name in lower case)."""
 ROLE_FIELDS = frozenset(
-    {"bin", "model", "env", "env_passthrough", "egress_allow", "sandbox_read", "idle_timeout_s", "command"}
+    {
+        "bin",
+        "model",
+        "env",
+        "env_passthrough",
+        "egress_allow",
+        "sandbox_read",
+        "idle_timeout_s",
+        "command",
+        "repository",
+    }
 )
 """The fields a role's entry in AGENTS may set (its `bin`, `model`, ...); the others are server-wide."""
 
@@ -67,6 +87,12 @@ class ServerSettings(Protocol):
     cursor_bin: str
     replica_id: str
     database_url: str
+    repo_allow: str
+    repo_cache_root: str
+    repo_max_diff_bytes: int
+    repo_git_timeout_s: float
+    attachment_max_bytes: int
+    attachment_max_total_bytes: int
 
     @property
     def agent_network_mode(self) -> Literal["host", "egress"]: ...
@@ -112,6 +138,17 @@ class AgentOptions:
     """Tags the CLI processes so a restarted replica kills what its previous life left ("": untagged)."""
     database_file: str | None = None
     """The SQLite database file, which no AGENT_SANDBOX_READ path may show (None with PostgreSQL)."""
+    repo_allow: str = ""
+    """Comma-separated URL prefixes and local folders a task's repository may come from (REPO_ALLOW)."""
+    repo_cache_root: str = "./data/repos"
+    """The repositories' mirrors (REPO_CACHE_ROOT): outside the workspace root, never in a jail."""
+    repo_max_diff_bytes: int = 1024 * 1024
+    repo_git_timeout_s: float = 600.0
+    attachment_max_bytes: int = 5 * 1024 * 1024
+    attachment_max_total_bytes: int = 8 * 1024 * 1024
+    repository: Mapping[str, Any] | None = None
+    """The role's default repository, `{"url", "ref"}` (its `repository` in AGENTS): a task naming none
+    works on it."""
     role: str | None = None
     """The role these options are for, for errors to name its entry in AGENTS; None: the server-wide
     AGENT_* settings alone (no AGENTS)."""
@@ -121,6 +158,8 @@ class AgentOptions:
         fix(self, "env_passthrough", tuple(self.env_passthrough))
         fix(self, "sandbox_read", tuple(self.sandbox_read))
         fix(self, "env", dict(self.env))
+        if self.repository is not None:
+            fix(self, "repository", dict(self.repository))
         if self.sandbox not in ("bwrap", "none"):
             raise self.error("sandbox", f"must be bwrap or none, not {self.sandbox!r}")
         if self.network not in ("host", "egress"):
@@ -135,6 +174,35 @@ class AgentOptions:
             raise self.error("idle_timeout_s", "must be greater than 0")
         if not self.cancel_grace_s >= 0:
             raise self.error("cancel_grace_s", "must be 0 or more")
+        self._check_repositories()
+
+    def _check_repositories(self) -> None:
+        try:
+            allow = parse_repo_allow(self.repo_allow)
+        except ValueError as exc:
+            raise self.error("repo_allow", str(exc)) from None
+        cache, root = Path(self.repo_cache_root).resolve(), Path(self.workspace_root).resolve()
+        if cache == root or root in cache.parents or cache in root.parents:
+            raise self.error(
+                "repo_cache_root", f"{cache} and AGENT_WORKSPACE_ROOT ({root}) must not hold one another"
+            )
+        for name in ("repo_max_diff_bytes", "attachment_max_bytes", "attachment_max_total_bytes"):
+            if not getattr(self, name) > 0:
+                raise self.error(name, "must be greater than 0")
+        if not self.repo_git_timeout_s > 0:
+            raise self.error("repo_git_timeout_s", "must be greater than 0")
+        if self.repository is None:
+            return
+        try:
+            source = RepoSource.parse(dict(self.repository))
+        except (RepoError, TypeError, ValueError) as exc:
+            raise self.error("repository", str(exc)) from None
+        if self.repo_path:
+            raise self.error(
+                "repository", "a repository needs a workspace per context; unset AGENT_REPO_PATH"
+            )
+        if (why := allowed(source, allow)) is not None:
+            raise self.error("repository", why)
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> AgentOptions:
@@ -155,6 +223,18 @@ class AgentOptions:
     def replace(self, **changes: Any) -> AgentOptions:
         """`dataclasses.replace`: a copy with `changes` (e.g. a role's), checked again."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def repos(self) -> RepoPolicy:
+        """What repositories and attachments a task may bring (REPO_ALLOW, the role's default, the limits)."""
+        default = RepoSource.parse(dict(self.repository)) if self.repository is not None else None
+        return RepoPolicy(
+            allow=parse_repo_allow(self.repo_allow),
+            default=default,
+            fixed=self.repo_path,
+            max_attachment_bytes=self.attachment_max_bytes,
+            max_attachments_bytes=self.attachment_max_total_bytes,
+        )
 
     @property
     def allowed(self) -> tuple[Allowed, ...]:

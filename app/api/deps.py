@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from app.agents.repos.policy import RepoPolicy
 from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
 from app.tasks.service import TaskService
@@ -76,6 +77,9 @@ class Components:
     """The sums of what agent runs used (`GET /usage`), shared by every role's components."""
     retention: Retention | None = None
     """The retention pass (old tasks deleted, waiting ones expired), shared; its counts for the metrics."""
+    repos: RepoPolicy | None = None
+    """What repository and files a message may bring (a coding-agent CLI's role); None: the role's agent
+    works on no repository, and a message naming one is refused."""
 
     @property
     def running(self) -> int:

@@ -244,6 +244,19 @@ class Repository:
             row = (await conn.execute(query)).first()
         return None if row is None else (row[0], row[1], row[2])
 
+    async def first_message(self, owner: str, context_id: str) -> Message | None:
+        """The first message stored in the owner's context (the one that opened it), None for a new one."""
+        query = (
+            select(MessageRow.body)
+            .join(_tasks, _tasks.c.id == MessageRow.task_id)
+            .where(*self._scoped(_tasks.c.owner == owner, _tasks.c.context_id == context_id))
+            .order_by(MessageRow.id)
+            .limit(1)
+        )
+        async with self._engine.connect() as conn:
+            body = (await conn.execute(query)).scalar()
+        return None if body is None else Message.from_store(body)
+
     async def events_after(
         self, task_id: str, context_id: str, after: int, *, owner: str, limit: int | None = None
     ) -> list[EventRecord]:

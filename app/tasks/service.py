@@ -18,6 +18,7 @@ from app.protocol.errors import (
     InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
+    TaskNotFoundError,
     UnsupportedOperationError,
 )
 from app.protocol.events import EventRecord, status_update
@@ -145,6 +146,18 @@ class TaskService:
             )
         except InvalidPageToken:
             raise InvalidParamsError("pageToken is not one this server issued") from None
+
+    async def opening(self, owner: str, context_id: str | None, task_id: str | None = None) -> Message | None:
+        """The message that opened the caller's context (of `task_id` when no `context_id` is given), for the
+        checks of a later message; None for a new context (or an unknown task: the send refuses it)."""
+        if not context_id and task_id:
+            try:
+                context_id = (await self._reader.head(owner, task_id)).context_id
+            except TaskNotFoundError:
+                return None
+        if not context_id:
+            return None
+        return await self._tasks.parts.repo.first_message(owner, context_id)
 
     # ---- send and stream -----------------------------------------------------------------------
 

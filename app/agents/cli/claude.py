@@ -130,7 +130,7 @@ class ClaudeRun(CliRun):
 
     async def begin(self) -> None:
         assert self.proc is not None
-        message = {"role": "user", "content": self.request.message.text()}
+        message = {"role": "user", "content": self.prompt()}
         await self.proc.send(
             {"type": "user", "message": message, "parent_tool_use_id": None, "session_id": "default"}
         )

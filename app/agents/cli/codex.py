@@ -83,7 +83,7 @@ class CodexExecRun(HeadlessRun):
             argv += ["--model", self.options.model]
         if thread := self.session_id():
             argv += ["resume", thread]
-        return [*argv, "--", self.request.message.text()]
+        return [*argv, "--", self.prompt()]
 
 
 class CodexAppServerRun(RpcRun):
@@ -141,7 +141,7 @@ class CodexAppServerRun(RpcRun):
                 self.parser.baseline = _kept_usage(self.session_data())
             self.parser.model = thread.get("model") or self.options.model
             self.remember_session(self.thread_id)
-            text = {"type": "text", "text": self.request.message.text()}
+            text = {"type": "text", "text": self.prompt()}
             await self.call("turn/start", {"threadId": self.thread_id, "input": [text]})
             return [AgentEvent.init(model=thread.get("model"), session_id=self.thread_id)]
         elif method == "turn/start":

@@ -85,7 +85,7 @@ class CursorRun(CliRun):
             argv += ["--model", o.model]
         if session := self.session_id():
             argv += ["--resume", session]
-        return [*argv, self.request.message.text()]
+        return [*argv, self.prompt()]
 
     async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
         kind, sub = obj.get("type"), obj.get("subtype")

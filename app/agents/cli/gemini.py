@@ -63,7 +63,7 @@ class GeminiHeadlessRun(HeadlessRun):
             argv += ["--model", self.options.model]
         if session := self.session_id():
             argv += ["--resume", session]
-        return [*argv, f"--prompt={self.request.message.text()}"]
+        return [*argv, f"--prompt={self.prompt()}"]
 
 
 class GeminiAcpRun(RpcRun):
@@ -111,7 +111,7 @@ class GeminiAcpRun(RpcRun):
         elif method == "session/new":
             # Not remembered: an ACP session cannot be resumed (see the module docstring).
             self.acp_session = result.get("sessionId")
-            prompt = [{"type": "text", "text": self.request.message.text()}]
+            prompt = [{"type": "text", "text": self.prompt()}]
             await self.call("session/prompt", {"sessionId": self.acp_session, "prompt": prompt})
             return [AgentEvent.init(model=self.options.model, session_id=self.acp_session)]
         elif method == "session/prompt":

@@ -3,7 +3,8 @@
 `AGENT_COMMAND` is split like a shell would (no shell runs it) and started in the workspace. Input, on stdin,
 one JSON object per line; stdin stays open while the command runs:
 
-    {"type": "prompt", "text": "<the user's text>", "taskId": "…", "contextId": "…", "workspace": "/abs"}
+    {"type": "prompt", "text": "<the user's text>", "taskId": "…", "contextId": "…", "workspace": "/abs",
+     "attachments": ["attachments/notes.txt"], "repository": {"url", "ref", "branch", "base"} or null}
     {"type": "answer", "text": "y", "approved": true}      (after it asked with approval_required)
 
 Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lines are ignored):
@@ -113,6 +114,8 @@ class NdjsonRun(CliRun):
                 "taskId": self.request.task_id,
                 "contextId": self.request.context_id,
                 "workspace": str(self.workspace),
+                "attachments": self.repo.attached,
+                "repository": self.repo.described(),
             }
         )
 

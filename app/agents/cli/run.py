@@ -11,14 +11,18 @@ implementing:
 - `interrupt()`     the CLI's own interrupt, with `interruptible = True` (optional);
 - `on_exit(code)`   events when stdout closes before a `done`/`error` (the default fits most CLIs).
 
-`CliRun.events()` starts the process in the workspace, feeds every stdout object to `handle`, ends the run
-at the first `done` or `error`, fails it on the idle limit (paused while waiting for the user), and always
-stops the process group on the way out. `cancel()` returns once the CLI and its children are gone.
+`CliRun.events()` prepares the workspace (the task's repository and attached files: `repository.py`), starts
+the process there, feeds every stdout object to `handle`, ends the run at the first `done` or `error`, fails
+it on the idle limit (paused while waiting for the user), and always stops the process group on the way out;
+at each end of a turn (`done`, `error`, `approval_required`) it publishes the checkout's change first.
+`cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
+naming the attached files) where it sends the user's text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -39,8 +43,11 @@ from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from ..jail.egress import EgressProxy, Policy
 from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home, principal_root
 from ..options import AgentOptions
+from ..repos.cache import RepoCache
+from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
+from .repository import RunRepository, extension, jail_launcher
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -61,6 +68,8 @@ def coding_skill(name: str, cli: str, tag: str) -> Skill:
     return Skill("coding", name, description, tags=("coding", tag), examples=CODING_SKILL.examples)
 
 
+TURN_ENDS = frozenset({AgentEventKind.DONE, AgentEventKind.ERROR, AgentEventKind.APPROVAL_REQUIRED})
+"""The events that end a turn: the checkout's change is published just before them."""
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
 _background: set[asyncio.Task[None]] = set()
@@ -168,6 +177,7 @@ class CliRun(AgentRun):
         self.options = agent.options
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
+        self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace)
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0
@@ -204,6 +214,10 @@ class CliRun(AgentRun):
 
     # ---- the run ---------------------------------------------------------------------------------
 
+    def prompt(self) -> str:
+        """The user's text for the CLI: the message's text, naming the files attached to it."""
+        return self.repo.prompt(self.request.message.text())
+
     def session_id(self) -> str | None:
         return load_session(self.options, self.adapter, self.request.principal, self.request.context_id)
 
@@ -228,6 +242,24 @@ class CliRun(AgentRun):
     async def events(self) -> AsyncIterator[AgentEvent]:
         if self.cancelled:
             return
+        jail = await self.agent.ready_jail()
+        home = principal_home(self.options, self.request.principal)
+        git = None if jail is None else jail_launcher(jail.wrap, self.workspace, home)
+        try:
+            await self.repo.prepare(git)
+        except RepoError as exc:
+            yield AgentEvent.error(f"The task's workspace could not be prepared: {exc}")
+            return
+        async with contextlib.aclosing(self._run()) as events:
+            async for ev in events:
+                if ev.kind in TURN_ENDS and not self.cancelled:
+                    if ev.kind is not AgentEventKind.APPROVAL_REQUIRED:
+                        await self._shutdown(graceful=True)  # its work measured once it has stopped
+                    for artifact in await self.repo.turn_end():
+                        yield artifact
+                yield ev
+
+    async def _run(self) -> AsyncIterator[AgentEvent]:
         argv = self.command()
         home = principal_home(self.options, self.request.principal)
         env = agent_env(self.options, home, self.environment())
@@ -358,6 +390,8 @@ class CliAgent(EventAgent):
     """
 
     adapter = "cli"
+    input_modes: Sequence[str] = ("text/plain", "*/*")
+    """Text, and files of any type (written under the workspace's `attachments/`, the prompt names them)."""
     skills: Sequence[Skill] = (CODING_SKILL,)
     """What a coding CLI offers; an adapter whose card names its CLI, or no coding CLI, sets its own."""
     run_class: type[CliRun]
@@ -375,6 +409,11 @@ class CliAgent(EventAgent):
         self.egress: EgressProxy | None = None
         self.jail: Jail | None = None
         self._jail_lock = asyncio.Lock()
+        self.repos = options.repos
+        """What repository and files a task may bring (the edge checks a message with it first)."""
+        self.cache = RepoCache(Path(options.repo_cache_root), timeout_s=options.repo_git_timeout_s)
+        if self.repos.takes_repositories:
+            self.extensions = (extension(options),)
 
     @property
     def binary(self) -> str:

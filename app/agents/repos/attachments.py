@@ -31,6 +31,19 @@ def write_attachments(
 ) -> list[Path]:
     """Write `files` (name, content) under `workspace/attachments/`: their paths, in order. RepoError naming
     the first part refused, with nothing written."""
+    checked = check_attachments(files, max_bytes_each, max_bytes_total)
+    for (name, _), parts in zip(files, checked, strict=True):
+        _check_way(workspace, name, parts)
+    workspace.mkdir(parents=True, exist_ok=True)
+    return [_write(workspace, parts, data) for parts, data in checked.items()]
+
+
+def check_attachments(
+    files: Sequence[tuple[str, bytes]], max_bytes_each: int, max_bytes_total: int
+) -> dict[tuple[str, ...], bytes]:
+    """The checks of `write_attachments` that need no disk (names, sizes, a name twice, a file that would
+    be a folder of another): each file's path parts under `attachments/` with its bytes, in order.
+    RepoError naming the first part refused."""
     checked: dict[tuple[str, ...], bytes] = {}
     total = 0
     for name, data in files:
@@ -49,10 +62,8 @@ def write_attachments(
             raise RepoError(
                 f"attachment {name!r} would be a file and a folder of {'/'.join(clash)!r} at once"
             )
-        _check_way(workspace, name, parts)
         checked[parts] = data
-    workspace.mkdir(parents=True, exist_ok=True)
-    return [_write(workspace, parts, data) for parts, data in checked.items()]
+    return checked
 
 
 def _parts(name: str) -> tuple[str, ...]:

@@ -140,8 +140,17 @@ class RepoCache:
             shutil.rmtree(tmp, ignore_errors=True)
         return Checkout(workspace, source, branch, base, created=True)
 
-    async def _existing(self, source: RepoSource, workspace: Path, branch: str) -> Checkout | None:
-        """The checkout an earlier turn made in `workspace`; None for an empty or missing workspace."""
+    async def existing(self, workspace: Path) -> Checkout | None:
+        """The checkout an earlier turn made in `workspace`, whatever its source (a later turn that names
+        no repository keeps its context's); None for an empty or missing workspace, or one that holds no
+        checkout the server made. RepoError for a checkout that lost what the server recorded in it."""
+        return await self._existing(None, workspace, None)
+
+    async def _existing(
+        self, source: RepoSource | None, workspace: Path, branch: str | None
+    ) -> Checkout | None:
+        """The checkout an earlier turn made in `workspace`; None for an empty or missing workspace. With
+        `source` and `branch`, RepoError when it is of another."""
         try:
             if not os.listdir(workspace):
                 return None
@@ -159,10 +168,15 @@ class RepoCache:
                 key, _, value = item.decode("utf-8", "replace").partition("\n")
                 recorded[key] = value
         if "a2a.source" not in recorded:
+            if source is None:
+                return None
             raise RepoError(
                 f"the workspace {workspace} is not empty and holds no checkout the server made; left as it is"
             )
-        if (recorded["a2a.source"], recorded.get("a2a.branch")) != (source.url, branch):
+        if source is None or branch is None:
+            source = RepoSource(recorded["a2a.source"])
+            branch = check_ref(recorded.get("a2a.branch") or "")
+        elif (recorded["a2a.source"], recorded.get("a2a.branch")) != (source.url, branch):
             raise RepoError(
                 f"this context's workspace holds a checkout of {recorded['a2a.source']} on "
                 f"{recorded.get('a2a.branch')}, not of {source.url} on {branch}; a context keeps its "

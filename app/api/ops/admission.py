@@ -1,4 +1,5 @@
-"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams.
+"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; and a
+coding agent's repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
 
 The per-principal limits live in `app.limits`: in memory for one process, in Redis when `REDIS_URL` is set,
 so that behind a load balancer every replica counts against the same numbers. Every limit answers with its
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from app.agents.repos.errors import RepoError
+from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
 from app.protocol.errors import InvalidParamsError
 from app.protocol.model import Message
@@ -31,9 +34,37 @@ async def admit(message: Message, call: Call) -> Message:
             f"A message may carry at most {limits.max_text} characters of text; this one has {text}",
             {"maxTextChars": limits.max_text},
         )
+    await repository(message, call)
     if not message.task_id:
         await limits.rate.take(call.owner)
     return message
+
+
+async def repository(message: Message, call: Call) -> None:
+    """The repository the message names (allowed by REPO_ALLOW, the one of its context) and its inline
+    files (names, sizes), refused (-32602) before anything is stored. A RepoError is the agents' own, turned
+    into the protocol's error here."""
+    policy = call.c.repos
+    metadata = message.metadata or {}
+    named = metadata.get(METADATA_KEY) is not None
+    field = f"metadata.{METADATA_KEY}"
+    try:
+        if policy is None:
+            if named:
+                raise RepoError(
+                    "this agent works on no repository (metadata.repository): only the coding-agent CLIs "
+                    "do, with the sources the server's REPO_ALLOW lists"
+                )
+            return
+        policy.named(metadata)
+        if named and (message.context_id or message.task_id):
+            first = await call.c.service.opening(call.owner, message.context_id, message.task_id)
+            if first is not None:
+                policy.same_repository(first.metadata, metadata)
+        field = "parts"
+        policy.attachments(message.parts)
+    except RepoError as exc:
+        raise InvalidParamsError(str(exc), {"field": field}) from None
 
 
 class _HeldStream:

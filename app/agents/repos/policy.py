@@ -1,0 +1,99 @@
+"""`RepoPolicy`: what repository and files a message to a coding agent may bring, checked twice: by the edge
+before the task is stored (a RepoError there is the client's -32602) and by the run before it touches the
+disk (REPO_ALLOW may have changed in between, or the run happens on another replica).
+
+A message names its repository in `metadata.repository` (`{"url", "ref"}`, or the URL alone); naming none,
+it works on the role's default, if any. A context keeps the repository of its first message: a later
+message naming another is refused (`same_repository`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .attachments import check_attachments
+from .errors import RepoError
+from .source import SETTING, RepoSource, allowed
+
+METADATA_KEY = "repository"
+"""The key of a message's metadata that names its repository."""
+UNNAMED = "attachment-{n}"
+"""The name of the n-th file part (from 1) that has none."""
+
+
+class FilePart(Protocol):
+    """What a file part of a message offers here (`protocol.model.Part`, not imported)."""
+
+    raw: bytes | None
+    filename: str | None
+
+
+@dataclass(frozen=True)
+class RepoPolicy:
+    allow: tuple[str, ...] = ()
+    """REPO_ALLOW's entries (`source.parse_allow`); none: no repository is taken."""
+    default: RepoSource | None = None
+    """The role's repository, for a message that names none."""
+    fixed: str | None = None
+    """AGENT_REPO_PATH: every run works in that one folder, so no repository is checked out."""
+    max_attachment_bytes: int = 5 * 1024 * 1024
+    max_attachments_bytes: int = 8 * 1024 * 1024
+
+    @property
+    def takes_repositories(self) -> bool:
+        """A message may name a repository here (what the card's extension advertises)."""
+        return bool(self.allow) and not self.fixed
+
+    def named(self, metadata: Mapping[str, Any] | None) -> RepoSource | None:
+        """The repository a message's metadata names, checked; None when it names none. RepoError when it
+        is malformed or refused (the message names REPO_ALLOW)."""
+        value = (metadata or {}).get(METADATA_KEY)
+        if value is None:
+            return None
+        source = RepoSource.parse(value)
+        if self.fixed:
+            raise RepoError(
+                "this server works in one folder for every task (AGENT_REPO_PATH), so it checks out no "
+                f"repository; {SETTING} applies only without AGENT_REPO_PATH"
+            )
+        why = allowed(source, self.allow)
+        if why is not None:
+            raise RepoError(why)
+        return source
+
+    def source(self, metadata: Mapping[str, Any] | None) -> RepoSource | None:
+        """The repository a message works on: the one it names (`named`), else the role's default."""
+        return self.named(metadata) or self.default
+
+    def same_repository(self, first: Mapping[str, Any] | None, later: Mapping[str, Any] | None) -> None:
+        """RepoError unless a later message of a context (`later`, its metadata) that names a repository
+        names the one of the context's first message (`first`: the one it named, else the role's default).
+        A later message naming none keeps the context's; the ref of a later message is not checked out
+        again (the context's branch goes on)."""
+        now = self.named(later)
+        if now is None:
+            return
+        value = (first or {}).get(METADATA_KEY)
+        try:
+            had = RepoSource.parse(value) if value is not None else self.default
+        except RepoError:
+            had = None
+        if had is None or had.url != now.url:
+            was = had.url if had is not None else "no repository"
+            raise RepoError(
+                f"this context works on {was}, not {now.url}: a context keeps the repository of its first "
+                "message; start a new context (no contextId) for another"
+            )
+
+    def attachments(self, parts: Sequence[FilePart]) -> list[tuple[str, bytes]]:
+        """The inline files of a message's parts (name, bytes), checked (names, sizes); RepoError naming
+        the first refused. A part without a name is `attachment-<n>`; files by URL are not taken here."""
+        files: list[tuple[str, bytes]] = []
+        for part in parts:
+            if getattr(part, "raw", None) is not None:
+                name = part.filename or UNNAMED.format(n=len(files) + 1)
+                files.append((name, bytes(part.raw or b"")))
+        check_attachments(files, self.max_attachment_bytes, self.max_attachments_bytes)
+        return files

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""A fake `ndjson` coding agent that changes the repository it is started in (its working folder).
+
+The prompt decides: `EDIT` edits src/app.py, adds notes.md and a binary file, deletes old.txt, and commits
+the edit itself (the rest is left for the server to commit); `SECOND` edits README.md only; `ASK` edits
+CHANGES.md, asks for approval, then edits it again; `BIG` adds a long file; `FILES` reports the files its
+prompt line says were attached, with their text; anything else changes nothing. It reports its working
+folder and ends with done.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def out(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def git(*args):
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.getcwd(),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "Fake Agent",
+        "GIT_AUTHOR_EMAIL": "agent@example.com",
+        "GIT_COMMITTER_NAME": "Fake Agent",
+        "GIT_COMMITTER_EMAIL": "agent@example.com",
+    }
+    subprocess.run(["git", *args], check=True, env=env, capture_output=True)
+
+
+prompt = json.loads(sys.stdin.readline())
+text = prompt["text"]
+here = Path.cwd()
+out({"kind": "init", "model": "fake-repo", "session_id": "r-" + prompt["contextId"]})
+if text == "EDIT":
+    (here / "src" / "app.py").write_text("def main():\n    return 2\n")
+    git("commit", "--quiet", "-am", "agent: main returns 2")
+    (here / "notes.md").write_text("# Notes\n\nwritten by the agent\n")
+    (here / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    (here / "old.txt").unlink()
+elif text == "SECOND":
+    with (here / "README.md").open("a") as f:
+        f.write("\nA second turn was here.\n")
+elif text == "ASK":
+    (here / "CHANGES.md").write_text("- before asking\n")
+    out({"kind": "approval_required", "text": "Go on?"})
+    answer = json.loads(sys.stdin.readline())
+    (here / "CHANGES.md").write_text(f"- before asking\n- after {answer['text']}\n")
+elif text == "BIG":
+    (here / "big.txt").write_text("".join(f"line {i} of a long new file\n" for i in range(400)))
+elif text.startswith("FILES"):
+    seen = {name: (here / name).read_text() for name in prompt["attachments"]}
+    out({"kind": "thinking", "text": json.dumps(seen, sort_keys=True)})
+out({"kind": "thinking", "text": f"worked in {here}"})
+out({"kind": "done", "summary": "fake repo agent finished"})
