@@ -10,6 +10,8 @@ import pytest
 
 from app.agents.errors import SettingError
 from app.agents.options import AgentOptions
+from app.agents.repos.policy import RepoPolicy
+from app.agents.repos.source import RepoSource
 from app.settings import SettingError as SettingsSettingError, Settings
 
 AGENTS = Path(__file__).resolve().parents[2] / "app" / "agents"
@@ -170,3 +172,82 @@ def test_a_roles_entry_goes_over_the_server_wide_options() -> None:
         roles.agent_options(base, loaded["triage"])
     assert bad.value.name == "AGENTS"
     assert str(bad.value).startswith("role 'triage', field egress_allow: ")
+
+
+def test_the_repository_settings_reach_the_options_and_their_policy() -> None:
+    settings = Settings(
+        _env_file=None,
+        agent_workspace_root="/srv/ws",
+        repo_allow="/srv/git, https://git.example.com/team/",
+        repo_cache_root="/srv/repos",
+        repo_max_diff_bytes=2048,
+        repo_git_timeout_s=30,
+        attachment_max_bytes=10,
+        attachment_max_total_bytes=20,
+    )
+    o = AgentOptions.from_settings(settings)
+    assert (o.repo_cache_root, o.repo_max_diff_bytes, o.repo_git_timeout_s) == ("/srv/repos", 2048, 30)
+    assert o.repos == RepoPolicy(
+        allow=("/srv/git", "https://git.example.com/team/"), max_attachment_bytes=10, max_attachments_bytes=20
+    )
+    assert AgentOptions().repos.allow == (), "by default no repository is taken"
+
+
+@pytest.mark.parametrize(
+    ("changes", "name", "says"),
+    [
+        ({"repo_allow": "relative/dir"}, "REPO_ALLOW", "neither an absolute folder nor a URL prefix"),
+        ({"repo_cache_root": "/srv/ws/repos"}, "REPO_CACHE_ROOT", "must not hold one another"),
+        ({"repo_cache_root": "/srv"}, "REPO_CACHE_ROOT", "must not hold one another"),
+        ({"repo_max_diff_bytes": 0}, "REPO_MAX_DIFF_BYTES", "greater than 0"),
+        ({"repository": {"url": "/srv/git/app.git"}, "role": "coder"}, "AGENTS", "REPO_ALLOW lists no"),
+        (
+            {"repository": {"url": "/srv/elsewhere/app.git"}, "repo_allow": "/srv/git", "role": "coder"},
+            "AGENTS",
+            "role 'coder', field repository: the repository /srv/elsewhere/app.git is not allowed",
+        ),
+        (
+            {
+                "repository": {"url": "/srv/git/a.git"},
+                "repo_allow": "/srv/git",
+                "repo_path": "/srv/work",
+                "role": "coder",
+            },
+            "AGENTS",
+            "unset AGENT_REPO_PATH",
+        ),
+        (
+            {"repository": {"url": "/srv/git/a.git", "colour": 1}, "role": "coder"},
+            "AGENTS",
+            "takes url and ref",
+        ),
+    ],
+)
+def test_a_bad_repository_option_is_one_line_naming_its_setting(changes: dict, name: str, says: str) -> None:
+    with pytest.raises(SettingError) as bad:
+        AgentOptions(workspace_root="/srv/ws", **changes)
+    assert bad.value.name == name and says in str(bad.value) and "\n" not in str(bad.value)
+
+
+def test_a_roles_default_repository_reaches_its_options_and_only_a_coding_agent_takes_one() -> None:
+    from app import roles
+
+    settings = Settings(
+        _env_file=None,
+        repo_allow="/srv/git",
+        agents={
+            "coder": {
+                "adapter": "ndjson",
+                "command": "/usr/bin/true",
+                "repository": {"url": "/srv/git/a.git"},
+            },
+            "echo": {"adapter": "echo", "repository": {"url": "/srv/git/a.git", "ref": "main"}},
+        },
+    )
+    loaded = roles.load(settings)
+    base = AgentOptions.from_settings(settings)
+    coder = roles.agent_options(base, loaded["coder"])
+    assert coder.repository == {"url": "/srv/git/a.git"}
+    assert coder.repos.default == RepoSource("/srv/git/a.git")
+    with pytest.raises(SettingError, match="field repository: adapter 'echo' works on no repository"):
+        roles.agent_options(base, loaded["echo"])

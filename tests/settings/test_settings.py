@@ -80,6 +80,8 @@ def test_plain_postgres_url_gets_the_async_driver():
         ),
         ({"CARD_SIGNING_KID": "k", "AUTH_MODE": "off"}, "CARD_SIGNING_KID"),
         ({"CARD_SIGNING_JKU": "ftp://keys"}, "CARD_SIGNING_JKU"),
+        ({"REPO_ALLOW": "relative/dir"}, "REPO_ALLOW"),
+        ({"AGENT_WORKSPACE_ROOT": "/tmp/a2a-ws", "REPO_CACHE_ROOT": "/tmp/a2a-ws/repos"}, "REPO_CACHE_ROOT"),
     ],
 )
 def test_bad_setting_is_one_clear_line(env, name, tmp_path):

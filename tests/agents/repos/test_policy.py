@@ -1,0 +1,100 @@
+"""`RepoPolicy`: what repository and files a message may bring, as the edge and the run check them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from app.agents.repos.errors import RepoError
+from app.agents.repos.policy import RepoPolicy
+from app.agents.repos.source import RepoSource
+
+ALLOW = ("/srv/git", "https://git.example.com/team/")
+POLICY = RepoPolicy(allow=ALLOW, max_attachment_bytes=10, max_attachments_bytes=15)
+
+
+@dataclass
+class FakePart:
+    raw: bytes | None = None
+    filename: str | None = None
+    url: str | None = None
+
+
+def repo(url: str, ref: str | None = None) -> dict:
+    return {"repository": {"url": url, **({"ref": ref} if ref else {})}}
+
+
+def test_a_message_naming_no_repository_works_on_the_roles_default() -> None:
+    assert POLICY.named({}) is None and POLICY.source(None) is None
+    default = RepoSource("/srv/git/app.git", "main")
+    with_default = RepoPolicy(allow=ALLOW, default=default)
+    assert with_default.source({"other": 1}) == default
+    assert with_default.source(repo("/srv/git/lib.git")) == RepoSource("/srv/git/lib.git")
+
+
+def test_an_allowed_source_is_taken_in_its_normal_form() -> None:
+    assert POLICY.named(repo("https://GIT.example.com/team/app/", "v1")) == RepoSource(
+        "https://git.example.com/team/app", "v1"
+    )
+    assert POLICY.named({"repository": "file:///srv/git/app.git"}) == RepoSource("/srv/git/app.git")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        (repo("/srv/other/app.git"), "REPO_ALLOW"),
+        (repo("https://git.example.com/team-b/app"), "REPO_ALLOW"),
+        (repo("https://user:secret@git.example.com/team/app"), "credentials"),
+        (repo("ext::sh%20-c%20touch"), "not a URL"),
+        (repo("/srv/git/app.git", "--upload-pack=x"), "not a branch"),
+        ({"repository": {"url": "/srv/git/app.git", "branch": "x"}}, "takes url and ref"),
+        ({"repository": 7}, "must be"),
+    ],
+)
+def test_a_refused_or_malformed_source_is_a_repo_error_saying_why(metadata: dict, says: str) -> None:
+    with pytest.raises(RepoError, match=says):
+        POLICY.named(metadata)
+
+
+def test_no_allow_list_takes_nothing_and_says_so() -> None:
+    nothing = RepoPolicy()
+    assert not nothing.takes_repositories
+    with pytest.raises(RepoError, match="REPO_ALLOW lists no URL prefix"):
+        nothing.named(repo("/srv/git/app.git"))
+    assert nothing.named({}) is None
+
+
+def test_one_folder_for_everyone_takes_no_repository() -> None:
+    fixed = RepoPolicy(allow=ALLOW, fixed="/srv/work")
+    assert not fixed.takes_repositories and POLICY.takes_repositories
+    with pytest.raises(RepoError, match="AGENT_REPO_PATH"):
+        fixed.named(repo("/srv/git/app.git"))
+
+
+def test_a_context_keeps_the_repository_of_its_first_message() -> None:
+    first = repo("/srv/git/app.git", "main")
+    POLICY.same_repository(first, repo("/srv/git/app.git", "dev"))  # its ref is not checked out again
+    POLICY.same_repository(first, {})  # naming none keeps the context's
+    with pytest.raises(RepoError, match="keeps the repository of its first message"):
+        POLICY.same_repository(first, repo("/srv/git/lib.git"))
+    with pytest.raises(RepoError, match=r"works on no repository, not /srv/git/app\.git"):
+        POLICY.same_repository({}, repo("/srv/git/app.git"))
+    defaulted = RepoPolicy(allow=ALLOW, default=RepoSource("/srv/git/app.git"))
+    defaulted.same_repository({}, repo("/srv/git/app.git"))
+    with pytest.raises(RepoError, match="REPO_ALLOW"):
+        POLICY.same_repository(first, repo("/srv/elsewhere/app.git"))
+
+
+def test_the_inline_files_are_named_and_checked_before_any_is_written() -> None:
+    parts = [FakePart(raw=b"abc", filename="docs/a.txt"), FakePart(url="https://x/y"), FakePart(raw=b"12345")]
+    assert POLICY.attachments(parts) == [("docs/a.txt", b"abc"), ("attachment-2", b"12345")]
+    for bad, says in [
+        ([FakePart(raw=b"x", filename="../x")], "'..'"),
+        ([FakePart(raw=b"x", filename="/etc/x")], "absolute"),
+        ([FakePart(raw=b"x" * 11, filename="big")], "over the limit of 10"),
+        ([FakePart(raw=b"x" * 8, filename="a"), FakePart(raw=b"x" * 8, filename="b")], "limit of 15 bytes"),
+        ([FakePart(raw=b"x", filename="a/.git/config")], ".git"),
+    ]:
+        with pytest.raises(RepoError, match=says):
+            POLICY.attachments(bad)
