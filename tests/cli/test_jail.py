@@ -289,6 +289,18 @@ def test_a_read_path_above_the_workspaces_stops_start_up(tmp_path: Path) -> None
         )
 
 
+def test_a_read_path_showing_the_repositories_cache_stops_start_up(tmp_path: Path) -> None:
+    with pytest.raises(SettingError, match=r"holds the repositories' cache \(REPO_CACHE_ROOT\)"):
+        NdjsonAgent(
+            AgentOptions(
+                command="true",
+                workspace_root=str(tmp_path / "ws"),
+                repo_cache_root=str(tmp_path / "data" / "repos"),
+                sandbox_read=(str(tmp_path / "data"),),
+            )
+        )
+
+
 def test_start_up_stops_when_bubblewrap_cannot_run(tmp_path: Path) -> None:
     """Fail closed: no bwrap on PATH and the jail on (the default) → one line, and no server."""
     env = {

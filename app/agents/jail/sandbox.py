@@ -218,7 +218,10 @@ class Jail:
 def _exposes(path: str, options: AgentOptions) -> str | None:
     """What of the server an AGENT_SANDBOX_READ path would show every jail, if anything."""
     shown = Path(path).resolve()
-    guarded = {"the workspaces of every principal": Path(options.workspace_root).resolve()}
+    guarded = {
+        "the workspaces of every principal": Path(options.workspace_root).resolve(),
+        "the repositories' cache (REPO_CACHE_ROOT)": Path(options.repo_cache_root).resolve(),
+    }
     if options.database_file:
         guarded["the database"] = Path(options.database_file).resolve()
     return next((what for what, p in guarded.items() if p == shown or shown in p.parents), None)
