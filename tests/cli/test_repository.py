@@ -63,8 +63,11 @@ async def served(tmp_path_factory: Any) -> AsyncIterator[Served]:
     make_origin(allowed / "project.git", tmp / "work")
     make_origin(allowed / "other.git", tmp / "work-other")
     make_origin(tmp / "elsewhere" / "project.git", tmp / "work-elsewhere")
+    pinned = {"adapter": "ndjson", "repository": {"url": f"file://{allowed / 'other.git'}", "ref": "main"}}
     env = {
-        "AGENT_ADAPTER": "ndjson",
+        "AGENTS": json.dumps(
+            {"default": {"adapter": "ndjson"}, "pinned": pinned, "echo": {"adapter": "echo"}}
+        ),
         "AGENT_COMMAND": AGENT,
         "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
         "AGENT_SANDBOX_READ": str(FAKES),
@@ -117,6 +120,17 @@ def fresh_clone(served: Served, base: str, where: Path) -> Path:
     git("clone", "--quiet", str(served.bare), str(where))
     git("checkout", "--quiet", base, cwd=where)
     return where
+
+
+async def rpc_at(served: Served, role_path: str, params: dict) -> dict:
+    """A blocking `message/send` (v0.3) to a role's endpoint: the whole response."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {**params, "configuration": {"blocking": True}},
+    }
+    return (await served.client.post(f"{role_path}/a2a/jsonrpc", json=body)).json()
 
 
 async def task_count(served: Served) -> int:
@@ -333,3 +347,51 @@ async def test_the_diff_over_the_limit_is_cut_and_the_whole_patch_is_another_art
     assert git("write-tree", cwd=fresh) == git(
         "rev-parse", "HEAD^{tree}", cwd=served.workspace(task["contextId"])
     )
+
+
+async def test_a_roles_default_repository_is_the_one_a_task_naming_none_works_on(served: Served) -> None:
+    data = await rpc_at(served, "/agents/pinned", {"message": text_message("SECOND")})
+    task = data["result"]
+    assert task["status"]["state"] == "completed", task["status"]
+    summary = summary_v03(task)
+    assert summary["repository"] == {"url": str(served.other), "ref": "main"}
+    assert [f["path"] for f in summary["files"]] == ["README.md"]
+    assert git("config", "remote.origin.url", cwd=served.workspace(task["contextId"])) == str(served.other)
+
+
+async def test_an_agent_that_works_on_no_repository_refuses_one(served: Served) -> None:
+    card = (await served.client.get("/agents/echo/.well-known/agent-card.json")).json()
+    assert EXTENSION_URI not in json.dumps(card)
+    message = {**text_message("hello"), "metadata": {"repository": {"url": served.url}}}
+    data = await rpc_at(served, "/agents/echo", {"message": message})
+    assert data["error"]["code"] == -32602 and "works on no repository" in data["error"]["message"], data
+
+
+@pytest.fixture(scope="module")
+async def closed(tmp_path_factory: Any) -> AsyncIterator[Served]:
+    """A server whose REPO_ALLOW is empty (the default)."""
+    tmp = tmp_path_factory.mktemp("closed")
+    make_origin(tmp / "remote" / "project.git", tmp / "work")
+    env = {"AGENT_ADAPTER": "ndjson", "AGENT_COMMAND": AGENT, "AGENT_WORKSPACE_ROOT": str(tmp / "ws")}
+    server = await make_server("sqlite", tmp, **env, AGENT_SANDBOX_READ=str(FAKES))
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            bare = tmp / "remote" / "project.git"
+            yield Served(client, tmp, bare, bare, bare)
+    finally:
+        server.stop()
+
+
+async def test_without_repo_allow_the_card_declares_nothing_and_a_repository_is_refused(
+    closed: Served,
+) -> None:
+    card = (await closed.client.get("/.well-known/agent-card.json")).json()
+    assert EXTENSION_URI not in json.dumps(card)
+    count = await task_count(closed)
+    message = {**text_message("EDIT"), "metadata": {"repository": {"url": closed.url}}}
+    data = await call(closed.client, "message/send", {"message": message})
+    assert data["error"]["code"] == -32602 and "REPO_ALLOW lists no" in data["error"]["message"], data
+    assert await task_count(closed) == count
+    plain = await send(closed, "nothing")
+    assert plain["status"]["state"] == "completed", plain["status"]
+    assert [a["name"] for a in plain["artifacts"]] == ["assistant-response", "result"], "no change artifacts"
