@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shlex
@@ -31,7 +32,7 @@ from tests.support.clis import (
     wait_for_process,
     wait_until_stopped,
 )
-from tests.support.rpc import result
+from tests.support.rpc import result, text_message
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 """The system's python: a jailed fake sees /usr, not the test's virtualenv."""
@@ -92,6 +93,27 @@ async def test_cursor_runs_unattended_with_the_prompt_as_argument(cursor: Served
     assert response_text(task) == "Listing the directory. All done."
     summary = next(a for a in task["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
     assert summary["summary"] == "Listing the directory. All done."
+
+
+async def test_a_file_attached_without_a_repository_reaches_the_workspace_and_the_prompt_names_it(
+    cursor: Served,
+) -> None:
+    message = text_message("Read the notes")
+    message["parts"].append(
+        {"kind": "file", "file": {"bytes": base64.b64encode(b"remember this").decode(), "name": "notes.txt"}}
+    )
+    sent = await result(
+        cursor.client, "message/send", {"message": message, "configuration": {"blocking": True}}
+    )
+    task = await wait_until_stopped(cursor.client, sent)
+    assert task["status"]["state"] == "completed", status_text(task)
+    ws = cursor.workspace(task)
+    assert (ws / "attachments" / "notes.txt").read_bytes() == b"remember this"
+    prompt = json.loads((ws / "argv.json").read_text())[-1]
+    assert prompt.startswith("Read the notes\n\n") and "- attachments/notes.txt" in prompt
+    assert not any(a.get("name") == "changes" for a in task["artifacts"]), (
+        "no repository, no change artifacts"
+    )
 
 
 async def test_cursor_next_turn_resumes_its_session(cursor: Served) -> None:

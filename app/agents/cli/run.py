@@ -252,7 +252,7 @@ class CliRun(AgentRun):
             return
         async with contextlib.aclosing(self._run()) as events:
             async for ev in events:
-                if ev.kind in TURN_ENDS and not self.cancelled:
+                if ev.kind in TURN_ENDS and not self.cancelled and self.repo.checkout is not None:
                     if ev.kind is not AgentEventKind.APPROVAL_REQUIRED:
                         await self._shutdown(graceful=True)  # its work measured once it has stopped
                     for artifact in await self.repo.turn_end():
