@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 from app.agents.cli.repository import EXTENSION_URI
 from app.agents.jail.sandbox import principal_key
@@ -395,3 +396,20 @@ async def test_without_repo_allow_the_card_declares_nothing_and_a_repository_is_
     plain = await send(closed, "nothing")
     assert plain["status"]["state"] == "completed", plain["status"]
     assert [a["name"] for a in plain["artifacts"]] == ["assistant-response", "result"], "no change artifacts"
+
+
+async def test_a_stream_carries_the_change_before_the_turns_last_status(served: Served) -> None:
+    message = {**text_message("EDIT"), "metadata": {"repository": {"url": served.url}}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": message}}
+    seen: list[str] = []
+    async with aconnect_sse(served.client, "POST", "/a2a/jsonrpc", json=body) as events:
+        async for sse in events.aiter_sse():
+            if not sse.data:
+                continue
+            item = sse.json()["result"]
+            if item["kind"] == "artifact-update":
+                seen.append(item["artifact"].get("name") or "")
+            elif item["kind"] == "status-update" and item["status"]["state"] == "completed":
+                seen.append("completed")
+    changes = [n for n in seen if n in ("changes", "changes.diff", "turn-1.diff", "completed")]
+    assert changes == ["changes", "changes.diff", "turn-1.diff", "completed"], seen
