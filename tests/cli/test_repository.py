@@ -4,6 +4,7 @@ made, served over file://, and the change comes back as artifacts over both prot
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shlex
@@ -413,3 +414,21 @@ async def test_a_stream_carries_the_change_before_the_turns_last_status(served: 
                 seen.append("completed")
     changes = [n for n in seen if n in ("changes", "changes.diff", "turn-1.diff", "completed")]
     assert changes == ["changes", "changes.diff", "turn-1.diff", "completed"], seen
+
+
+async def test_a_canceled_turn_publishes_nothing_and_the_next_turn_holds_its_work(served: Served) -> None:
+    message = {**text_message("HANG"), "metadata": {"repository": {"url": served.url}}}
+    task = await result(
+        served.client, "message/send", {"message": message, "configuration": {"blocking": False}}
+    )
+    ws = served.workspace(task["contextId"])
+    async with asyncio.timeout(30):
+        while not (ws / "hang.txt").exists():
+            await asyncio.sleep(0.1)
+    canceled = await result(served.client, "tasks/cancel", {"id": task["id"]})
+    assert canceled["status"]["state"] == "canceled"
+    assert not any(a["name"].startswith("changes") for a in canceled.get("artifacts", []))
+    after = await send(served, "nothing", contextId=task["contextId"])
+    assert after["status"]["state"] == "completed", after["status"]
+    assert [f["path"] for f in summary_v03(after)["files"]] == ["hang.txt"]
+    assert b"+written before the cancel" in diff_v03(after, "changes.diff")

@@ -3,15 +3,16 @@
 
 The prompt decides: `EDIT` edits src/app.py, adds notes.md and a binary file, deletes old.txt, and commits
 the edit itself (the rest is left for the server to commit); `SECOND` edits README.md only; `ASK` edits
-CHANGES.md, asks for approval, then edits it again; `BIG` adds a long file; `FILES` reports the files its
-prompt line says were attached, with their text; anything else changes nothing. It reports its working
-folder and ends with done.
+CHANGES.md, asks for approval, then edits it again; `HANG` writes hang.txt and waits to be canceled; `BIG`
+adds a long file; `FILES` reports the files its prompt line says were attached, with their text; anything
+else changes nothing. It reports its working folder and ends with done.
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -51,6 +52,10 @@ elif text == "ASK":
     out({"kind": "approval_required", "text": "Go on?"})
     answer = json.loads(sys.stdin.readline())
     (here / "CHANGES.md").write_text(f"- before asking\n- after {answer['text']}\n")
+elif text == "HANG":
+    (here / "hang.txt").write_text("written before the cancel\n")
+    out({"kind": "thinking", "text": "hanging"})
+    time.sleep(600)
 elif text == "BIG":
     (here / "big.txt").write_text("".join(f"line {i} of a long new file\n" for i in range(400)))
 elif text.startswith("FILES"):
