@@ -23,7 +23,7 @@ checkout, and the next turn of the context commits it and shows it in its `chang
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,7 @@ class RunRepository:
                 launcher=self.launcher,
                 timeout_s=self.options.repo_git_timeout_s,
             )
-        except RepoError as exc:
+        except (RepoError, OSError) as exc:
             log.warning("task %s: its change could not be measured: %s", task_id, exc)
             return [AgentEvent.artifact([data_part({"error": str(exc)})], f"{task_id}-changes", "changes")]
         self.since = changes.head
@@ -220,7 +220,7 @@ def _empty(path: Path) -> bool:
         return False
 
 
-def jail_launcher(wrap: Any, workspace: Path, home: Path) -> Launcher:
+def jail_launcher(wrap: Callable[..., list[str]], workspace: Path, home: Path) -> Launcher:
     """The server's git commands on a checkout, in the task's jail (`Jail.wrap`), without the egress relay:
     they need no network."""
 

@@ -247,7 +247,7 @@ class CliRun(AgentRun):
         git = None if jail is None else jail_launcher(jail.wrap, self.workspace, home)
         try:
             await self.repo.prepare(git)
-        except RepoError as exc:
+        except (RepoError, OSError) as exc:
             yield AgentEvent.error(f"The task's workspace could not be prepared: {exc}")
             return
         async with contextlib.aclosing(self._run()) as events:
