@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -18,8 +18,8 @@ from app.options import from_attributes
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
 from .repos.errors import RepoError
-from .repos.policy import RepoPolicy
-from .repos.source import RepoSource, allowed, parse_allow as parse_repo_allow
+from .repos.policy import METADATA_KEY, RepoPolicy
+from .repos.source import RepoSource, parse_allow as parse_repo_allow
 
 SETTING_OF: dict[str, str] = {
     "workspace_root": "AGENT_WORKSPACE_ROOT",
@@ -178,7 +178,7 @@ class AgentOptions:
 
     def _check_repositories(self) -> None:
         try:
-            allow = parse_repo_allow(self.repo_allow)
+            parse_repo_allow(self.repo_allow)
         except ValueError as exc:
             raise self.error("repo_allow", str(exc)) from None
         cache, root = Path(self.repo_cache_root).resolve(), Path(self.workspace_root).resolve()
@@ -193,16 +193,14 @@ class AgentOptions:
             raise self.error("repo_git_timeout_s", "must be greater than 0")
         if self.repository is None:
             return
-        try:
-            source = RepoSource.parse(dict(self.repository))
-        except (RepoError, TypeError, ValueError) as exc:
-            raise self.error("repository", str(exc)) from None
         if self.repo_path:
             raise self.error(
                 "repository", "a repository needs a workspace per context; unset AGENT_REPO_PATH"
             )
-        if (why := allowed(source, allow)) is not None:
-            raise self.error("repository", why)
+        try:
+            replace(self.repos, default=None).named({METADATA_KEY: dict(self.repository)})
+        except (RepoError, TypeError, ValueError) as exc:
+            raise self.error("repository", str(exc)) from None
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> AgentOptions:
@@ -234,6 +232,7 @@ class AgentOptions:
             fixed=self.repo_path,
             max_attachment_bytes=self.attachment_max_bytes,
             max_attachments_bytes=self.attachment_max_total_bytes,
+            private=(self.workspace_root, self.repo_cache_root),
         )
 
     @property

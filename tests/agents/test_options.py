@@ -188,7 +188,10 @@ def test_the_repository_settings_reach_the_options_and_their_policy() -> None:
     o = AgentOptions.from_settings(settings)
     assert (o.repo_cache_root, o.repo_max_diff_bytes, o.repo_git_timeout_s) == ("/srv/repos", 2048, 30)
     assert o.repos == RepoPolicy(
-        allow=("/srv/git", "https://git.example.com/team/"), max_attachment_bytes=10, max_attachments_bytes=20
+        allow=("/srv/git", "https://git.example.com/team/"),
+        max_attachment_bytes=10,
+        max_attachments_bytes=20,
+        private=("/srv/ws", "/srv/repos"),
     )
     assert AgentOptions().repos.allow == (), "by default no repository is taken"
 
@@ -220,6 +223,11 @@ def test_the_repository_settings_reach_the_options_and_their_policy() -> None:
             {"repository": {"url": "/srv/git/a.git", "colour": 1}, "role": "coder"},
             "AGENTS",
             "takes url and ref",
+        ),
+        (
+            {"repository": {"url": "/srv/ws/x/ctx"}, "repo_allow": "/srv", "role": "coder"},
+            "AGENTS",
+            "never a source, whatever REPO_ALLOW says",
         ),
     ],
 )

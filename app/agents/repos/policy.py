@@ -9,6 +9,7 @@ message naming another is refused (`same_repository`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,6 +41,9 @@ class RepoPolicy:
     """AGENT_REPO_PATH: every run works in that one folder, so no repository is checked out."""
     max_attachment_bytes: int = 5 * 1024 * 1024
     max_attachments_bytes: int = 8 * 1024 * 1024
+    private: tuple[str, ...] = ()
+    """Folders no source may be in, whatever REPO_ALLOW says: the workspaces (every principal's checkouts)
+    and the cache, so that no one fetches another's work by naming its path."""
 
     @property
     def takes_repositories(self) -> bool:
@@ -61,6 +65,11 @@ class RepoPolicy:
         why = allowed(source, self.allow)
         if why is not None:
             raise RepoError(why)
+        if source.local and any(_inside(source.url, root) for root in self.private):
+            raise RepoError(
+                f"the repository {source.url} is in the server's workspaces or repository cache, which are "
+                "never a source, whatever REPO_ALLOW says"
+            )
         return source
 
     def source(self, metadata: Mapping[str, Any] | None) -> RepoSource | None:
@@ -97,3 +106,9 @@ class RepoPolicy:
                 files.append((name, bytes(part.raw or b"")))
         check_attachments(files, self.max_attachment_bytes, self.max_attachments_bytes)
         return files
+
+
+def _inside(path: str, root: str) -> bool:
+    """`path` (a real path) is `root` or below it (`root` resolved here)."""
+    real = os.path.realpath(root)
+    return path == real or path.startswith(real.rstrip("/") + "/")

@@ -98,3 +98,13 @@ def test_the_inline_files_are_named_and_checked_before_any_is_written() -> None:
     ]:
         with pytest.raises(RepoError, match=says):
             POLICY.attachments(bad)
+
+
+def test_the_workspaces_and_the_cache_are_never_a_source() -> None:
+    """REPO_ALLOW=/ would otherwise let a principal clone another's checkout by naming its path."""
+    wide = RepoPolicy(allow=("/",), private=("/srv/ws", "/srv/repos"))
+    assert wide.named(repo("/srv/git/app.git")) == RepoSource("/srv/git/app.git")
+    for inside in ("/srv/ws/3f2a/ctx-1", "/srv/ws", "file:///srv/repos/0123abcd.git", "/srv/ws/../ws/x"):
+        with pytest.raises(RepoError, match="never a source"):
+            wide.named(repo(inside))
+    assert wide.named(repo("/srv/wsx/app.git")) == RepoSource("/srv/wsx/app.git")
