@@ -32,6 +32,7 @@ async def test_another_owners_task_is_neither_read_nor_leased(backend, tmp_path)
         assert await repo.get_task("t-alice", owner="mallory") is None
         assert await repo.get_task("t-alice", owner="mallory", to_write=True) is None
         assert await repo.task_head("t-alice", owner="mallory") is None
+        assert await repo.first_message("mallory", "ctx-t-alice") is None
         assert await leases.holder("t-alice", owner="mallory") is None
         assert await leases.take("t-alice", owner="mallory") is False
         assert await leases.take_from("t-alice", owner="mallory") is False
@@ -42,6 +43,9 @@ async def test_another_owners_task_is_neither_read_nor_leased(backend, tmp_path)
         mine = await repo.get_task("t-alice", owner=OWNER)
         assert mine is not None and mine.owner == OWNER
         assert (await repo.task_head("t-alice", owner=OWNER)) is not None
+        opening = await repo.first_message(OWNER, "ctx-t-alice")
+        assert opening is not None and opening.text() == "seeded", "the message that opened the context"
+        assert await repo.first_message(OWNER, "ctx-none") is None
         assert await leases.take_from("t-alice", owner=OWNER) == "r-old", "the owner's call takes it"
     finally:
         await writer.stop()
