@@ -129,3 +129,15 @@ async def test_a_stream_that_ends_without_result_fails():
     (ev,) = await run([])
     assert ev.status.state is TaskState.FAILED
     assert "without reporting a result" in ev.status.message.parts[0].text
+
+
+async def test_an_artifact_event_is_a_whole_artifact_of_its_id_before_the_end():
+    """A turn's change (a CLI run's checkout): one artifact update per event, its id kept, so the same id
+    again replaces it."""
+    diff = Part(raw=b"diff --git a/x b/x\n", media_type="text/x-diff", filename="changes.diff")
+    events = await run([AgentEvent.artifact([diff], "task-1-diff", "changes.diff"), AgentEvent.done()])
+    update, end = events
+    assert isinstance(update, ArtifactUpdate) and update.last_chunk and not update.append
+    assert (update.artifact.artifact_id, update.artifact.name) == ("task-1-diff", "changes.diff")
+    assert update.artifact.parts == [diff]
+    assert isinstance(end, StatusUpdate) and end.status.state is TaskState.COMPLETED
