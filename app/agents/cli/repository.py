@@ -13,7 +13,7 @@ run in the task's jail (`launcher`); then these artifacts, with ids stable per t
 |-------------------------|-----------------------|---------------------------------------------------------|
 | `<task>-changes`        | `changes`             | data: branch, base, head, files, commits, the turn's    |
 | `<task>-diff`           | `changes.diff`        | `text/x-diff`: the branch against its base (cut if long)|
-| `<task>-diff-full`      | `changes-full.diff`   | the whole patch, only when the one above is cut         |
+| `<task>-diff-full`      | `changes-full.diff`   | the whole patch when the one above is cut (to 16 MiB)   |
 | `<task>-turn-<n>`       | `turn-<n>.diff`       | `text/x-diff`: this turn's change alone (cut if long)   |
 
 A canceled turn publishes nothing (the task has ended before its CLI is stopped): its work stays in the
@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 EXTENSION_URI = "urn:a2a-coding-server:repository:v1"
 """The card's extension for a task's repository (named as the role extension, `urn:a2a-coding-server:`)."""
 DIFF_TYPE = "text/x-diff"
+FULL_PATCH_MAX_BYTES = 16 * 1024 * 1024
+"""The largest whole patch published as `changes-full.diff`; a larger one stays on the branch only (the
+`changes` artifact says so: `fullPatch: false`)."""
 
 
 def extension(options: AgentOptions) -> Extension:
@@ -169,7 +172,7 @@ def artifacts(task_id: str, turn: int, checkout: Checkout, changes: Changes) -> 
         out.append(
             AgentEvent.artifact([_diff(task.shown, "changes.diff")], f"{task_id}-diff", "changes.diff")
         )
-        if task.cut:
+        if task.cut and len(task.patch) <= FULL_PATCH_MAX_BYTES:
             full = [_diff(task.patch, "changes-full.diff")]
             out.append(AgentEvent.artifact(full, f"{task_id}-diff-full", "changes-full.diff"))
     if this.patch:
@@ -181,6 +184,7 @@ def artifacts(task_id: str, turn: int, checkout: Checkout, changes: Changes) -> 
         **_measured(task),
         "base": changes.base,
         "committed": changes.committed,
+        "fullPatch": not task.cut or len(task.patch) <= FULL_PATCH_MAX_BYTES,
         "turn": {"number": turn, "start": this.start, **_measured(this)},
     }
     out.insert(0, AgentEvent.artifact([data_part(summary)], f"{task_id}-changes", "changes"))
