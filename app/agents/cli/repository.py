@@ -23,7 +23,7 @@ checkout, and the next turn of the context commits it and shows it in its `chang
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,3 @@ def jail_launcher(wrap: Callable[..., list[str]], workspace: Path, home: Path) -
         return wrap(argv, workspace, home, env, bridge=False)
 
     return launch
-
-
-__all__: Sequence[str] = ("EXTENSION_URI", "RunRepository", "extension", "jail_launcher")
