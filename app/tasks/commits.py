@@ -68,6 +68,18 @@ class Commits:
         finally:
             live.stalled = False
 
+    async def landed_unseen(self, live: LiveTask) -> bool:
+        """Whether the task as stored is further on than `live` and still held by this replica: a step of
+        its own landed unseen, its caller cancelled mid-commit (a run's hard limit, a stop), for the writer
+        still stores what it was given. Not known with the database away: taken as not."""
+        try:
+            stored = await self._leases.recorded(live.task.id)
+        except Exception as exc:
+            if is_unavailable(exc):
+                return False
+            raise
+        return stored is not None and stored[1] == self._leases.replica_id and stored[0] > live.seq
+
     async def _landed(self, write: Write) -> bool:
         """Whether `write` is what the database holds as the task's latest step."""
         assert write.task_update is not None

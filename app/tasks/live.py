@@ -250,10 +250,10 @@ class LiveTasks:
         Events for a task that has already ended are dropped: nothing leaves a terminal state. With
         `wait` (the task's own run) a database that is away is waited for (`Commits.commit`); a request
         instead fails at once, also when the run is waiting out an outage on this task. A write that
-        collides may be made again on the task re-read (`_reread`): `admit` then sees it again.
+        collides may be made again on the task re-read (`_redo`): `admit` then sees it again.
         """
         messages = list(messages)
-        for attempt in range(live.retries + 1):
+        for attempt in range(live.retries + 2):
             if live.stalled and not wait:
                 raise DatabaseUnavailableError()
             async with live.lock:
@@ -282,7 +282,7 @@ class LiveTasks:
                 try:
                     created = await self._store(live, write, wait)
                 except SeqTakenError:
-                    if attempt == live.retries or not await self._reread(live):
+                    if not await self._redo(live, attempt):
                         raise
                     continue
                 self._applied(live, s, events, write)
@@ -302,10 +302,6 @@ class LiveTasks:
                 write = unborn.write.then(write)
                 await self._commit_unborn(live, write)
         except SeqTakenError:
-            if live.holder is None:
-                # Our next event number is taken: another replica took this task over.
-                self.lose(live.task.id)
-                log.warning("task %s was taken over by another replica; dropping it here", live.task.id)
             raise
         except Exception as exc:
             if unborn is not None:
@@ -332,10 +328,21 @@ class LiveTasks:
                 live.on_end()
         _wake_waiters(live)
 
+    async def _redo(self, live: LiveTask, attempt: int) -> bool:
+        """Whether a step whose event numbers were taken is made again on the task re-read (`_reread`): a
+        remote worker's task (`live.retries`: the worker's own events, stored meanwhile through another
+        replica), or once a task held here whose own last step landed unseen (`Commits.landed_unseen`).
+        Otherwise another replica took the task over: it is dropped here."""
+        if live.holder is not None:
+            return attempt < live.retries and await self._reread(live)
+        if attempt == 0 and live.unborn is None and await self._commits.landed_unseen(live):
+            return await self._reread(live)
+        self.lose(live.task.id)
+        log.warning("task %s was taken over by another replica; dropping it here", live.task.id)
+        return False
+
     async def _reread(self, live: LiveTask) -> bool:
-        """Bring `live` up to the task as stored, for a write made again; False if it is gone. Only a
-        request's write for a remote worker's task is (`live.retries`): it collides with the worker's own
-        events, stored meanwhile through another replica."""
+        """Bring `live` up to the task as stored, for a write made again (`_redo`); False if it is gone."""
         stored = await self.parts.repo.get_task(live.task.id, owner=None, to_write=True)
         if stored is None:
             return False

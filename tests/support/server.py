@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import os
 import random
@@ -10,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 
@@ -25,16 +28,41 @@ STOP_TIMEOUT_S = 60.0
 
 PORTS_FROM = 20000
 PORTS_PER_PROCESS = 2000
+RANGES = 6
 """Each test process (an xdist worker) hands out ports from a range of its own below the kernel's ephemeral
 ports (32768 and up): two workers never pick the same port between choosing it and binding it, and neither
-does the ephemeral port of an outgoing connection."""
-_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 6
+does the ephemeral port of an outgoing connection. A range is claimed with a lock held for the process's life
+(`_claim_range`), so two test runs on one machine (two clones' `make test`) never share one either: a port
+one run's fault test frees for a moment (a killed replica, a stopped PostgreSQL) is never picked by the other,
+and the data folders named after ports (`own_services.py`) stay each run's own."""
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 _next = itertools.count(random.randrange(PORTS_PER_PROCESS))
+_range: int | None = None
+_range_lock: TextIO | None = None
+
+
+def _claim_range() -> int:
+    """The first port range no other process on this machine holds, this worker's own first; the lock file's
+    descriptor stays open (and the range claimed) until the process exits. With every range held, the
+    worker's own, shared as before."""
+    global _range, _range_lock
+    if _range is None:
+        _range = _worker % RANGES
+        for k in ((_worker + i) % RANGES for i in range(RANGES)):
+            lock = open(Path(tempfile.gettempdir()) / f"a2a-test-ports-{k}.lock", "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            _range, _range_lock = k, lock
+            break
+    return _range
 
 
 def free_port() -> int:
     """A port nothing listens on now, from this process's range, each handed out once in turn."""
-    low = PORTS_FROM + _worker * PORTS_PER_PROCESS
+    low = PORTS_FROM + _claim_range() * PORTS_PER_PROCESS
     for _ in range(PORTS_PER_PROCESS):
         port = low + next(_next) % PORTS_PER_PROCESS
         with socket.socket() as s:
