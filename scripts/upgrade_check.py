@@ -68,6 +68,9 @@ waits on their /healthz instead and notes it. Any other release answering 503 th
 
 TERMINAL = {"completed", "failed", "canceled", "rejected"}
 STEP_TIMEOUT_S = 30.0
+SENDS = frozenset({"message/send", "SendMessage"})
+CUT = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+"""A connection closed under a request before any answer came."""
 
 
 @dataclass
@@ -144,9 +147,23 @@ class Driver:
     # -- calls -----------------------------------------------------------------------------------------------
 
     async def rpc(self, base: str, method: str, params: Any, v10: bool = False) -> Any:
+        """One call; a send carries an Idempotency-Key and, cut before any answer (nginx closing a kept-alive
+        connection as a reload retires its old workers), is sent once more with it, as a client would: the
+        server answers the copy with the one task (`_final` counts them), and the report notes the cut."""
         body = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
         headers = {"A2A-Version": "1.0"} if v10 else {}
-        resp = await self.client.post(f"{base}/a2a/jsonrpc", json=body, headers=headers)
+        send = method in SENDS
+        if send:
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        try:
+            resp = await self.client.post(f"{base}/a2a/jsonrpc", json=body, headers=headers)
+        except CUT as exc:
+            if not send:
+                raise
+            self.report.notes.append(
+                f"{method} at {base} cut before an answer ({_describe(exc)}); sent again"
+            )
+            resp = await self.client.post(f"{base}/a2a/jsonrpc", json=body, headers=headers)
         self.check(resp.status_code == 200, f"{method} at {base}: HTTP {resp.status_code} {resp.text[:300]}")
         data = resp.json()
         self.check("error" not in data, f"{method} at {base}: {data.get('error')}")

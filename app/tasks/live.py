@@ -302,7 +302,7 @@ class LiveTasks:
                 write = unborn.write.then(write)
                 await self._commit_unborn(live, write)
         except SeqTakenError:
-            raise
+            raise  # a taken number is `apply`'s to judge (`_redo`), also for a staged task
         except Exception as exc:
             if unborn is not None:
                 raise StillbornError(live.task.id) from exc

@@ -16,9 +16,10 @@ HOLD = (
 )
 
 
-def test_test_processes_with_the_same_worker_name_take_ranges_of_their_own() -> None:
-    mine = server._claim_range()
-    env = {**os.environ, "PYTEST_XDIST_WORKER": os.environ.get("PYTEST_XDIST_WORKER", "gw0")}
+def test_test_processes_with_the_same_worker_name_take_ranges_of_their_own(tmp_path) -> None:
+    """Three processes named as one xdist worker, with a lock folder of their own (the ranges other test
+    runs on this machine hold do not count): three ranges, each within the ports below the ephemeral ones."""
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw1", "A2A_TEST_PORT_LOCKS": str(tmp_path)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", HOLD],
@@ -28,15 +29,14 @@ def test_test_processes_with_the_same_worker_name_take_ranges_of_their_own() -> 
             stdout=subprocess.PIPE,
             text=True,
         )
-        for _ in range(2)
+        for _ in range(3)
     ]
     try:
         ranges = [int(p.stdout.readline()) for p in procs if p.stdout is not None]
     finally:
         for p in procs:
             p.communicate("", timeout=30)
-    assert len(ranges) == 2
-    assert len({mine, *ranges}) == 3, f"this process holds {mine}, the two others {ranges}"
+    assert sorted(ranges) == [1, 2, 3], f"the worker's own range first, then the next free: {ranges}"
     for k in ranges:
         low = server.PORTS_FROM + k * server.PORTS_PER_PROCESS
         assert server.PORTS_FROM <= low and low + server.PORTS_PER_PROCESS <= 32768

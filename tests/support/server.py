@@ -28,13 +28,16 @@ STOP_TIMEOUT_S = 60.0
 
 PORTS_FROM = 20000
 PORTS_PER_PROCESS = 2000
-RANGES = 6
 """Each test process (an xdist worker) hands out ports from a range of its own below the kernel's ephemeral
 ports (32768 and up): two workers never pick the same port between choosing it and binding it, and neither
 does the ephemeral port of an outgoing connection. A range is claimed with a lock held for the process's life
 (`_claim_range`), so two test runs on one machine (two clones' `make test`) never share one either: a port
 one run's fault test frees for a moment (a killed replica, a stopped PostgreSQL) is never picked by the other,
 and the data folders named after ports (`own_services.py`) stay each run's own."""
+RANGES = 6
+LOCKS = Path(os.environ.get("A2A_TEST_PORT_LOCKS") or tempfile.gettempdir())
+"""Where the ranges' lock files are: every test run on the machine looks in the same folder (a test of the
+claims sets a folder of its own, so the runs beside it do not decide its outcome)."""
 _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 _next = itertools.count(random.randrange(PORTS_PER_PROCESS))
 _range: int | None = None
@@ -49,7 +52,7 @@ def _claim_range() -> int:
     if _range is None:
         _range = _worker % RANGES
         for k in ((_worker + i) % RANGES for i in range(RANGES)):
-            lock = open(Path(tempfile.gettempdir()) / f"a2a-test-ports-{k}.lock", "w")
+            lock = open(LOCKS / f"a2a-test-ports-{k}.lock", "w")
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

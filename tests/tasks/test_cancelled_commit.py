@@ -31,14 +31,16 @@ async def test_a_step_cancelled_mid_commit_still_lets_the_run_end_its_task(tmp_p
 
     async with running(tmp_path, waits) as c:
         task = await send(c, "work", blocking=False)
-        live = c.tasks.get(task.id)
         await _until(lambda: _working(c, task.id), "the run's first step")
+        live = c.tasks.get(task.id)
+        assert live is not None
         seq = live.seq
         chunk = ArtifactUpdate(
             task.id, task.context_id, Artifact(artifact_id="out", parts=[Part(text="partial")])
         )
         step = asyncio.create_task(c.tasks.record(task.id, [chunk]))
-        await asyncio.sleep(0)  # the step is queued in the writer, its caller waiting for the commit
+        await asyncio.sleep(0)  # the step runs until it waits for its commit
+        assert not step.done() and c.writer.pending >= 1, "the step is queued in the writer"
         step.cancel()
         await asyncio.gather(step, return_exceptions=True)
 
