@@ -205,9 +205,17 @@ class Settings(BaseSettings):
     repo_git_timeout_s: float = Field(default=600.0, gt=0)
     """Longest one of the server's git commands may take (a clone, a fetch, a turn's diff)."""
     attachment_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
-    """Largest file part (inline bytes) a coding agent's message may carry; written under attachments/."""
+    """Largest file part (inline bytes, or fetched from its URL) a coding agent's message may carry; written
+    under attachments/."""
     attachment_max_total_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
     """The most bytes all the file parts of one message may carry together."""
+    attachment_url_allowed_hosts: str = ""
+    """Comma-separated hosts a file part's URL may name whatever they resolve to (no address check); others
+    must resolve to public addresses only (the webhooks' SSRF guard)."""
+    attachment_url_allowed_cidrs: str = ""
+    """Comma-separated networks a file part's URL may resolve into even when private (e.g. 10.0.0.0/8)."""
+    attachment_url_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest the server's fetch of one file part by URL may take, its redirects included."""
     claude_bin: str = "claude"
     cursor_bin: str = "cursor-agent"
     codex_bin: str = "codex"
@@ -304,7 +312,7 @@ class Settings(BaseSettings):
     )
     _workers = field_validator("workers")(checks.workers)
     _level = field_validator("log_level")(checks.log_level)
-    _cidrs = field_validator("push_notification_allowed_cidrs")(checks.cidrs)
+    _cidrs = field_validator("push_notification_allowed_cidrs", "attachment_url_allowed_cidrs")(checks.cidrs)
     _repo_allow = field_validator("repo_allow")(checks.repo_allow)
     _lower = field_validator("agent_sandbox", "agent_network", mode="before")(checks.lower)
     _egress_needs_the_jail = field_validator("agent_network")(checks.egress_needs_the_jail)

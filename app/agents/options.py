@@ -8,12 +8,14 @@ nothing else: no database URL, no credentials, never the settings themselves.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from app.options import from_attributes
+from app.ssrf import IPNetwork, Policy as UrlPolicy
 
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
@@ -48,6 +50,9 @@ SETTING_OF: dict[str, str] = {
     "repo_git_timeout_s": "REPO_GIT_TIMEOUT_S",
     "attachment_max_bytes": "ATTACHMENT_MAX_BYTES",
     "attachment_max_total_bytes": "ATTACHMENT_MAX_TOTAL_BYTES",
+    "attachment_url_allowed_hosts": "ATTACHMENT_URL_ALLOWED_HOSTS",
+    "attachment_url_allowed_cidrs": "ATTACHMENT_URL_ALLOWED_CIDRS",
+    "attachment_url_timeout_s": "ATTACHMENT_URL_TIMEOUT_S",
 }
 """The server-wide setting behind each field (`bin` has none of its own: the adapter's `*_BIN`): what
 errors name, and what `from_settings` reads (its attribute, the name in lower case)."""
@@ -93,6 +98,9 @@ class ServerSettings(Protocol):
     repo_git_timeout_s: float
     attachment_max_bytes: int
     attachment_max_total_bytes: int
+    attachment_url_allowed_hosts: str
+    attachment_url_allowed_cidrs: str
+    attachment_url_timeout_s: float
 
     @property
     def agent_network_mode(self) -> Literal["host", "egress"]: ...
@@ -146,6 +154,11 @@ class AgentOptions:
     repo_git_timeout_s: float = 600.0
     attachment_max_bytes: int = 5 * 1024 * 1024
     attachment_max_total_bytes: int = 8 * 1024 * 1024
+    attachment_url_allowed_hosts: str = ""
+    """Comma-separated hosts a file by URL may come from whatever they resolve to (no address check)."""
+    attachment_url_allowed_cidrs: str = ""
+    """Comma-separated networks a file by URL may come from even when private (e.g. 10.0.0.0/8)."""
+    attachment_url_timeout_s: float = 30.0
     repository: Mapping[str, Any] | None = None
     """The role's default repository, `{"url", "ref"}` (its `repository` in AGENTS): a task naming none
     works on it."""
@@ -189,8 +202,13 @@ class AgentOptions:
         for name in ("repo_max_diff_bytes", "attachment_max_bytes", "attachment_max_total_bytes"):
             if not getattr(self, name) > 0:
                 raise self.error(name, "must be greater than 0")
-        if not self.repo_git_timeout_s > 0:
-            raise self.error("repo_git_timeout_s", "must be greater than 0")
+        for name in ("repo_git_timeout_s", "attachment_url_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise self.error(name, "must be greater than 0")
+        try:
+            _networks(self.attachment_url_allowed_cidrs)
+        except ValueError as exc:
+            raise self.error("attachment_url_allowed_cidrs", str(exc)) from None
         if self.repository is None:
             return
         if self.repo_path:
@@ -232,6 +250,12 @@ class AgentOptions:
             fixed=self.repo_path,
             max_attachment_bytes=self.attachment_max_bytes,
             max_attachments_bytes=self.attachment_max_total_bytes,
+            urls=UrlPolicy(
+                allow_http=True,
+                allowed_hosts=frozenset(_split(self.attachment_url_allowed_hosts.lower())),
+                allowed_cidrs=_networks(self.attachment_url_allowed_cidrs),
+            ),
+            url_timeout_s=self.attachment_url_timeout_s,
             private=(self.workspace_root, self.repo_cache_root),
         )
 
@@ -255,3 +279,18 @@ class AgentOptions:
         if self.role is None or name not in ROLE_FIELDS:
             return SettingError(setting or SETTING_OF.get(name, name.upper()), message)
         return SettingError("AGENTS", f"role {self.role!r}, field {name}: {message}")
+
+
+def _split(value: str) -> list[str]:
+    return [item.strip().rstrip(".") for item in value.split(",") if item.strip()]
+
+
+def _networks(value: str) -> tuple[IPNetwork, ...]:
+    """ATTACHMENT_URL_ALLOWED_CIDRS parsed; ValueError naming the first that is not a network."""
+    out: list[IPNetwork] = []
+    for item in _split(value):
+        try:
+            out.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"{item!r} is not a network (e.g. 10.0.0.0/8)") from None
+    return tuple(out)

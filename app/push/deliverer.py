@@ -31,12 +31,13 @@ import orjson
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import ssrf
 from app.options import from_attributes
 from app.protocol.model import utcnow
 from app.store.outage import OutageLog
 from app.telemetry import logs, traces
 
-from . import payloads, ssrf
+from . import payloads
 from .outbox import Hook, Outbox, Pending, Run, Tally
 
 log = logging.getLogger(__name__)

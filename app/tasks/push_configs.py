@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import base64
 
+from app import ssrf
 from app.protocol.errors import InvalidParamsError, PushNotificationNotSupportedError, TaskNotFoundError
 from app.protocol.model import PushConfig
-from app.push import ssrf
 from app.push.configs import PushConfigs
 
 from .control import Control

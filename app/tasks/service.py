@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from app import ssrf
 from app.protocol.errors import (
     ContextBusyError,
     InternalError,
@@ -36,7 +37,6 @@ from app.protocol.model import (
     new_id,
     utcnow,
 )
-from app.push import ssrf
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import InvalidPageToken, TaskPage

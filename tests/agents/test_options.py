@@ -123,9 +123,9 @@ def test_the_agents_never_import_the_settings() -> None:
     """The room rule of docs/ARCHITECTURE.md: `grep -rn app.settings app/agents` is empty, and of ours the
     agents (the CLI adapters and their jail included) import the domain model only (`protocol.model`,
     `protocol.events`, `protocol.usage`), never a codec, and the leaf every room may import that builds
-    their options (`app.options`)."""
+    their options (`app.options`), and the SSRF guard their files by URL pass (`app.ssrf`)."""
     assert SettingsSettingError is SettingError, "app.settings re-exports the agents' SettingError"
-    allowed = r"protocol\.(model|events|usage)\b|options\b"
+    allowed = r"protocol\.(model|events|usage)\b|options\b|ssrf\b"
     found = [
         f"{p.relative_to(AGENTS)}:{n}"
         for p in sorted(AGENTS.rglob("*.py"))

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from sqlalchemy import text, update
 
-from app.push import ssrf
+from app import ssrf
 from app.push.deliverer import Deliverer, Options
 from app.store.db import create_engine
 from app.store.models import PushConfigRow

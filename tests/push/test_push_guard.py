@@ -8,7 +8,7 @@ import ipaddress
 import httpx
 import pytest
 
-from app.push.ssrf import Policy, Refused, check, forbidden
+from app.ssrf import Policy, Refused, check, forbidden
 from tests.conftest import make_server
 from tests.support.receiver import Receiver
 from tests.support.rpc import result, text_message
@@ -127,7 +127,7 @@ async def test_delivery_connects_to_the_checked_address_with_the_name_in_host(tm
 async def test_a_checked_url_is_resolved_again_at_each_check(monkeypatch):
     """The URL's parse is kept between checks, never its addresses: a name that now points inside (DNS
     rebinding) is refused at the next check, and a passing check pins the address it just resolved."""
-    from app.push import ssrf
+    from app import ssrf
 
     answers = [[ipaddress.ip_address("93.184.216.34")], [ipaddress.ip_address("10.0.0.7")]]
     asked: list[str] = []

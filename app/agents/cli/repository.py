@@ -4,10 +4,11 @@ written before the CLI starts, and at each end of a turn the change published as
 When the message names a repository (`metadata.repository`, checked by `repos.policy.RepoPolicy` at the edge
 and again here), or names none and the role has a default, the workspace becomes the context's checkout on
 its branch `a2a/<context>` (`repos.cache.RepoCache.checkout`); a later turn naming none keeps the checkout
-its context has. The message's inline file parts are written under `attachments/` (`write_attachments`)
-and the prompt names them. When the turn ends (completed, input-required, failed) `repos.changes.collect`
-commits what the agent left uncommitted and measures the change, with every git command on the checkout
-run in the task's jail (`launcher`); then these artifacts, with ids stable per task:
+its context has. The message's file parts, inline or by URL (fetched first, through the SSRF guard:
+`repos.fetch`), are written under `attachments/` (`write_attachments`) and the prompt names them. When the
+turn ends (completed, input-required, failed) `repos.changes.collect` commits what the agent left
+uncommitted and measures the change, with every git command on the checkout run in the task's jail
+(`launcher`); then these artifacts, with ids stable per task:
 
 | artifact id             | name                  | what                                                    |
 |-------------------------|-----------------------|---------------------------------------------------------|
@@ -33,6 +34,7 @@ from ..repos.attachments import write_attachments
 from ..repos.cache import ATTACHMENTS, Checkout, RepoCache, task_branch
 from ..repos.changes import Changes, Diff, collect, commit_message, head
 from ..repos.errors import RepoError
+from ..repos.fetch import fetch_files
 from ..repos.git import Launcher
 from ..repos.policy import METADATA_KEY, RepoPolicy
 from ..sdk import Extension, Part, Request, data_part
@@ -70,7 +72,10 @@ def extension(options: AgentOptions) -> Extension:
                 }
             },
             "branch": "a2a/<first 8 hex digits of the contextId>",
-            "attachments": f"inline file parts are written to {ATTACHMENTS}/<name> in the workspace",
+            "attachments": (
+                "file parts (inline, or an http(s) URL the server fetches) are written to "
+                f"{ATTACHMENTS}/<name> in the workspace"
+            ),
             "artifacts": {
                 "changes": "data: {repository, branch, base, head, files, commits, cut, turn}",
                 "changes.diff": f"{DIFF_TYPE}: the branch against its base",
@@ -103,21 +108,26 @@ class RunRepository:
         self.launcher: Launcher | None = None
 
     async def prepare(self, launcher: Launcher | None) -> None:
-        """The checkout and the files, before the CLI starts; RepoError (the run fails with it) if refused."""
+        """The checkout and the files, before the CLI starts; RepoError (the run fails with it) if refused.
+        The files by URL are fetched first: one refused leaves the workspace as it was."""
         self.launcher = launcher
         message = self.request.message
         named = self.policy.named(message.metadata)
+        m = self.policy
+        files = m.attachments(message.parts)
+        links = m.linked(message.parts)
+        if links:
+            room = m.max_attachments_bytes - sum(len(data) for _, data in files)
+            files += await fetch_files(links, m.urls, m.max_attachment_bytes, room, m.url_timeout_s)
         if not self.options.repo_path:
             branch = task_branch(self.request.context_id)
             if named is not None:
                 self.checkout = await self.cache.checkout(named, self.workspace, branch)
             else:
                 self.checkout = await self.cache.existing(self.workspace)
-                if self.checkout is None and self.policy.default is not None and _empty(self.workspace):
-                    self.checkout = await self.cache.checkout(self.policy.default, self.workspace, branch)
-        files = self.policy.attachments(message.parts)
+                if self.checkout is None and m.default is not None and _empty(self.workspace):
+                    self.checkout = await self.cache.checkout(m.default, self.workspace, branch)
         if files:
-            m = self.policy
             written = write_attachments(
                 self.workspace, files, m.max_attachment_bytes, m.max_attachments_bytes
             )

@@ -14,12 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.ssrf import Policy as UrlPolicy
+
 from .attachments import check_attachments
 from .errors import RepoError
+from .fetch import check_url, url_name
 from .source import SETTING, RepoSource, allowed
 
 METADATA_KEY = "repository"
 """The key of a message's metadata that names its repository."""
+PUBLIC = UrlPolicy(allow_http=True)
+"""Files by URL from public addresses only, over http or https (no ATTACHMENT_URL_ALLOWED_*)."""
 UNNAMED = "attachment-{n}"
 """The name of the n-th file part (from 1) that has none."""
 
@@ -28,6 +33,7 @@ class FilePart(Protocol):
     """What a file part of a message offers here (`protocol.model.Part`, not imported)."""
 
     raw: bytes | None
+    url: str | None
     filename: str | None
 
 
@@ -41,6 +47,10 @@ class RepoPolicy:
     """AGENT_REPO_PATH: every run works in that one folder, so no repository is checked out."""
     max_attachment_bytes: int = 5 * 1024 * 1024
     max_attachments_bytes: int = 8 * 1024 * 1024
+    urls: UrlPolicy = PUBLIC
+    """Which files by URL may be fetched (the webhooks' SSRF guard, with ATTACHMENT_URL_ALLOWED_*)."""
+    url_timeout_s: float = 30.0
+    """Longest the fetch of one file by URL may take (ATTACHMENT_URL_TIMEOUT_S)."""
     private: tuple[str, ...] = ()
     """Folders no source may be in, whatever REPO_ALLOW says: the workspaces (every principal's checkouts)
     and the cache, so that no one fetches another's work by naming its path."""
@@ -97,15 +107,31 @@ class RepoPolicy:
             )
 
     def attachments(self, parts: Sequence[FilePart]) -> list[tuple[str, bytes]]:
-        """The inline files of a message's parts (name, bytes), checked (names, sizes); RepoError naming
-        the first refused. A part without a name is `attachment-<n>`; files by URL are not taken here."""
-        files: list[tuple[str, bytes]] = []
+        """The inline files of a message's parts (name, bytes), checked with its files by URL (names,
+        sizes, what the URLs alone show); RepoError naming the first refused. A part without a name is
+        `attachment-<n>`, or for a URL its path's last segment."""
+        return self._files(parts)[0]
+
+    def linked(self, parts: Sequence[FilePart]) -> list[tuple[str, str]]:
+        """The files by URL of a message's parts (name, url), checked as `attachments` checks them; the
+        run fetches them (`fetch.fetch_files`)."""
+        return self._files(parts)[1]
+
+    def _files(self, parts: Sequence[FilePart]) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
+        inline: list[tuple[str, bytes]] = []
+        linked: list[tuple[str, str]] = []
         for part in parts:
-            if getattr(part, "raw", None) is not None:
-                name = part.filename or UNNAMED.format(n=len(files) + 1)
-                files.append((name, bytes(part.raw or b"")))
-        check_attachments(files, self.max_attachment_bytes, self.max_attachments_bytes)
-        return files
+            raw, url = getattr(part, "raw", None), getattr(part, "url", None)
+            unnamed = UNNAMED.format(n=len(inline) + len(linked) + 1)
+            if raw is not None:
+                inline.append((part.filename or unnamed, bytes(raw)))
+            elif url is not None:
+                linked.append((part.filename or url_name(url) or unnamed, url))
+        named = [*inline, *((name, b"") for name, _ in linked)]
+        check_attachments(named, self.max_attachment_bytes, self.max_attachments_bytes)
+        for name, url in linked:
+            check_url(name, url, self.urls)
+        return inline, linked
 
 
 def _inside(path: str, root: str) -> bool:

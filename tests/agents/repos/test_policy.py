@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ipaddress import ip_network
 
 import pytest
 
 from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import RepoPolicy
 from app.agents.repos.source import RepoSource
+from app.ssrf import Policy
 
 ALLOW = ("/srv/git", "https://git.example.com/team/")
 POLICY = RepoPolicy(allow=ALLOW, max_attachment_bytes=10, max_attachments_bytes=15)
@@ -88,7 +90,8 @@ def test_a_context_keeps_the_repository_of_its_first_message() -> None:
 
 def test_the_inline_files_are_named_and_checked_before_any_is_written() -> None:
     parts = [FakePart(raw=b"abc", filename="docs/a.txt"), FakePart(url="https://x/y"), FakePart(raw=b"12345")]
-    assert POLICY.attachments(parts) == [("docs/a.txt", b"abc"), ("attachment-2", b"12345")]
+    assert POLICY.attachments(parts) == [("docs/a.txt", b"abc"), ("attachment-3", b"12345")]
+    assert POLICY.linked(parts) == [("y", "https://x/y")], "named by its URL's last segment"
     for bad, says in [
         ([FakePart(raw=b"x", filename="../x")], "'..'"),
         ([FakePart(raw=b"x", filename="/etc/x")], "absolute"),
@@ -98,6 +101,39 @@ def test_the_inline_files_are_named_and_checked_before_any_is_written() -> None:
     ]:
         with pytest.raises(RepoError, match=says):
             POLICY.attachments(bad)
+
+
+def test_a_file_by_url_is_checked_by_its_name_and_what_its_url_alone_shows() -> None:
+    """At the edge, with no DNS: the scheme, credentials, an address literal the SSRF guard forbids, and the
+    name (the part's, else the URL's last segment, percent-decoded) as an inline file's."""
+    parts = [
+        FakePart(url="http://files.example.com/a/b/spec%20v2.txt?sig=1"),
+        FakePart(url="https://h.example/"),
+    ]
+    assert POLICY.linked(parts) == [
+        ("spec v2.txt", "http://files.example.com/a/b/spec%20v2.txt?sig=1"),
+        ("attachment-2", "https://h.example/"),
+    ]
+    named = FakePart(url="https://h.example/x", filename="in/put.txt")
+    assert POLICY.linked([named]) == [("in/put.txt", "https://h.example/x")]
+    for url, says in [
+        ("ftp://h.example/x", "scheme must be https"),
+        ("file:///etc/passwd", "scheme must be https"),
+        ("https://user:pw@h.example/x", "credentials"),
+        ("http://127.0.0.1/x", "loopback"),
+        ("http://169.254.169.254/latest/meta-data", "metadata"),
+        ("http://[::ffff:10.0.0.1]/x", "private"),
+        ("https://h.example/a%2F..%2F..%2Fx", "'..'"),
+        ("https://h.example/.git", ".git"),
+    ]:
+        with pytest.raises(RepoError, match=says):
+            POLICY.linked([FakePart(url=url)])
+    with pytest.raises(RepoError, match="named twice"):
+        POLICY.attachments([FakePart(raw=b"1", filename="y"), FakePart(url="https://x/y")])
+    trusting = RepoPolicy(
+        allow=ALLOW, urls=Policy(allow_http=True, allowed_cidrs=(ip_network("127.0.0.0/8"),))
+    )
+    assert trusting.linked([FakePart(url="http://127.0.0.1:8080/f")]) == [("f", "http://127.0.0.1:8080/f")]
 
 
 def test_the_workspaces_and_the_cache_are_never_a_source() -> None:

@@ -1,4 +1,6 @@
-"""The SSRF guard: which webhook URLs the server may call, and the address it calls them at.
+"""The SSRF guard: which webhook URLs the server may call, and the address it calls them at; the same guard
+decides which files by URL a coding agent's message may bring (`agents/repos/fetch.py`). A leaf: it imports
+nothing of ours, so both rooms use it.
 
 A URL passes when its scheme is https (or http where allowed) and every address its host resolves to is
 public, or inside a trusted network. The address checked is the one connected to (DNS pinned): the caller
@@ -145,9 +147,22 @@ def _parse(url: str, policy: Policy) -> tuple[httpx.URL, str, int, bool]:
     return parsed, host, port, host in policy.allowed_hosts
 
 
-async def check(url: str, policy: Policy) -> Target:
-    """The checked target for `url`, or Refused naming the reason. The host is resolved on every call
-    (never from a cache): the address returned is the one just checked, and the one to connect to."""
+def literal(url: str, policy: Policy, what: str = "webhooks") -> None:
+    """Refused for what the URL alone shows (its form, an address literal that is forbidden), with no DNS:
+    what a request can be refused for before anything is stored."""
+    _, host, _, allowlisted = _parse(url, policy)
+    if allowlisted or not _literal(host):
+        return
+    ip = ipaddress.ip_address(host)
+    why = None if _trusted(ip, policy.allowed_cidrs) else forbidden(ip)
+    if why is not None:
+        raise Refused(f"the URL points to {ip}, a forbidden address ({why}); {what} must be public")
+
+
+async def check(url: str, policy: Policy, what: str = "webhooks") -> Target:
+    """The checked target for `url`, or Refused naming the reason (`what` names the URLs' kind in it). The
+    host is resolved on every call (never from a cache): the address returned is the one just checked, and
+    the one to connect to."""
     parsed, host, port, allowlisted = _parse(url, policy)
     if allowlisted:
         return Target(parsed, host, None)
@@ -158,5 +173,5 @@ async def check(url: str, policy: Policy) -> Target:
         why = forbidden(ip)
         if why is not None:
             where = "the URL" if _literal(host) else f"the host {host}"
-            raise Refused(f"{where} points to {ip}, a forbidden address ({why}); webhooks must be public")
+            raise Refused(f"{where} points to {ip}, a forbidden address ({why}); {what} must be public")
     return Target(parsed, host, addresses[0])
