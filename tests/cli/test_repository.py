@@ -24,12 +24,48 @@ from app.agents.repos.source import RepoSource
 from app.api.edge.auth import ANONYMOUS
 from tests.agents.repos.conftest import commit_all, git, tree_of
 from tests.conftest import make_server
-from tests.support.clis import FAKES, wait_until_stopped
+from tests.support.clis import FAKES, status_text, wait_until_stopped
+from tests.support.loopback import Loopback, QuietHandler
 from tests.support.rpc import call, result, text_message
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 AGENT = shlex.join([PYTHON, str(FAKES / "repo_agent.py")])
 V10 = {"A2A-Version": "1.0"}
+URL_MAX_BYTES = 65536
+"""ATTACHMENT_MAX_BYTES of the `served` server."""
+SPEC = "the spec, served over http\n"
+
+
+class Files(QuietHandler):
+    """Files by URL: `/docs/spec.txt`, `/endless` (a body that never ends unless the reader stops), and
+    `/to-metadata` (a redirect to the cloud metadata address)."""
+
+    def do_GET(self) -> None:
+        if self.path == "/docs/spec.txt":
+            self.reply(SPEC.encode(), "text/plain")
+        elif self.path == "/endless":
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"x" * 4096)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        else:
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def files() -> Any:
+    """The loopback server the files by URL come from (its base URL)."""
+    server = Loopback(Files)
+    try:
+        yield server.url
+    finally:
+        server.close()
 
 
 class Served:
@@ -77,6 +113,8 @@ async def served(tmp_path_factory: Any) -> AsyncIterator[Served]:
         "REPO_ALLOW": str(allowed),
         "REPO_CACHE_ROOT": str(tmp / "cache"),
         "REPO_MAX_DIFF_BYTES": "4096",
+        "ATTACHMENT_MAX_BYTES": str(URL_MAX_BYTES),
+        "ATTACHMENT_URL_ALLOWED_CIDRS": "127.0.0.0/8",
     }
     server = await make_server("sqlite", tmp, **env)
     try:
@@ -326,6 +364,52 @@ async def test_a_path_out_of_the_attachments_is_refused_and_nothing_is_written(
     assert not (ws / "x").exists() and not (ws.parent / "x").exists() and not (ws / "attachments").exists()
 
 
+async def test_a_file_by_url_is_fetched_into_the_agents_workspace_over_both_versions(
+    served: Served, files: str
+) -> None:
+    """Loopback passes the SSRF guard only because the operator allows it (ATTACHMENT_URL_ALLOWED_CIDRS)."""
+    part = {"kind": "file", "file": {"uri": f"{files}/docs/spec.txt", "mimeType": "text/plain"}}
+    task = await send(served, "FILES", {"url": served.url}, parts=[part])
+    assert task["status"]["state"] == "completed", task["status"]
+    said = "".join(
+        p["text"] for a in task["artifacts"] if a["name"] == "assistant-response" for p in a["parts"]
+    )
+    assert json.loads(said.split("worked in")[0]) == {"attachments/spec.txt": SPEC}, "named by its URL"
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "contextId": task["contextId"],
+        "parts": [{"text": "FILES"}, {"url": f"{files}/docs/spec.txt", "filename": "in/notes.md"}],
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    second = (await served.client.post("/a2a/jsonrpc", json=body, headers=V10)).json()["result"]["task"]
+    assert second["status"]["state"] == "TASK_STATE_COMPLETED", second["status"]
+    assert (served.workspace(task["contextId"]) / "attachments" / "in" / "notes.md").read_text() == SPEC
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/endless", f"is longer, over the limit of {URL_MAX_BYTES} bytes (ATTACHMENT_MAX_BYTES)"),
+        ("/to-metadata", "points to 169.254.169.254, a forbidden address (link-local (cloud metadata))"),
+    ],
+)
+async def test_a_refused_file_by_url_fails_the_run_with_nothing_written(
+    served: Served, files: str, path: str, says: str
+) -> None:
+    first = await send(served, "nothing", {"url": served.url})
+    ws = served.workspace(first["contextId"])
+    parts = [
+        {"kind": "file", "file": {"bytes": base64.b64encode(b"inline").decode(), "name": "inline.txt"}},
+        {"kind": "file", "file": {"uri": f"{files}{path}", "name": "f.txt"}},
+    ]
+    task = await send(served, "FILES", parts=parts, contextId=first["contextId"])
+    assert task["status"]["state"] == "failed", task["status"]
+    assert says in status_text(task), status_text(task)
+    assert "attachment 'f.txt'" in status_text(task)
+    assert not (ws / "attachments").exists(), "nothing written, not even the inline file"
+
+
 async def test_the_card_declares_the_repository_extension(served: Served) -> None:
     card = (await served.client.get("/.well-known/agent-card.json")).json()
     (ext,) = [e for e in card["capabilities"]["extensions"] if e["uri"] == EXTENSION_URI]
@@ -397,6 +481,24 @@ async def test_without_repo_allow_the_card_declares_nothing_and_a_repository_is_
     plain = await send(closed, "nothing")
     assert plain["status"]["state"] == "completed", plain["status"]
     assert [a["name"] for a in plain["artifacts"]] == ["assistant-response", "result"], "no change artifacts"
+
+
+async def test_a_file_by_url_on_a_private_address_is_refused_by_default(closed: Served, files: str) -> None:
+    """No ATTACHMENT_URL_ALLOWED_*: an address literal is refused at the edge, a name that resolves to one
+    by the run; neither writes anything."""
+    count = await task_count(closed)
+    message = text_message("FILES")
+    message["parts"].append({"kind": "file", "file": {"uri": f"{files}/docs/spec.txt"}})
+    data = await call(closed.client, "message/send", {"message": message})
+    assert data["error"]["code"] == -32602, data
+    assert "127.0.0.1, a forbidden address (loopback)" in data["error"]["message"]
+    assert await task_count(closed) == count
+    port = files.rsplit(":", 1)[1]
+    part = {"kind": "file", "file": {"uri": f"http://localhost:{port}/docs/spec.txt"}}
+    task = await send(closed, "FILES", parts=[part])
+    assert task["status"]["state"] == "failed", task["status"]
+    assert "the host localhost points to" in status_text(task) and "(loopback)" in status_text(task)
+    assert not closed.workspace(task["contextId"]).exists()
 
 
 async def test_a_stream_carries_the_change_before_the_turns_last_status(served: Served) -> None:
