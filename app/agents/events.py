@@ -10,6 +10,7 @@ run to stop (a CLI adapter terminates its process group). Each event becomes `Ta
 | thinking          | `say`: artifact `assistant-response`, one id per task, chunks appended      |
 | tool_use          | `tool_call(name, input)`: status working "Using tool: <name>" (+ the call)  |
 | tool_result       | `working(<output truncated to 200 characters>)`                             |
+| status            | `working(text)`: a progress note (a run waiting for its workspace)          |
 | approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
 | usage             | `usage(report)`: status working carrying what the run used so far           |
 | artifact          | `artifact(parts, artifact_id, name)`: a whole artifact (a turn's diff)      |
@@ -44,6 +45,7 @@ class AgentEventKind(StrEnum):
     THINKING = "thinking"
     TOOL_USE = "tool_use"
     TOOL_RESULT = "tool_result"
+    STATUS = "status"
     APPROVAL_REQUIRED = "approval_required"
     USAGE = "usage"
     ARTIFACT = "artifact"
@@ -85,6 +87,11 @@ class AgentEvent:
     @classmethod
     def tool_result(cls, output: str, name: str | None = None) -> AgentEvent:
         return cls(AgentEventKind.TOOL_RESULT, text=output, tool_name=name)
+
+    @classmethod
+    def status(cls, text: str) -> AgentEvent:
+        """A progress note: status working with `text`, nothing added to the response."""
+        return cls(AgentEventKind.STATUS, text=text)
 
     @classmethod
     def approval_required(cls, question: str) -> AgentEvent:
@@ -174,6 +181,8 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
         await task.tool_call(str(ev.tool_name), ev.tool_input)
     elif kind is AgentEventKind.TOOL_RESULT:
         await task.working(truncate(ev.text))
+    elif kind is AgentEventKind.STATUS:
+        await task.working(ev.text)
     elif kind is AgentEventKind.APPROVAL_REQUIRED:
         await run.answer(await task.ask(ev.text))
     elif kind is AgentEventKind.USAGE:

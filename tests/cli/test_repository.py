@@ -19,12 +19,13 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from app.agents.cli.repository import EXTENSION_URI
+from app.agents.cli.run import WAITING
 from app.agents.jail.sandbox import principal_key
 from app.agents.repos.source import RepoSource
 from app.api.edge.auth import ANONYMOUS
 from tests.agents.repos.conftest import commit_all, git, tree_of
 from tests.conftest import make_server
-from tests.support.clis import FAKES, status_text, wait_until_stopped
+from tests.support.clis import FAKES, get_task, status_text, wait_until_stopped
 from tests.support.loopback import Loopback, QuietHandler
 from tests.support.rpc import call, result, text_message
 
@@ -79,6 +80,11 @@ class Served:
     def workspace(self, context_id: str) -> Path:
         return self.root / "ws" / principal_key(ANONYMOUS) / context_id
 
+    @property
+    def home(self) -> Path:
+        """The CLIs' HOME (the principal's), where the fake agent's `GATE` step waits for its gate."""
+        return self.root / "ws" / principal_key(ANONYMOUS) / ".home"
+
 
 def make_origin(bare: Path, work: Path) -> None:
     """A bare repository with one commit on main: a file to edit, one to delete, a README."""
@@ -104,7 +110,12 @@ async def served(tmp_path_factory: Any) -> AsyncIterator[Served]:
     pinned = {"adapter": "ndjson", "repository": {"url": f"file://{allowed / 'other.git'}", "ref": "main"}}
     env = {
         "AGENTS": json.dumps(
-            {"default": {"adapter": "ndjson"}, "pinned": pinned, "echo": {"adapter": "echo"}}
+            {
+                "default": {"adapter": "ndjson"},
+                "twin": {"adapter": "ndjson"},
+                "pinned": pinned,
+                "echo": {"adapter": "echo"},
+            }
         ),
         "AGENT_COMMAND": AGENT,
         "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
@@ -534,3 +545,59 @@ async def test_a_canceled_turn_publishes_nothing_and_the_next_turn_holds_its_wor
     assert after["status"]["state"] == "completed", after["status"]
     assert [f["path"] for f in summary_v03(after)["files"]] == ["hang.txt"]
     assert b"+written before the cancel" in diff_v03(after, "changes.diff")
+
+
+async def twin(served: Served, method: str, params: dict) -> dict:
+    """A call to the `twin` role (a second ndjson role: the same principal's workspaces): its result."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    data = (await served.client.post("/agents/twin/a2a/jsonrpc", json=body)).json()
+    assert "error" not in data, data
+    return data["result"]
+
+
+async def test_two_runs_in_one_workspace_take_turns_and_the_second_starts_from_the_firsts_commits(
+    served: Served,
+) -> None:
+    """Two roles' tasks in one context share its workspace (the edge's one-open-task rule is per role): the
+    second run waits, saying so, until the first has ended its turn, then works on its commits. The first
+    holds the workspace at a gate the test opens, so the overlap is forced."""
+    message = {**text_message("GATE"), "metadata": {"repository": {"url": served.url}}}
+    params = {"message": message, "configuration": {"blocking": False}}
+    first = await result(served.client, "message/send", params)
+    context = first["contextId"]
+    ws = served.workspace(context)
+    gate = served.home / f"gate-{context}"
+    try:
+        async with asyncio.timeout(30):
+            while not (ws / "gated.md").exists():
+                await asyncio.sleep(0.05)
+        second = await twin(
+            served,
+            "message/send",
+            {"message": text_message("SECOND", contextId=context), "configuration": {"blocking": False}},
+        )
+        assert second["id"] != first["id"]
+        async with asyncio.timeout(30):
+            while WAITING not in status_text(second):
+                assert second["status"]["state"] in ("submitted", "working"), second["status"]
+                await asyncio.sleep(0.05)
+                second = await twin(served, "tasks/get", {"id": second["id"]})
+        assert (await get_task(served.client, first["id"]))["status"]["state"] == "working"
+        assert git("status", "--porcelain", cwd=ws) == "?? gated.md", "the second run has not touched it"
+    finally:
+        gate.touch()
+    first = await wait_until_stopped(served.client, first)
+    assert first["status"]["state"] == "completed", first["status"]
+    async with asyncio.timeout(60):
+        while second["status"]["state"] not in ("completed", "failed"):
+            await asyncio.sleep(0.1)
+            second = await twin(served, "tasks/get", {"id": second["id"]})
+    assert second["status"]["state"] == "completed", second["status"]
+    before, after = summary_v03(first), summary_v03(second)
+    assert [f["path"] for f in before["turn"]["files"]] == ["gated.md"]
+    assert after["turn"]["start"] == before["head"], "the second run started from the first one's commit"
+    assert [f["path"] for f in after["turn"]["files"]] == ["README.md"], "its turn holds its change only"
+    assert sorted(f["path"] for f in after["files"]) == ["README.md", "gated.md"]
+    patch = diff_v03(second, "turn-1.diff")
+    assert b"README.md" in patch and b"gated.md" not in patch
+    assert git("rev-parse", "HEAD", cwd=ws) == after["head"]

@@ -11,10 +11,11 @@ implementing:
 - `interrupt()`     the CLI's own interrupt, with `interruptible = True` (optional);
 - `on_exit(code)`   events when stdout closes before a `done`/`error` (the default fits most CLIs).
 
-`CliRun.events()` prepares the workspace (the task's repository and attached files: `repository.py`), starts
-the process there, feeds every stdout object to `handle`, ends the run at the first `done` or `error`, fails
-it on the idle limit (paused while waiting for the user), and always stops the process group on the way out;
-at each end of a turn (`done`, `error`, `approval_required`) it publishes the checkout's change first.
+`CliRun.events()` waits for the context's workspace (one run at a time: `workspace_lock.py`), prepares it
+(the task's repository and attached files: `repository.py`), starts the process there, feeds every stdout
+object to `handle`, ends the run at the first `done` or `error`, fails it on the idle limit (paused while
+waiting for the user), and always stops the process group on the way out; at each end of a turn (`done`,
+`error`, `approval_required`) it publishes the checkout's change first.
 `cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
 naming the attached files) where it sends the user's text.
 """
@@ -48,6 +49,7 @@ from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
+from .workspace_lock import FOLDER as LOCKS, WorkspaceLock
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -73,6 +75,8 @@ TURN_ENDS = frozenset({AgentEventKind.DONE, AgentEventKind.ERROR, AgentEventKind
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
 _background: set[asyncio.Task[None]] = set()
+WAITING = "Waiting for the run of another task in this context's workspace to end"
+"""The status of a run whose context's workspace another run holds (`workspace_lock.py`)."""
 
 
 def _dir_name(context_id: str) -> str:
@@ -94,6 +98,12 @@ def _session_file(options: AgentOptions, adapter: str, principal: str, context_i
     """Outside the workspace (a user's repository never gets our bookkeeping files) and out of the jail."""
     root = principal_root(options, principal) / ".sessions" / adapter
     return root / f"{_dir_name(context_id)}.json"
+
+
+def _lock_file(options: AgentOptions, request: Request) -> Path:
+    """Beside the context's workspace, out of the jail (`workspace_lock.py`)."""
+    root = principal_root(options, request.principal) / LOCKS
+    return root / f"{_dir_name(request.context_id)}.lock"
 
 
 def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
@@ -178,6 +188,9 @@ class CliRun(AgentRun):
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
         self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace)
+        self.lock = None if self.options.repo_path else WorkspaceLock(_lock_file(self.options, request))
+        """One run at a time in the context's workspace (`workspace_lock.py`); none in AGENT_REPO_PATH,
+        where every task works in one folder as it always has."""
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0
@@ -242,6 +255,24 @@ class CliRun(AgentRun):
     async def events(self) -> AsyncIterator[AgentEvent]:
         if self.cancelled:
             return
+        lock = self.lock
+        try:
+            if lock is not None and not lock.take():
+                yield AgentEvent.status(WAITING)
+                if not await lock.wait(lambda: self.cancelled):
+                    return
+            async with contextlib.aclosing(self._turns()) as turns:
+                async for ev in turns:
+                    if lock is not None and ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
+                        await self._shutdown(graceful=True)  # the CLI gone before the next run starts
+                        lock.release()
+                    yield ev
+        finally:
+            if lock is not None:
+                lock.release()
+
+    async def _turns(self) -> AsyncIterator[AgentEvent]:
+        """The workspace prepared, then the CLI's events with each turn's change before its end."""
         jail = await self.agent.ready_jail()
         home = principal_home(self.options, self.request.principal)
         git = None if jail is None else jail_launcher(jail.wrap, self.workspace, home)

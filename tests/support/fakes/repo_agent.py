@@ -3,7 +3,8 @@
 
 The prompt decides: `EDIT` edits src/app.py, adds notes.md and a binary file, deletes old.txt, and commits
 the edit itself (the rest is left for the server to commit); `SECOND` edits README.md only; `ASK` edits
-CHANGES.md, asks for approval, then edits it again; `HANG` writes hang.txt and waits to be canceled; `BIG`
+CHANGES.md, asks for approval, then edits it again; `HANG` writes hang.txt and waits to be canceled; `GATE`
+writes gated.md and waits until the file `gate-<contextId>` appears in its HOME (the test opens it); `BIG`
 adds a long file; `FILES` reports the files its prompt line says were attached, with their text; anything
 else changes nothing. It reports its working folder and ends with done.
 """
@@ -56,6 +57,11 @@ elif text == "HANG":
     (here / "hang.txt").write_text("written before the cancel\n")
     out({"kind": "thinking", "text": "hanging"})
     time.sleep(600)
+elif text == "GATE":
+    (here / "gated.md").write_text("written before the gate\n")
+    gate = Path(os.environ["HOME"]) / f"gate-{prompt['contextId']}"
+    while not gate.exists():
+        time.sleep(0.05)
 elif text == "BIG":
     (here / "big.txt").write_text("".join(f"line {i} of a long new file\n" for i in range(400)))
 elif text.startswith("FILES"):
