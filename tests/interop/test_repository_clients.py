@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shlex
 import shutil
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from a2a.client.transports.rest import RestTransport
 from a2a.compat.v0_3.grpc_transport import CompatGrpcTransport
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.compat.v0_3.rest_transport import CompatRestTransport
+from a2a.helpers import get_artifact_text
 from a2a.types import Artifact, GetTaskRequest, Message, Part, StreamResponse, Task, TaskState
 from a2a.utils.constants import TransportProtocol
 from google.protobuf import json_format
@@ -225,6 +227,24 @@ async def test_the_sdk_reads_the_change_from_a_stream(
     assert patch == patch_of(named(task.artifacts, "changes.diff")), "the stream's patch is the task's"
     assert summary_of(by_name["changes"]) == summary_of(named(task.artifacts, "changes"))
     check_change(served, summary_of(by_name["changes"]), patch, task.context_id, tmp_path / "clone")
+
+
+@pytest.mark.parametrize("key", CLIENTS)
+async def test_a_file_the_sdk_attaches_reaches_the_agent_as_it_was(
+    served: Served, key: tuple[str, str]
+) -> None:
+    """The way in: a file part the SDK sends is written to the workspace byte for byte (v0.3 HTTP+JSON and
+    gRPC carry it as the SDK's base64 text in the proto's bytes)."""
+    content = "QUJD\nthe spec, line two\n"
+    msg = user_message("FILES")
+    msg.parts.append(Part(raw=content.encode(), media_type="text/plain", filename="docs/spec.txt"))
+    async with sdk_client(served, key, streaming=False) as client:
+        (event,) = [e async for e in client.send_message(send_request(msg))]
+        task = await until_ended(client, event.task)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task.status
+    said = get_artifact_text(named(task.artifacts, "assistant-response"))
+    assert json.loads(said.split("worked in")[0]) == {"attachments/docs/spec.txt": content}
+    assert (served.workspace(task.context_id) / "attachments" / "docs" / "spec.txt").read_text() == content
 
 
 # ---- the JavaScript SDK -------------------------------------------------------------------------
