@@ -38,16 +38,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.protocol.events import ArtifactUpdate, Event, StatusUpdate, status_update
 from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, new_id
 from app.protocol.usage import USAGE_KEY, ModelUsage, Usage
 
 from .emissions import RESPONSE_ARTIFACT, Emit, Price, UsageMeter, response_artifact_id, tool_call_metadata
-
-if TYPE_CHECKING:
-    from .workspace import Workspaces
 
 __all__ = [
     "RESPONSE_ARTIFACT",
@@ -407,6 +404,12 @@ class TaskContext(Request):
         return ArtifactUpdate(self.id, self.context_id, art, append=append, last_chunk=last_chunk)
 
 
+class WorkspaceHost(Protocol):
+    """What runs a workspace agent's tasks (`workspace.Workspaces`; named here without importing it)."""
+
+    async def serve(self, agent: Agent, task: TaskContext) -> None: ...
+
+
 class Agent(ABC):
     """An agent the server can run. One instance serves every task; per-task state lives in `run`.
 
@@ -430,8 +433,9 @@ class Agent(ABC):
     REPO_ALLOW allows) or of the role's default, the message's inline files written there
     (`TaskContext.attachments`), and each end of a turn publishes the change as artifacts (`workspace.py`).
     False: none of it, and a message naming a repository is refused."""
-    workspaces: Workspaces | None = None
-    """The role's rules for `workspace`, set by the server when it loads the agent; not the agent's to set."""
+    workspaces: WorkspaceHost | None = None
+    """What runs its tasks in their workspaces (`workspace.Workspaces`, with the role's rules), set by the
+    server when it loads an agent with `workspace`; not the agent's to set."""
 
     pure: bool = False
     """The agent has no effects beyond the events it emits (it computes its answer in process, touches

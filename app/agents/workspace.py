@@ -85,7 +85,7 @@ def repo_policy(agent: Agent) -> RepoPolicy | None:
     """What repository and files a message to `agent` may bring; None for an agent that takes none."""
     if isinstance(agent, CliAgent):
         return agent.repos
-    return agent.workspaces.repos if agent.workspaces is not None else None
+    return agent.workspaces.repos if isinstance(agent.workspaces, Workspaces) else None
 
 
 async def serve(agent: Agent, task: TaskContext) -> None:
