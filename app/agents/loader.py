@@ -54,6 +54,10 @@ def load_agent(spec: str, options: dict[str, Any] | None = None, *, agent_option
     if spec in BUILTIN:
         return _create(spec, BUILTIN[spec], options, agent_options)
     agent = _load(spec, options, agent_options)
+    if agent.workspace and agent.pure:
+        raise AdapterError(
+            f"{spec!r} declares both `workspace` and `pure`: an agent that works on files has effects"
+        )
     attach(agent, agent_options)
     return agent
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.agents.cli.repository import EXTENSION_URI
 from app.agents.errors import SettingError
-from app.agents.loader import load_agent
+from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent, Part, Request, TaskContext
 from app.agents.workspace import Workspaces, attach, repo_policy, serve
@@ -256,6 +256,11 @@ class _Waits(Agent):
         (task.workspace / "late.txt").write_text("written before the cancel\n")
         await self.go.wait()
         await task.complete("done")
+
+
+def test_a_pure_agent_cannot_work_on_a_workspace(tmp_path: Path, origin: Origin) -> None:
+    with pytest.raises(AdapterError, match="both `workspace` and `pure`"):
+        load_agent("tests.support.agents.workspace:PureAgent", agent_options=options(tmp_path, origin))
 
 
 async def test_a_cancelled_turn_publishes_nothing_and_its_work_stays_uncommitted(

@@ -6,7 +6,7 @@
 - `RAISE`  adds `half.txt`, then raises (the task fails)
 - `WHERE`  says a JSON object: the workspace (or null), whether it is a checkout, its attachments
 
-`PlainAgent` is the same agent without `workspace`: it is given no folder.
+`PlainAgent` is the same agent without `workspace`: it is given no folder. `PureAgent` says `pure` too.
 """
 
 from __future__ import annotations
@@ -59,3 +59,9 @@ class WorkspaceAgent(Agent):
 class PlainAgent(WorkspaceAgent):
     name = "Plain Test Agent"
     workspace = False
+
+
+class PureAgent(WorkspaceAgent):
+    """Declares what cannot be: files and no effects (refused when loaded)."""
+
+    pure = True
