@@ -23,8 +23,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
-from app.agents.repos.policy import RepoPolicy
 from app.agents.sdk import Agent
+from app.agents.workspace import repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
 from app.api.card.options import CardOptions
@@ -328,14 +328,8 @@ async def _role(
         discovery=shared.discovery,
         usage=shared.usage,
         retention=shared.retention,
-        repos=_repos(agent),
+        repos=repo_policy(agent),
     )
-
-
-def _repos(agent: Agent) -> RepoPolicy | None:
-    """The repository rules of the role's agent (a CLI adapter's `repos`), None for one that takes none."""
-    repos = getattr(agent, "repos", None)
-    return repos if isinstance(repos, RepoPolicy) else None
 
 
 def _executor(

@@ -165,6 +165,9 @@ class AgentOptions:
     role: str | None = None
     """The role these options are for, for errors to name its entry in AGENTS; None: the server-wide
     AGENT_* settings alone (no AGENTS)."""
+    worker: str | None = None
+    """The remote worker (`a2a-server worker --instance`) these agents run in; None in a server. A run's
+    refusal then names the worker and its settings, since the server admitted the task with its own."""
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -257,6 +260,7 @@ class AgentOptions:
             ),
             url_timeout_s=self.attachment_url_timeout_s,
             private=(self.workspace_root, self.repo_cache_root),
+            host="server" if self.worker is None else "worker",
         )
 
     @property

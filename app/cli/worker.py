@@ -8,8 +8,12 @@ replica reads from the database (`RemoteLeases`, `RemoteTasks`), without a reape
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
 task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
 
-It imports the runner and its remote stand-ins, the roles and the settings; `app.wiring` only for the
-role's agent and the price table, as a replica builds them.
+Its agents run on this machine's settings (`worker_options`): a task's repository is checked against the
+worker's REPO_ALLOW and checked out under its REPO_CACHE_ROOT and AGENT_WORKSPACE_ROOT, after the replica
+that admitted it checked it against its own.
+
+It imports the runner and its remote stand-ins, the roles, the agents' options and the settings;
+`app.wiring` only for the price table, as a replica builds it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import socket
 from typing import Any
 
 from app import roles as roles_
+from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.protocol.events import status_update
 from app.protocol.model import INTERRUPTED_STATES, Message, TaskState
@@ -133,6 +138,14 @@ class Worker:
         await self.runner.answer(task_id, answer)
 
 
+def worker_options(settings: Settings, instance: str) -> AgentOptions:
+    """The agents' options on this worker: its own settings (REPO_ALLOW, REPO_CACHE_ROOT,
+    AGENT_WORKSPACE_ROOT: the checkouts are made here), named as the worker, whose CLIs are tagged
+    `worker:<instance>`: a replica's tag (REPLICA_ID, by default hostname:port) would let this worker's
+    start-up kill the CLIs of a replica or another worker on the same machine as its own orphans."""
+    return AgentOptions.from_settings(settings).replace(worker=instance, replica_id=f"worker:{instance}")
+
+
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
     """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
     from app.wiring import price_table
@@ -153,7 +166,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     roles = roles_.load(settings)
     role = roles.get(role_name) or next(iter(roles.values()))
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
-    agent = roles_.role_agent(settings, role, len(roles) > 1)
+    agent = roles_.role_agent(settings, role, len(roles) > 1, worker_options(settings, instance))
     prices = price_table(settings)
     server = Server(server_url, headers, role_name, instance)
 
