@@ -8,8 +8,9 @@ context's folder (`cli.run.workspace`), a checkout of the repository the message
 default, or the one the context already has) and the attached files (`RunRepository.prepare`), and hands them
 to the agent as `TaskContext.workspace` and `TaskContext.attachments`; at each end of a turn (`ask`,
 `ask_auth`, `complete`, `fail`, `reject`, returning, raising) the change is published as the same artifacts,
-measured by the same `collect`. There is no jail: the agent runs in the server's process, and so do the git
-commands on its checkout. An agent without `workspace` gets none of this and pays nothing for it.
+measured by the same `collect`; one run at a time works in a context's folder (the CLI runs' lock). There
+is no jail: the agent runs in the server's process, and so do the git commands on its checkout. An agent
+without `workspace` gets none of this and pays nothing for it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from .cli.repository import RunRepository, extension
-from .cli.run import CliAgent, workspace
+from .cli.run import WAITING, CliAgent, workspace, workspace_lock
 from .options import AgentOptions
 from .repos.cache import RepoCache
 from .repos.errors import RepoError
@@ -35,7 +36,19 @@ class Workspaces:
         self.cache = RepoCache(Path(options.repo_cache_root), timeout_s=options.repo_git_timeout_s)
 
     async def serve(self, agent: Agent, task: TaskContext) -> None:
-        """Prepare the task's folder, run the agent in it, and publish the change at each turn's end."""
+        """Wait for the context's folder (one run at a time in it, as for a CLI: `cli/workspace_lock.py`),
+        prepare it, run the agent in it, and publish the change at each turn's end."""
+        lock = workspace_lock(self.options, task.principal, task.context_id)
+        try:
+            if lock is not None and not lock.take():
+                await task.working(WAITING)
+                await lock.wait(lambda: False)  # a cancel cancels this coroutine, and the wait with it
+            await self._serve(agent, task)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    async def _serve(self, agent: Agent, task: TaskContext) -> None:
         folder = workspace(self.options, task.principal, task.context_id)
         repo = RunRepository(self.repos, self.cache, self.options, task, folder)
         try:

@@ -100,10 +100,12 @@ def _session_file(options: AgentOptions, adapter: str, principal: str, context_i
     return root / f"{_dir_name(context_id)}.json"
 
 
-def _lock_file(options: AgentOptions, request: Request) -> Path:
-    """Beside the context's workspace, out of the jail (`workspace_lock.py`)."""
-    root = principal_root(options, request.principal) / LOCKS
-    return root / f"{_dir_name(request.context_id)}.lock"
+def workspace_lock(options: AgentOptions, principal: str, context_id: str) -> WorkspaceLock | None:
+    """The lock of the context's workspace, its file beside it and out of the jail (`workspace_lock.py`);
+    None with AGENT_REPO_PATH, where every task works in one folder as it always has."""
+    if options.repo_path:
+        return None
+    return WorkspaceLock(principal_root(options, principal) / LOCKS / f"{_dir_name(context_id)}.lock")
 
 
 def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
@@ -188,9 +190,8 @@ class CliRun(AgentRun):
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
         self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace)
-        self.lock = None if self.options.repo_path else WorkspaceLock(_lock_file(self.options, request))
-        """One run at a time in the context's workspace (`workspace_lock.py`); none in AGENT_REPO_PATH,
-        where every task works in one folder as it always has."""
+        self.lock = workspace_lock(self.options, request.principal, request.context_id)
+        """One run at a time in the context's workspace (`workspace_lock.py`)."""
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.agents.cli.repository import EXTENSION_URI
+from app.agents.cli.run import WAITING
 from app.agents.errors import SettingError
 from app.agents.loader import AdapterError, load_agent
 from app.agents.options import AgentOptions
@@ -205,7 +206,9 @@ async def test_a_source_refused_at_the_run_fails_the_task_and_the_agent_never_ru
     (end,) = [e for e in ran.events if isinstance(e, StatusUpdate)]
     assert end.status.state is TaskState.FAILED
     assert end.status.message is not None and "REPO_ALLOW" in end.status.message.text()
-    assert ran.ctx.workspace is None and not (tmp_path / "ws").exists()
+    assert ran.ctx.workspace is None
+    made = [p.name for p in (tmp_path / "ws").rglob("*")]
+    assert CONTEXT not in made, "no folder made for the context (only the lock file beside it)"
 
 
 async def test_an_agent_without_workspace_runs_as_before(tmp_path: Path, origin: Origin) -> None:
@@ -284,3 +287,60 @@ async def test_a_cancelled_turn_publishes_nothing_and_its_work_stays_uncommitted
         await served
     assert events == []
     assert git("status", "--porcelain", cwd=ctx.workspace) == "?? late.txt"
+
+
+class GatedAgent(WorkspaceAgent):
+    """`GATE` writes gated.md and waits for the test to open its gate; anything else as `WorkspaceAgent`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_gate = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def run(self, task: TaskContext) -> None:
+        if task.text.strip() != "GATE":
+            await super().run(task)
+            return
+        assert task.workspace is not None
+        (task.workspace / "gated.md").write_text("written before the gate\n")
+        self.at_gate.set()
+        await self.gate.wait()
+
+
+async def test_a_second_run_in_the_context_waits_for_the_first_and_starts_from_its_commits(
+    tmp_path: Path, origin: Origin
+) -> None:
+    """As for a CLI (`cli/workspace_lock.py`): the second run of a context says it waits, is given no folder
+    until the first has returned, then its turn holds its own change only."""
+    agent = GatedAgent()
+    attach(agent, options(tmp_path, origin))
+    first = asyncio.create_task(run(agent, message("GATE", origin.url)))
+    second_events: list[Event] = []
+
+    async def emit(batch: list[Event]) -> None:
+        second_events.extend(batch)
+
+    ctx = TaskContext(Request(message("EDIT"), CONTEXT, "alice"), "task-2", emit)
+    try:
+        await asyncio.wait_for(agent.at_gate.wait(), 30)
+        second = asyncio.create_task(serve(agent, ctx))
+        async with asyncio.timeout(30):
+            while not any(
+                isinstance(e, StatusUpdate) and e.status.message and e.status.message.text() == WAITING
+                for e in second_events
+            ):
+                await asyncio.sleep(0.01)
+        assert ctx.workspace is None and not second.done(), "not prepared while the first run holds it"
+    finally:
+        agent.gate.set()
+    ran = await first
+    await second
+    before = ran.artifact("changes").data
+    (after,) = [
+        e.artifact.parts[0].data
+        for e in second_events
+        if isinstance(e, ArtifactUpdate) and e.artifact.name == "changes"
+    ]
+    assert [f["path"] for f in before["turn"]["files"]] == ["gated.md"]
+    assert after["turn"]["start"] == before["head"], "the second run started from the first one's commit"
+    assert sorted(f["path"] for f in after["turn"]["files"]) == ["notes.md", "old.txt", "src/app.py"]
