@@ -213,3 +213,17 @@ async def test_a_change_that_tries_to_run_script_is_shown_as_text(browser: Brows
     assert await page.evaluate("window.__pwned") is None
     assert watch.dialogs == [] and watch.errors == [] and watch.foreign_requests() == []
     await page.context.close()
+
+
+async def test_a_turn_that_changes_nothing_says_so(browser: Browser, served: Served) -> None:
+    task = await start_v10(
+        served.base_url, "NOTHING", key_of("alice"), wait=True, metadata={"repository": served.repository}
+    )
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    ids = set(by_id(task))
+    assert f"{task['id']}-changes" in ids and not ids & {f"{task['id']}-diff", f"{task['id']}-turn-1"}
+    page, watch = await open_page(browser, served.server, path=f"/console/tasks/{task['id']}")
+    await expect(page.locator("#changes")).to_contain_text("No file changed.", timeout=WAIT_MS)
+    await expect(page.locator("#changes .diff-box")).to_have_count(0)
+    assert not watch.errors and not watch.dialogs
+    await page.context.close()
