@@ -30,6 +30,10 @@ function fileOf(artifact) {
   return downloads.get(part);
 }
 
+function rawOf(artifact) {
+  return (artifact?.parts || []).find((p) => typeof p.raw === "string")?.raw;
+}
+
 function diffNode(file) {
   if (!diffNodes.has(file.part)) diffNodes.set(file.part, renderDiff(new TextDecoder().decode(file.bytes)));
   return diffNodes.get(file.part);
@@ -77,8 +81,9 @@ function filesTable(files) {
     }));
 }
 
-function diffBox(title, shown, download, label, name, note) {
-  // One diff as published (`shown`), and a link that saves `download`'s bytes under the part's file name.
+function diffBox(title, shown, download, label, name, note, same = false) {
+  // One diff as published (`shown`), and a link that saves `download`'s bytes under the part's file name;
+  // `same`: the diff is the one shown above, not repeated.
   const shownFile = fileOf(shown);
   const saved = fileOf(download);
   if (!shownFile?.bytes || !saved?.bytes) {
@@ -91,7 +96,7 @@ function diffBox(title, shown, download, label, name, note) {
       el("a", { href: saved.url, download: saved.part.filename || name, class: "download", text: label }),
       el("span", { class: "meta", text: ` ${saved.bytes.length} bytes` })),
     note ? el("p", { class: "note", text: note }) : null,
-    diffNode(shownFile));
+    same ? el("p", { class: "note", text: "The same as the whole change above." }) : diffNode(shownFile));
 }
 
 export function renderChanges(found) {
@@ -123,6 +128,7 @@ export function renderChanges(found) {
     whole ? diffBox("Whole change", found.whole || whole, whole, "Download patch", "changes.diff", note) : null,
     found.turns.map((t) => {
       const name = `turn-${t.number}.diff`;
-      return diffBox(`Turn ${t.number}`, t.artifact, t.artifact, `Download ${name}`, name, null);
+      const same = Boolean(found.whole) && rawOf(t.artifact) === rawOf(found.whole);
+      return diffBox(`Turn ${t.number}`, t.artifact, t.artifact, `Download ${name}`, name, null, same);
     }));
 }

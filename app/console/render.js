@@ -21,7 +21,9 @@ export function renderDiff(text) {
   // A unified diff, one span a line, coloured by what the line is.
   const pre = el("pre", { class: "diff" });
   let inHunk = false;
-  for (const line of text.split("\n")) {
+  const lines = text.split("\n");
+  if (lines[lines.length - 1] === "") lines.pop(); // the newline that ends the last line starts no other
+  for (const line of lines) {
     const cls = diffClass(line, inHunk);
     if (cls === "hunk") inHunk = true;
     else if (cls === "head") inHunk = false;

@@ -206,9 +206,15 @@ async def test_a_change_that_tries_to_run_script_is_shown_as_text(browser: Brows
     assert await page.locator("#changed-files tr[data-path]").get_attribute("data-path") == name
     await expect(page.locator("#changed-files")).to_contain_text(name)
     await expect(page.locator("#commits")).to_contain_text("<script>window.__pwned = 4</script>")
-    diff = page.locator("#changes [data-diff='turn-1.diff'] pre.diff")
+    diff = page.locator("#changes [data-diff='changes.diff'] pre.diff")
     await expect(diff).to_contain_text("+<script>window.__pwned = 2</script>")
     await expect(diff).to_contain_text('+<img src=x onerror="alert(3)">')
+    # The task's only turn is the whole change: not shown twice, still a download of its own.
+    turn = "#changes [data-diff='turn-1.diff']"
+    await expect(page.locator(turn)).to_contain_text("The same as the whole change above.")
+    await expect(page.locator(f"{turn} pre.diff")).to_have_count(0)
+    name, patch = await download(page, turn)
+    assert (name, patch) == ("turn-1.diff", raw_of(by_id(task)[f"{task['id']}-turn-1"]))
     assert await page.locator("#task img, #task script, #task iframe, #task object, #task embed").count() == 0
     assert await page.evaluate("window.__pwned") is None
     assert watch.dialogs == [] and watch.errors == [] and watch.foreign_requests() == []
