@@ -233,3 +233,18 @@ async def test_a_turn_that_changes_nothing_says_so(browser: Browser, served: Ser
     await expect(page.locator("#changes .diff-box")).to_have_count(0)
     assert not watch.errors and not watch.dialogs
     await page.context.close()
+
+
+async def test_a_change_that_could_not_be_measured_says_why(browser: Browser, served: Served) -> None:
+    task = await start_v10(
+        served.base_url, "BREAK", key_of("alice"), wait=True, metadata={"repository": served.repository}
+    )
+    (part,) = by_id(task)[f"{task['id']}-changes"]["parts"]
+    assert part["data"]["error"], part
+    page, watch = await open_page(browser, served.server, path=f"/console/tasks/{task['id']}")
+    await expect(page.locator("#changes .error")).to_have_text(
+        f"The change could not be measured: {part['data']['error']}", timeout=WAIT_MS
+    )
+    await expect(page.locator("#changes .diff-box")).to_have_count(0)
+    assert not watch.errors and not watch.dialogs
+    await page.context.close()
