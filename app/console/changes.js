@@ -7,16 +7,22 @@ import { base64Bytes, renderDiff } from "./render.js";
 
 const STATUSES = new Set(["added", "modified", "deleted", "renamed", "copied", "type changed", "unmerged"]);
 
-// Built once per part: the task page is rebuilt on every streamed event, and a diff of many lines (or a
-// Blob URL per rebuild) is too dear to make again each time. A part replaced by an update is a new key.
-const diffNodes = new WeakMap();
-const downloads = new WeakMap();
+// Each patch decoded, its Blob URL and its coloured lines, made once per content: the task page is rebuilt
+// on every streamed event and a snapshot replaces every part object, and a diff of many lines (or a Blob URL
+// per rebuild) is too dear to make again each time. What a render no longer shows is dropped (`prune`).
+const patches = new Map(); // a part's base64 -> {bytes, url, node}
+let shown = new Set();
+
+function partOf(artifact) {
+  return (artifact?.parts || []).find((p) => typeof p.raw === "string");
+}
 
 function fileOf(artifact) {
-  // The artifact's file part with inline bytes, decoded; null when it has none or they are not base64.
-  const part = (artifact?.parts || []).find((p) => typeof p.raw === "string");
+  // The artifact's file part with inline bytes, decoded (`bytes` null when not base64); null without one.
+  const part = partOf(artifact);
   if (!part) return null;
-  if (!downloads.has(part)) {
+  shown.add(part.raw);
+  if (!patches.has(part.raw)) {
     let bytes = null;
     try {
       bytes = base64Bytes(part.raw);
@@ -25,18 +31,26 @@ function fileOf(artifact) {
     }
     // A non-rendering type: the link saves the bytes as they are, it never opens them.
     const url = bytes ? URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" })) : null;
-    downloads.set(part, { part, bytes, url });
+    patches.set(part.raw, { bytes, url, node: null });
   }
-  return downloads.get(part);
+  return patches.get(part.raw);
 }
 
-function rawOf(artifact) {
-  return (artifact?.parts || []).find((p) => typeof p.raw === "string")?.raw;
+function prune() {
+  for (const [raw, file] of patches) {
+    if (shown.has(raw)) continue;
+    if (file.url) URL.revokeObjectURL(file.url);
+    patches.delete(raw);
+  }
+  shown = new Set();
 }
 
-function diffNode(file) {
-  if (!diffNodes.has(file.part)) diffNodes.set(file.part, renderDiff(new TextDecoder().decode(file.bytes)));
-  return diffNodes.get(file.part);
+function diffNode(file, placed) {
+  // The coloured diff; a copy when this render has placed it already (two turns with the same patch).
+  if (!file.node) file.node = renderDiff(new TextDecoder().decode(file.bytes));
+  if (placed.has(file.node)) return file.node.cloneNode(true);
+  placed.add(file.node);
+  return file.node;
 }
 
 export function repositoryArtifacts(task) {
@@ -81,7 +95,7 @@ function filesTable(files) {
     }));
 }
 
-function diffBox(title, shown, download, label, name, note, same = false) {
+function diffBox(placed, title, shown, download, label, name, note, same = false) {
   // One diff as published (`shown`), and a link that saves `download`'s bytes under the part's file name;
   // `same`: the diff is the one shown above, not repeated.
   const shownFile = fileOf(shown);
@@ -93,14 +107,21 @@ function diffBox(title, shown, download, label, name, note, same = false) {
   return el("div", { class: "diff-box", "data-diff": name },
     el("div", { class: "diff-head" },
       el("h3", { text: title }),
-      el("a", { href: saved.url, download: saved.part.filename || name, class: "download", text: label }),
+      el("a", { href: saved.url, download: partOf(download).filename || name, class: "download", text: label }),
       el("span", { class: "meta", text: ` ${saved.bytes.length} bytes` })),
     note ? el("p", { class: "note", text: note }) : null,
-    same ? el("p", { class: "note", text: "The same as the whole change above." }) : diffNode(shownFile));
+    same ? el("p", { class: "note", text: "The same as the whole change above." }) : diffNode(shownFile, placed));
 }
 
 export function renderChanges(found) {
   // The section, or null when the task published no change summary.
+  const section = changesSection(found);
+  prune();
+  return section;
+}
+
+function changesSection(found) {
+  const placed = new Set();
   const data = (found.summary?.parts || []).find((p) => p.data !== undefined)?.data;
   if (!data) return null;
   if (data.error) {
@@ -125,10 +146,10 @@ export function renderChanges(found) {
           el("li", { "data-sha": c.sha }, shortSha(c.sha), " ", el("span", { text: c.subject }), " ",
             el("span", { class: "meta", text: c.author }))))
       : null,
-    whole ? diffBox("Whole change", found.whole || whole, whole, "Download patch", "changes.diff", note) : null,
+    whole ? diffBox(placed, "Whole change", found.whole || whole, whole, "Download patch", "changes.diff", note) : null,
     found.turns.map((t) => {
       const name = `turn-${t.number}.diff`;
-      const same = Boolean(found.whole) && rawOf(t.artifact) === rawOf(found.whole);
-      return diffBox(`Turn ${t.number}`, t.artifact, t.artifact, `Download ${name}`, name, null, same);
+      const same = Boolean(found.whole) && partOf(t.artifact)?.raw === partOf(found.whole)?.raw;
+      return diffBox(placed, `Turn ${t.number}`, t.artifact, t.artifact, `Download ${name}`, name, null, same);
     }));
 }
