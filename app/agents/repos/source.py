@@ -65,7 +65,9 @@ class RepoSource:
             raise RepoError('metadata.repository must be {"url": ..., "ref": ...} or a URL')
         unknown = sorted(str(k) for k in value if k not in KEYS)
         if unknown:
-            raise RepoError(f"metadata.repository takes url and ref (and push), not {', '.join(unknown)}")
+            raise RepoError(
+                f"metadata.repository takes url and ref, not {', '.join(unknown)} (and push: true to push)"
+            )
         url, ref = value.get("url"), value.get("ref")
         if not isinstance(url, str) or not url.strip():
             raise RepoError("metadata.repository.url must be a repository URL or path")
