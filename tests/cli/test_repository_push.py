@@ -145,6 +145,7 @@ async def test_an_agent_rewriting_its_checkouts_config_cannot_redirect_the_push_
     assert later["status"]["state"] == "completed", later["status"]
     summary = summary_v03(later)
     assert "pushed" not in summary and "not pushed" in summary["pushError"], summary
+    assert (summary["repository"]["url"], summary["branch"]) == (pushing.url, branch), "the server's, named"
     assert pushing.url in summary["pushError"] and TOKEN not in summary["pushError"]
     assert remote_head(pushing.bare, branch) == head, "the remote's branch stays at the first turn"
     assert remote_head(pushing.other, branch) is None and remote_head(pushing.other, "main") == git(

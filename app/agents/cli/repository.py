@@ -25,7 +25,8 @@ moved the branch pushes it (`repos.push`, from the server's mirror, with the rol
 server's, never the checkout's: the agent may rewrite `.git/config` (`a2a.source`, `a2a.branch`,
 `remote.origin.url`), so the source is the one the message named, else the one the server recorded for the
 context when it made the checkout (`ledger`, a file out of the jail), and the branch is `a2a/<context>`; a
-checkout whose recorded source differs is not pushed.
+checkout whose recorded source differs is not pushed. The `changes` artifact names that source and branch
+too, whenever the server knows them.
 """
 
 from __future__ import annotations
@@ -199,7 +200,16 @@ class RunRepository:
             await self._push(changes) if self._push_asked() and changes.head != changes.turn.start else None
         )
         self.since = changes.head
-        return artifacts(task_id, turn, self.checkout, changes, pushed)
+        return artifacts(task_id, turn, self._reported(), changes, pushed)
+
+    def _reported(self) -> Checkout:
+        """The checkout as the artifact names it: the server's source and branch when it knows them, not
+        what the checkout's agent-writable config says."""
+        assert self.checkout is not None
+        if self.source is None:
+            return self.checkout
+        branch = task_branch(self.request.context_id)
+        return Checkout(self.checkout.path, self.source, branch, self.checkout.base)
 
     def _push_asked(self) -> bool:
         """One of the task's messages asks its branch pushed (`metadata.repository.push`)."""
