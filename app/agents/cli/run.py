@@ -96,6 +96,12 @@ def _session_file(options: AgentOptions, adapter: str, principal: str, context_i
     return root / f"{_dir_name(context_id)}.json"
 
 
+def _ledger_file(options: AgentOptions, principal: str, context_id: str) -> Path:
+    """The server's record of a context's repository (what its branch is pushed to): beside the sessions,
+    out of the workspace and the jail, where the agent cannot rewrite it."""
+    return principal_root(options, principal) / ".repos" / f"{_dir_name(context_id)}.json"
+
+
 def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
     """What an earlier turn of this principal's context left: `sessionId` (to resume it), and what the
     adapter keeps with it (Codex: the thread's usage so far); {} when nothing valid."""
@@ -177,7 +183,8 @@ class CliRun(AgentRun):
         self.options = agent.options
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
-        self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace)
+        ledger = _ledger_file(self.options, request.principal, request.context_id)
+        self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace, ledger)
         self.proc: CliProcess | None = None
         self.waiting = False
         self._last_activity = 0.0

@@ -4,7 +4,9 @@ disk (REPO_ALLOW may have changed in between, or the run happens on another repl
 
 A message names its repository in `metadata.repository` (`{"url", "ref"}`, or the URL alone); naming none,
 it works on the role's default, if any. A context keeps the repository of its first message: a later
-message naming another is refused (`same_repository`).
+message naming another is refused (`same_repository`). A message may ask its task's branch pushed to the
+remote (`metadata.repository.push: true`, with or without a url: without one, the context's repository);
+only a role with `push` allowed takes it (`push_asked`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .source import SETTING, RepoSource, allowed
 
 METADATA_KEY = "repository"
 """The key of a message's metadata that names its repository."""
+PUSH_KEY = "push"
+"""The key of `metadata.repository` that asks the task's branch pushed."""
 UNNAMED = "attachment-{n}"
 """The name of the n-th file part (from 1) that has none."""
 
@@ -41,6 +45,8 @@ class RepoPolicy:
     """AGENT_REPO_PATH: every run works in that one folder, so no repository is checked out."""
     max_attachment_bytes: int = 5 * 1024 * 1024
     max_attachments_bytes: int = 8 * 1024 * 1024
+    push: bool = False
+    """A task may ask its branch pushed (the role's `push`, REPO_PUSH)."""
     private: tuple[str, ...] = ()
     """Folders no source may be in, whatever REPO_ALLOW says: the workspaces (every principal's checkouts)
     and the cache, so that no one fetches another's work by naming its path."""
@@ -56,7 +62,7 @@ class RepoPolicy:
         """The repository a message's metadata names, checked; None when it names none. RepoError when it
         is malformed or refused (the message names REPO_ALLOW)."""
         value = (metadata or {}).get(METADATA_KEY)
-        if value is None:
+        if value is None or (isinstance(value, Mapping) and set(value) == {PUSH_KEY}):
             return None
         source = RepoSource.parse(value)
         if self.fixed:
@@ -73,6 +79,26 @@ class RepoPolicy:
                 "are never a source, whatever REPO_ALLOW says"
             )
         return source
+
+    def push_asked(self, metadata: Mapping[str, Any] | None) -> bool:
+        """Whether a message asks its task's branch pushed (`metadata.repository.push`); RepoError when the
+        value is not a boolean, or it asks and this role may not push."""
+        value = (metadata or {}).get(METADATA_KEY)
+        if not isinstance(value, Mapping) or PUSH_KEY not in value:
+            return False
+        asked = value[PUSH_KEY]
+        if not isinstance(asked, bool):
+            raise RepoError("metadata.repository.push must be true or false")
+        if asked and self.fixed:
+            raise RepoError(
+                "this server works in one folder for every task (AGENT_REPO_PATH): it has no task branch "
+                "to push"
+            )
+        if asked and not self.push:
+            raise RepoError(
+                "this agent does not push task branches: its role's push in AGENTS (or REPO_PUSH) is off"
+            )
+        return asked
 
     def source(self, metadata: Mapping[str, Any] | None) -> RepoSource | None:
         """The repository a message works on: the one it names (`named`), else the role's default."""
