@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
-from app.agents.cli.sweep import Sweep
+from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
 from app.agents.repos.policy import RepoPolicy
 from app.agents.sdk import Agent
@@ -330,7 +330,9 @@ async def _role(
         metrics=shared.metrics,
         role=name,
         roles=shared.every,
-        workers=WorkerDesk(tasks, announce=announce),
+        workers=WorkerDesk(
+            tasks, announce=announce, contexts=partial(Pruning(shared.engine).contexts, role=name)
+        ),
         discovery=shared.discovery,
         usage=shared.usage,
         retention=shared.retention,
@@ -344,16 +346,17 @@ def _sweep(settings: Settings, engine: AsyncEngine, roles: Mapping[str, Role]) -
     its own disk; `agents/cli/sweep.py`)."""
     if settings.agent_repo_path or not any(r.runs_here for r in roles.values()):
         return None
-    return sweep_of(settings, engine)
+    return sweep_of(settings, Pruning(engine).contexts)
 
 
-def sweep_of(settings: Settings, engine: AsyncEngine) -> Sweep:
-    """A sweep of AGENT_WORKSPACE_ROOT and REPO_CACHE_ROOT on this machine, asking `engine`'s store (the
-    replica's loop, and `a2a-server prune`)."""
+def sweep_of(settings: Settings, contexts: Contexts) -> Sweep:
+    """A sweep of AGENT_WORKSPACE_ROOT and REPO_CACHE_ROOT on this machine, asking `contexts` about the
+    contexts it finds (the store's: a replica's loop and `a2a-server prune`; the server's: a remote
+    worker's)."""
     return Sweep(
         Path(settings.agent_workspace_root).resolve(),
         RepoCache(Path(settings.repo_cache_root).resolve(), timeout_s=settings.repo_git_timeout_s),
-        Pruning(engine).contexts,
+        contexts,
         retention_days=settings.task_retention_days,
         interval_s=settings.retention_interval_s,
     )

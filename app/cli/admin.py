@@ -140,7 +140,9 @@ async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_jso
                     waited = True
                 await asyncio.sleep(1.0)
         swept = (
-            None if settings.agent_repo_path else await sweep_of(settings, engine).run_once(cutoff, dry_run)
+            None
+            if settings.agent_repo_path
+            else await sweep_of(settings, pruning.contexts).run_once(cutoff, dry_run)
         )
     rows = {t: counts[t] for t in TABLES if not (dry_run and t == "task_counts")}
     workspaces = None

@@ -196,10 +196,12 @@ class Pruning:
                 out[table] = int((await conn.execute(query)).scalar_one())
         return out
 
-    async def contexts(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
-        """Of the contexts `keys` ((owner, context id)), those with tasks left: how many have not ended
-        and the time of the last status (the workspace sweep's question; `ix_tasks_owner_context_status_at`
-        serves it)."""
+    async def contexts(
+        self, keys: Sequence[tuple[str, str]], role: str | None = None
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """Of the contexts `keys` ((owner, context id)), those with tasks left (of `role` only, when given:
+        a remote worker's question): how many have not ended and the time of the last status (the
+        workspace sweep's question; `ix_tasks_owner_context_status_at` serves it)."""
         if not keys:
             return {}
         open_ = case((_tasks.c.state.in_(ENDED_STATES), 0), else_=1)
@@ -208,6 +210,8 @@ class Pruning:
             .where(tuple_(_tasks.c.owner, _tasks.c.context_id).in_(list(keys)))
             .group_by(_tasks.c.owner, _tasks.c.context_id)
         )
+        if role is not None:
+            query = query.where(_tasks.c.role == role)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return {(owner, context): (int(n), str(last)) for owner, context, n, last in rows}

@@ -1,13 +1,16 @@
 """Cleanup end to end: a real server process (SQLite) runs the fake coding agent on a checkout of a bare
 repository; once the task's context has ended past TASK_RETENTION_DAYS its workspace goes, its work stays
 in the mirror under `refs/a2a/kept/`, and /metrics says so (the server's own sweep); `a2a-server prune`
-sweeps the same way and reports the disk freed, in text and JSON, and what it would free with --dry-run."""
+sweeps the same way and reports the disk freed, in text and JSON, and what it would free with --dry-run; a
+remote worker sweeps its own disk, asking the server."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,11 +19,18 @@ import pytest
 
 from app.agents.cli.sweep import KEPT, MARKS, disk_bytes
 from app.agents.repos.source import RepoSource
+from app.api.edge.auth import hash_key
 from tests.agents.repos.conftest import git
-from tests.cli.test_repository import AGENT, FAKES, Served, make_origin, send, summary_v03
+from tests.cli.test_repository import AGENT, FAKES, PYTHON, Served, make_origin, send, summary_v03
 from tests.conftest import make_server
+from tests.support.clis import send_message
+from tests.support.secrets import remember
 from tests.support.server import BIN, ROOT, ServerProcess
+from tests.support.worker import WorkerProcess, until_listed
 
+NDJSON = shlex.join([PYTHON, str(FAKES / "ndjson_agent.py")])
+WORKER_KEY = "sweep-" + os.urandom(8).hex()
+remember(WORKER_KEY)
 RETENTION_DAYS = "0.0001"
 """About 9 s: the server's own retention pass deletes the task and its sweep removes the workspace soon
 after the task ended, while the test waits."""
@@ -139,3 +149,57 @@ async def test_prune_reports_what_it_would_free_then_frees_it(kept) -> None:
     assert "their branches kept in the repository cache: 1" in text, text
     assert not ws.exists()
     assert list(kept_refs(served).values()) == [summary_v03(task)["head"]]
+
+
+async def test_a_remote_worker_sweeps_its_own_disk_asking_the_server(tmp_path: Path) -> None:
+    """A worker has no database: it asks `/workers/v1/contexts`, where only its role's tasks count."""
+    coder = {"adapter": "ndjson", "command": NDJSON, "sandbox_read": [str(FAKES)]}
+    agents = {"default": {"adapter": "echo"}, "coder": coder}
+    server = await make_server(
+        "sqlite",
+        tmp_path / "server",
+        AGENTS=json.dumps(agents),
+        AGENT_ROLES="default",
+        WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "box"}),
+    )
+    worker = WorkerProcess(
+        server.base_url,
+        tmp_path / "worker.log",
+        "w1",
+        key=WORKER_KEY,
+        agents=agents,
+        role="coder",
+        env={
+            "AGENT_WORKSPACE_ROOT": str(tmp_path / "worker-ws"),
+            "TASK_RETENTION_DAYS": RETENTION_DAYS,
+            "RETENTION_INTERVAL_S": "0.5",
+        },
+    )
+    worker.start()
+    try:
+        await until_listed(server.base_url, "coder", True)
+        async with httpx.AsyncClient(base_url=server.base_url + "/agents/coder", timeout=60) as client:
+            done = await send_message(client, "hello")
+            assert done["status"]["state"] == "completed", done["status"]
+            waiting = await send_message(client, "ASK")
+            assert waiting["status"]["state"] == "input-required", waiting["status"]
+        (ended,) = (tmp_path / "worker-ws").glob(f"*/{done['contextId']}")
+        (asking,) = (tmp_path / "worker-ws").glob(f"*/{waiting['contextId']}")
+
+        async with asyncio.timeout(120):
+            while ended.exists():
+                await asyncio.sleep(0.2)
+        assert asking.is_dir(), "a context waiting for input keeps its workspace"
+        assert "workspace sweep failed" not in worker.log()
+
+        async with httpx.AsyncClient(base_url=server.base_url, headers={"X-API-Key": WORKER_KEY}) as c:
+            ask = {"instance": "probe", "contexts": [["anonymous", done["contextId"]]]}
+            mine = (await c.post("/workers/v1/contexts", json={"role": "coder", **ask})).json()
+            assert [row[:3] for row in mine["contexts"]] == [["anonymous", done["contextId"], 0]]
+            other = (await c.post("/workers/v1/contexts", json={"role": "default", **ask})).json()
+            assert other == {"contexts": []}, "another role's tasks are not this role's to tell"
+            bad = await c.post("/workers/v1/contexts", json={"role": "coder", "instance": "p", "contexts": 3})
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid"
+    finally:
+        worker.stop()
+        server.stop()
