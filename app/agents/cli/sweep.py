@@ -167,6 +167,24 @@ def disk_bytes(root: Path) -> int:
     return total
 
 
+def remove_tree(path: Path) -> None:
+    """`shutil.rmtree`, through the folders an agent left without write permission (a tool's read-only
+    cache): each is made writable by its owner, this process, and the removal tried again."""
+
+    def retry(func: Callable[..., object], failed: str, _exc: object) -> None:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile, by the retry below
+            os.chmod(os.path.dirname(failed), stat.S_IRWXU)
+            if func is os.open or func is os.scandir:  # a folder that could not be listed
+                if not stat.S_ISDIR(os.lstat(failed).st_mode):
+                    raise OSError(errno.ENOTDIR, "not a folder any more", failed)
+                os.chmod(failed, stat.S_IRWXU)
+                shutil.rmtree(failed, onerror=retry)
+            else:
+                func(failed)
+
+    shutil.rmtree(path, onerror=retry)
+
+
 def read_mark(path: Path) -> Mark | None:
     """The mark at `path`; None when there is none or it is not whole (a run writing it)."""
     try:
@@ -285,7 +303,11 @@ class Sweep:
                 return None  # a new task came meanwhile
             kept = await self._keep(path)
             size = await asyncio.to_thread(disk_bytes, path)
-            await asyncio.to_thread(shutil.rmtree, path)
+            try:
+                await asyncio.to_thread(remove_tree, path)
+            except OSError as exc:
+                log.warning("workspace sweep: %s could not be removed (%s); tried again next time", path, exc)
+                return None
             for session in path.parent.glob(f"{SESSIONS}/*/{path.name}.json"):
                 session.unlink(missing_ok=True)
             mark_path.unlink(missing_ok=True)
