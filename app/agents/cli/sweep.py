@@ -91,7 +91,8 @@ class Report:
     unmarked: int = 0
     """Workspaces left because no run marked them (never removed)."""
     busy: int = 0
-    """Removable workspaces a run held at the time (left for the next sweep)."""
+    """Removable workspaces left: a run held them, a new task came, or they could not be removed (the
+    next sweep tries again)."""
     kept_refs: int = 0
     """Checkouts whose HEAD went into their mirror's `refs/a2a/kept/`."""
     kept_refs_pruned: int = 0
@@ -118,9 +119,13 @@ async def in_use(workspace: Path, owner: str, context_id: str) -> AsyncIterator[
 
 async def _locked(path: Path, how: int, *, wait: bool) -> int | None:
     """An open descriptor of `path` holding flock `how` on the file that is at `path` now (a mark the
-    sweep unlinked meanwhile is opened again); None when not `wait` and another holds it."""
+    sweep unlinked meanwhile is made again when waiting: a run's); None when not `wait` and another holds
+    it, or it is gone (another sweep removed its workspace)."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if wait else 0), 0o600)
+        except FileNotFoundError:
+            return None
         try:
             while True:  # polled, not waited for in a thread: a cancelled wait must not keep a lock
                 try:

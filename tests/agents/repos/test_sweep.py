@@ -170,3 +170,23 @@ async def test_a_run_waits_for_a_removal_in_progress_then_marks_its_workspace_ag
     os.close(fd)
     await asyncio.wait_for(task, 30)
     assert json.loads(mark.read_text()) == {"owner": "alice", "contextId": "ctx"}
+
+
+async def test_the_store_tells_open_tasks_and_the_last_status_of_a_context_and_a_role_only_its_own(
+    engine,
+) -> None:
+    await fill(engine, 2, Spec(owner="alice", at=OLD, contexts=1, tag="c", role="coder"))
+    await fill(
+        engine, 1, Spec(owner="alice", at=NOW, contexts=1, tag="c", role="coder", state=TaskState.WORKING)
+    )
+    await fill(
+        engine, 1, Spec(owner="alice", at=NOW + timedelta(seconds=5), contexts=1, tag="c", role="other")
+    )
+    pruning = Pruning(engine)
+    keys = [("alice", "c-ctx-0"), ("bob", "c-ctx-0"), ("alice", "none")]
+    (everyone,) = (await pruning.contexts(keys)).items()
+    assert everyone[0] == ("alice", "c-ctx-0") and everyone[1][0] == 1
+    (coder,) = (await pruning.contexts(keys, role="coder")).values()
+    assert coder[0] == 1 and coder[1] < everyone[1][1], "the other role's later status is not the coder's"
+    assert await pruning.contexts(keys, role="nobody") == {}
+    assert await pruning.contexts([]) == {}
