@@ -162,7 +162,8 @@ def _split(value: str) -> list[str]:
 CLI_ADAPTERS = frozenset({"claude-code", "codex", "gemini", "cursor"})
 """The built-in adapters that run a CLI binary (a role's `bin`)."""
 REPO_ADAPTERS = CLI_ADAPTERS | {"ndjson"}
-"""The built-in adapters that work on a task's repository (a role's `repository`)."""
+"""The built-in adapters that work on a task's repository (a role's `repository`); a Python agent
+(`module:attr`) does when it declares `workspace = True`, checked once it is loaded."""
 
 
 def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOptions:
@@ -192,7 +193,7 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
     if e.idle_timeout_s is not None:
         changes["idle_timeout_s"] = e.idle_timeout_s
     if e.repository is not None:
-        if e.adapter not in REPO_ADAPTERS:
+        if e.adapter not in REPO_ADAPTERS and ":" not in e.adapter:  # a Python agent's: `workspace.attach`
             raise SettingError(
                 "AGENTS",
                 f"role {role.name!r}, field repository: adapter {e.adapter!r} works on no repository",

@@ -26,8 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import limits, roles as roles_
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
-from app.agents.repos.policy import RepoPolicy
 from app.agents.sdk import Agent
+from app.agents.workspace import repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
 from app.api.card.options import CardOptions
@@ -337,7 +337,7 @@ async def _role(
         usage=shared.usage,
         retention=shared.retention,
         sweep=shared.sweep,
-        repos=_repos(agent),
+        repos=repo_policy(agent),
     )
 
 
@@ -360,12 +360,6 @@ def sweep_of(settings: Settings, contexts: Contexts) -> Sweep:
         retention_days=settings.task_retention_days,
         interval_s=settings.retention_interval_s,
     )
-
-
-def _repos(agent: Agent) -> RepoPolicy | None:
-    """The repository rules of the role's agent (a CLI adapter's `repos`), None for one that takes none."""
-    repos = getattr(agent, "repos", None)
-    return repos if isinstance(repos, RepoPolicy) else None
 
 
 def _executor(

@@ -18,6 +18,7 @@ from .errors import SettingError
 from .options import AgentOptions
 from .scripted import ScriptedAgent
 from .sdk import Agent
+from .workspace import attach
 
 BUILTIN: dict[str, type[Agent]] = {
     "echo": EchoAgent,
@@ -45,12 +46,23 @@ def load_agent(spec: str, options: dict[str, Any] | None = None, *, agent_option
     `attr` may be an Agent subclass, a factory returning an Agent, or an Agent instance; `options`
     (the `AGENT_OPTIONS` setting) are passed to the class or factory as keyword arguments. A CLI
     adapter (a `CliAgent` subclass) also gets `agent_options` (`AgentOptions.from_settings`, or a
-    role's), first; never the server's settings. Modules
+    role's), first; never the server's settings; any other that declares `workspace` gets their repository
+    rules (`workspace.attach`; a role's `repository` for one that does not is a SettingError). Modules
     are found from the working directory too, so `AGENT_ADAPTER=myagent:MyAgent` works beside it.
     """
     options = options or {}
     if spec in BUILTIN:
         return _create(spec, BUILTIN[spec], options, agent_options)
+    agent = _load(spec, options, agent_options)
+    if agent.workspace and agent.pure:
+        raise AdapterError(
+            f"{spec!r} declares both `workspace` and `pure`: an agent that works on files has effects"
+        )
+    attach(agent, agent_options)
+    return agent
+
+
+def _load(spec: str, options: dict[str, Any], agent_options: AgentOptions) -> Agent:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         names = ", ".join(sorted(BUILTIN))

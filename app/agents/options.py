@@ -152,6 +152,9 @@ class AgentOptions:
     role: str | None = None
     """The role these options are for, for errors to name its entry in AGENTS; None: the server-wide
     AGENT_* settings alone (no AGENTS)."""
+    worker: str | None = None
+    """The remote worker (`a2a-server worker --instance`) these agents run in; None in a server. A run's
+    refusal then names the worker and its settings, since the server admitted the task with its own."""
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -233,6 +236,7 @@ class AgentOptions:
             max_attachment_bytes=self.attachment_max_bytes,
             max_attachments_bytes=self.attachment_max_total_bytes,
             private=(self.workspace_root, self.repo_cache_root),
+            host="server" if self.worker is None else "worker",
         )
 
     @property

@@ -37,7 +37,8 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from app.protocol.events import ArtifactUpdate, Event, StatusUpdate, status_update
 from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, new_id
@@ -179,6 +180,9 @@ class TaskContext(Request):
         "_finished",
         "_meter",
         "_response_started",
+        "_turn_end_hooks",
+        "attachments",
+        "workspace",
     )
 
     def __init__(
@@ -205,6 +209,13 @@ class TaskContext(Request):
         self._finished = False
         self._response_started = response_started
         self._meter = UsageMeter(price)
+        self._turn_end_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.workspace: Path | None = None
+        """The context's folder, for an agent that declares `workspace = True` (`Agent.workspace`): a
+        checkout of the task's repository on its branch when the message names one (or the role has a
+        default, or an earlier task of the context made one), else a plain folder; None otherwise."""
+        self.attachments: list[Path] = []
+        """The message's inline files, written under `workspace / "attachments"` (a workspace agent's)."""
 
     @property
     def id(self) -> str:
@@ -228,6 +239,11 @@ class TaskContext(Request):
         """Run `hook` when the task is cancelled or times out, before the run's coroutine is cancelled
         (a process-owning agent stops its process here; the cancel call waits for it)."""
         self._cancel_hooks.append(hook)
+
+    def on_turn_end(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` just before each end of the agent's turn (`ask`, `ask_auth`, `complete`, `fail`,
+        `reject`), while it may still emit: a workspace agent's change is published there."""
+        self._turn_end_hooks.append(hook)
 
     # ---- output -------------------------------------------------------------------------------
 
@@ -349,6 +365,8 @@ class TaskContext(Request):
     async def _interrupt(
         self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
     ) -> Message:
+        if self._turn_end_hooks:
+            await self._turn_ended()
         status = self._status(state, text, parts, usage)
         with self._meter.waiting():
             await self._send([status])
@@ -357,6 +375,8 @@ class TaskContext(Request):
     async def _finish(
         self, state: TaskState, text: str | None, parts: Sequence[Part], usage: Usage | None
     ) -> None:
+        if self._turn_end_hooks:
+            await self._turn_ended()
         events: list[Event] = []
         if state is TaskState.COMPLETED and self._response_started:
             closing = Artifact(artifact_id=response_artifact_id(self.id), parts=[Part(text="")])
@@ -364,6 +384,11 @@ class TaskContext(Request):
         events.append(self._status(state, text, parts, usage))
         await self._send(events)
         self._finished = True
+
+    async def _turn_ended(self) -> None:
+        if not self.finished:
+            for hook in self._turn_end_hooks:
+                await hook()
 
     def _status(
         self, state: TaskState, text: str | None, parts: Sequence[Part] = (), usage: Usage | None = None
@@ -377,6 +402,12 @@ class TaskContext(Request):
         self, art: Artifact, append: bool = False, last_chunk: bool = False
     ) -> ArtifactUpdate:
         return ArtifactUpdate(self.id, self.context_id, art, append=append, last_chunk=last_chunk)
+
+
+class WorkspaceHost(Protocol):
+    """What runs a workspace agent's tasks (`workspace.Workspaces`; named here without importing it)."""
+
+    async def serve(self, agent: Agent, task: TaskContext) -> None: ...
 
 
 class Agent(ABC):
@@ -395,6 +426,16 @@ class Agent(ABC):
     extensions: Sequence[Extension] = ()
     """The A2A extensions the agent supports, declared on its card (with `CARD_EXTENSIONS`, which wins
     for the same URI); the ones a request activates reach `run` as `TaskContext.active_extensions`."""
+
+    workspace: bool = False
+    """The agent works on files, as the coding CLIs do: each task gets its context's folder
+    (`TaskContext.workspace`), a checkout of the repository the message names (`metadata.repository`, as
+    REPO_ALLOW allows) or of the role's default, the message's inline files written there
+    (`TaskContext.attachments`), and each end of a turn publishes the change as artifacts (`workspace.py`).
+    False: none of it, and a message naming a repository is refused."""
+    workspaces: WorkspaceHost | None = None
+    """What runs its tasks in their workspaces (`workspace.Workspaces`, with the role's rules), set by the
+    server when it loads an agent with `workspace`; not the agent's to set."""
 
     pure: bool = False
     """The agent has no effects beyond the events it emits (it computes its answer in process, touches

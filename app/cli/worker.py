@@ -10,8 +10,12 @@ task goes to its run, a cancel or a lease taken stops it. The protocol is in `ap
 Like a replica it sweeps its own disk's workspaces (`agents/cli/sweep.py`), asking the server about their
 contexts (`/workers/v1/contexts`: only its role's tasks count).
 
-It imports the runner and its remote stand-ins, the roles and the settings; `app.wiring` only for the
-role's agent, the price table and the workspace sweep, as a replica builds them.
+Its agents run on this machine's settings (`worker_options`): a task's repository is checked against the
+worker's REPO_ALLOW and checked out under its REPO_CACHE_ROOT and AGENT_WORKSPACE_ROOT, after the replica
+that admitted it checked it against its own.
+
+It imports the runner and its remote stand-ins, the roles, the agents' options and the settings;
+`app.wiring` only for the price table and the workspace sweep, as a replica builds them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app import roles as roles_
+from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.protocol.events import status_update
 from app.protocol.model import INTERRUPTED_STATES, Message, TaskState
@@ -153,6 +158,14 @@ class Worker:
         await self.runner.answer(task_id, answer)
 
 
+def worker_options(settings: Settings, instance: str) -> AgentOptions:
+    """The agents' options on this worker: its own settings (REPO_ALLOW, REPO_CACHE_ROOT,
+    AGENT_WORKSPACE_ROOT: the checkouts are made here), named as the worker, whose CLIs are tagged
+    `worker:<instance>`: a replica's tag (REPLICA_ID, by default hostname:port) would let this worker's
+    start-up kill the CLIs of a replica or another worker on the same machine as its own orphans."""
+    return AgentOptions.from_settings(settings).replace(worker=instance, replica_id=f"worker:{instance}")
+
+
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:
     """`a2a-server worker`: run until SIGTERM or Ctrl-C."""
     from app.wiring import price_table
@@ -173,7 +186,7 @@ def main(server_url: str, role_name: str, instance: str | None, slots: int | Non
     roles = roles_.load(settings)
     role = roles.get(role_name) or next(iter(roles.values()))
     role = roles_.Role(role_name, role.entry, slots or role.slots, role.timeout_s, True)
-    agent = roles_.role_agent(settings, role, len(roles) > 1)
+    agent = roles_.role_agent(settings, role, len(roles) > 1, worker_options(settings, instance))
     prices = price_table(settings)
     server = Server(server_url, headers, role_name, instance)
 

@@ -12,6 +12,13 @@ Enums are accepted by name or number; unknown fields are ignored. Output uses JS
 fields, as ProtoJSON printers do. Part `metadata` and file `name` are not in the v0.3.0 proto but are in
 the one the official SDKs ship, whose parsers read them (and others ignore unknown fields).
 
+A file's bytes: the official v0.3 SDKs (Python's, Java's, Go's, and the A2A interop kit) put the file's
+base64 *text* in the proto's `bytes file_with_bytes`, so its ProtoJSON is that text base64-encoded again
+(gRPC carries the same proto). The server writes that (`encode_part`): the Python client decodes a raw
+patch from it, where a single encoding gave it garbage. It reads both: the outer base64, then the inner one
+when what the outer gave is strict base64 text (`_file_bytes`); anything else (what @a2a-js/sdk sends: the
+file's own bytes) is taken as it is.
+
 Proto3 semantics the reference server follows: `configuration.blocking` defaults to false, so a send that
 carries a `configuration` without `blocking: true` does not wait (a send without `configuration` does), and
 `configuration.historyLength` 0 means "all history".
@@ -94,6 +101,18 @@ def _b64decode(value: str) -> bytes:
     return base64.b64decode(s + "=" * (-len(s) % 4), validate=True)
 
 
+def _file_bytes(value: str) -> bytes:
+    """A file part's bytes from `fileWithBytes` (module docstring): the SDKs' base64 text inside the
+    ProtoJSON base64, or, when the inside is no strict base64 text, the file's bytes themselves."""
+    outer = _b64decode(value)
+    if not outer or len(outer) % 4:
+        return outer
+    try:
+        return base64.b64decode(outer, validate=True)
+    except binascii.Error:
+        return outer
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -174,7 +193,7 @@ def _part_in(p: _PartIn) -> Part:
     assert f is not None
     if f.fileWithBytes is not None:
         return Part(
-            raw=_b64decode(f.fileWithBytes),
+            raw=_file_bytes(f.fileWithBytes),
             media_type=f.mimeType or None,
             filename=f.name or None,
             metadata=p.metadata,
@@ -213,7 +232,7 @@ def encode_part(p: Part) -> dict[str, Any]:
         out: dict[str, Any] = {"text": p.text}
     elif p.raw is not None or p.url is not None:
         f: dict[str, Any] = (
-            {"fileWithBytes": base64.b64encode(p.raw).decode()}
+            {"fileWithBytes": base64.b64encode(base64.b64encode(p.raw)).decode()}
             if p.raw is not None
             else {"fileWithUri": p.url}
         )

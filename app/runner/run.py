@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from app.agents.emissions import response_artifact_id
 from app.agents.sdk import Agent, Request, TaskContext
+from app.agents.workspace import serve
 from app.protocol.events import ArtifactUpdate, StatusUpdate, status_update
 from app.protocol.model import Part, Role, TaskState
 from app.store.outage import backoff, is_unavailable
@@ -217,7 +218,7 @@ class AgentRun:
 
         async def produce() -> None:
             try:
-                await self._setup.agent.run(ctx)
+                await serve(self._setup.agent, ctx)
                 if not ctx.finished:
                     await ctx.complete()
                 await queue.put(None)

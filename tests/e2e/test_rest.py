@@ -465,7 +465,8 @@ async def test_v03_send_json_names(client):
 
 
 async def test_v03_send_proto_names_and_parts(client):
-    """The proto field names, as the official Python client sends them (`request`, `message_id`, ...)."""
+    """The proto field names, as the official Python client sends them (`request`, `message_id`, ...), and
+    its file bytes: the base64 text in the proto's bytes, so base64 twice in ProtoJSON."""
     body = {
         "request": {
             "message_id": str(uuid.uuid4()),
@@ -474,7 +475,7 @@ async def test_v03_send_proto_names_and_parts(client):
                 {"text": "say:parts"},
                 {
                     "file": {
-                        "file_with_bytes": base64.b64encode(b"hello").decode(),
+                        "file_with_bytes": base64.b64encode(base64.b64encode(b"hello")).decode(),
                         "mime_type": "text/plain",
                         "name": "a.txt",
                     }
@@ -493,7 +494,7 @@ async def test_v03_send_proto_names_and_parts(client):
     got = (await client.get(f"{V1}/tasks/{task['id']}")).json()
     assert got["history"][0]["content"] == [
         {"text": "say:parts"},
-        {"file": {"fileWithBytes": "aGVsbG8=", "mimeType": "text/plain", "name": "a.txt"}},
+        {"file": {"fileWithBytes": "YUdWc2JHOD0=", "mimeType": "text/plain", "name": "a.txt"}},
         {"file": {"fileWithUri": "https://example.com/a.txt", "mimeType": "text/plain"}},
         {"data": {"data": {"k": [1, 2]}}, "metadata": {"m": True}},
     ]

@@ -1,5 +1,6 @@
 """A CLI run's repository and attached files: the context's checkout made (or found) and the message's files
-written before the CLI starts, and at each end of a turn the change published as artifacts.
+written before the CLI starts, and at each end of a turn the change published as artifacts. A Python agent
+that declares `workspace = True` gets the same from here, without a jail (`agents/workspace.py`).
 
 When the message names a repository (`metadata.repository`, checked by `repos.policy.RepoPolicy` at the edge
 and again here), or names none and the role has a default, the workspace becomes the context's checkout on

@@ -260,7 +260,8 @@ class CliRun(AgentRun):
         try:
             await self.repo.prepare(git)
         except (RepoError, OSError) as exc:
-            yield AgentEvent.error(f"The task's workspace could not be prepared: {exc}")
+            where = f" on worker {self.options.worker}" if self.options.worker else ""
+            yield AgentEvent.error(f"The task's workspace could not be prepared{where}: {exc}")
             return
         async with contextlib.aclosing(self._run()) as events:
             async for ev in events:

@@ -44,6 +44,8 @@ class RepoPolicy:
     private: tuple[str, ...] = ()
     """Folders no source may be in, whatever REPO_ALLOW says: the workspaces (every principal's checkouts)
     and the cache, so that no one fetches another's work by naming its path."""
+    host: str = "server"
+    """Whose settings these are, as a refusal names them: the server's, or a remote worker's (`worker`)."""
 
     @property
     def takes_repositories(self) -> bool:
@@ -59,16 +61,16 @@ class RepoPolicy:
         source = RepoSource.parse(value)
         if self.fixed:
             raise RepoError(
-                "this server works in one folder for every task (AGENT_REPO_PATH), so it checks out no "
+                f"this {self.host} works in one folder for every task (AGENT_REPO_PATH), so it checks out no "
                 f"repository; {SETTING} applies only without AGENT_REPO_PATH"
             )
-        why = allowed(source, self.allow)
+        why = allowed(source, self.allow, self.host)
         if why is not None:
             raise RepoError(why)
         if source.local and any(_inside(source.url, root) for root in self.private):
             raise RepoError(
-                f"the repository {source.url} is in the server's workspaces or repository cache, which are "
-                "never a source, whatever REPO_ALLOW says"
+                f"the repository {source.url} is in the {self.host}'s workspaces or repository cache, which "
+                "are never a source, whatever REPO_ALLOW says"
             )
         return source
 

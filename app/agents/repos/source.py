@@ -188,14 +188,15 @@ def parse_allow(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def allowed(source: RepoSource, allow: Sequence[str]) -> str | None:
-    """None when REPO_ALLOW (`allow`, its entries) holds the source, else why not, naming the setting. A
+def allowed(source: RepoSource, allow: Sequence[str], host: str = "server") -> str | None:
+    """None when REPO_ALLOW (`allow`, its entries) holds the source, else why not, naming the setting and
+    whose it is (`host`: the server's, or a remote worker's, which checks again before its disk). A
     URL prefix holds the URLs that start with it at a `/` or `:` (`https://host/team` holds
     `https://host/team/x`, not `https://host/team-b/x`); a local folder holds the repositories whose real
     path is inside its real path. No entry: nothing is allowed."""
     entries = [e.strip() for e in allow if e.strip()]
     if not entries:
-        return f"this server takes no repository: {SETTING} lists no URL prefix or local folder"
+        return f"this {host} takes no repository: {SETTING} lists no URL prefix or local folder"
     for entry in entries:
         root = _local_root(entry)
         if root is not None:
@@ -205,7 +206,7 @@ def allowed(source: RepoSource, allow: Sequence[str]) -> str | None:
             return None
     return (
         f"the repository {source.url} is not allowed here: it is under none of the URL prefixes and local "
-        f"folders of the server's {SETTING}"
+        f"folders of the {host}'s {SETTING}"
     )
 
 

@@ -53,7 +53,8 @@ async def repository(message: Message, call: Call) -> None:
             if named:
                 raise RepoError(
                     "this agent works on no repository (metadata.repository): only the coding-agent CLIs "
-                    "do, with the sources the server's REPO_ALLOW lists"
+                    "and Python agents that declare a workspace do, with the sources the server's "
+                    "REPO_ALLOW lists"
                 )
             return
         policy.named(metadata)

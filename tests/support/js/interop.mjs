@@ -4,6 +4,7 @@
 //   node tests/support/js/interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] [--protocol 0.3|1.0|auto]
 //                             [--stock] [--steps send,stream,...] [--timeout-ms 30000]
 //                             [--header NAME=VALUE ...] [--extensions URI,...] [--card-jwk FILE]
+//                             [--repository URL]
 //
 // The client is built the way an SDK user builds one: the SDK's DefaultAgentCardResolver fetches
 // <base-url>/.well-known/agent-card.json (v0.3 cards are translated by the SDK's compat layer), and
@@ -23,6 +24,8 @@
 //   --extensions the extension URIs the `extensions` step requests (the SDK's `withA2AExtensions`).
 //   --card-jwk   a JSON file of public JWKs by kid ({"<kid>": {...}}): the keys the `signed_card` step
 //                verifies the card's signatures with (the SDK's `verifyAgentCardSignature`, on jose).
+//   --repository the git URL the `repository` and `repository_stream` steps name in the message's
+//                metadata.repository (the server's ndjson repo agent edits it on `EDIT`).
 //
 // Every call then goes through the SDK's own request building and response parsing. Each step prints
 // one JSON object on its own line to stdout: {"step": ..., "ok": true|false, "error"?: ..., ...}, with
@@ -30,8 +33,8 @@
 // its gRPC calls (method "GRPC", path `/<package>.A2AService/<Method>`, the a2a-version metadata).
 // The wire record also has the response's `A2A-Extensions` (`echo`; gRPC: the initial metadata's) and the
 // extensions header the SDK sent (`extensions`, under the name it used: `extensionsHeader`).
-// --steps defaults to the first six steps; resubscribe, push_config, multi_turn, extensions and
-// signed_card run when named.
+// --steps defaults to the first six steps; resubscribe, push_config, multi_turn, extensions, signed_card,
+// repository and repository_stream run when named.
 // The exit status is 0 when every step passed, 1 when a step failed, 2 when no client could be built.
 
 import { randomUUID } from "node:crypto";
@@ -55,7 +58,16 @@ import { ExtensionSupportRequiredError, TaskNotCancelableError, TaskNotFoundErro
 
 const RESPONSE = "assistant-response";
 const DEFAULT_STEPS = ["send", "stream", "get", "cancel", "cancel_nonblocking", "not_found"];
-const ALL_STEPS = [...DEFAULT_STEPS, "resubscribe", "push_config", "multi_turn", "extensions", "signed_card"];
+const ALL_STEPS = [
+  ...DEFAULT_STEPS,
+  "resubscribe",
+  "push_config",
+  "multi_turn",
+  "extensions",
+  "signed_card",
+  "repository",
+  "repository_stream",
+];
 const ORDER = [TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING];
 const TERMINAL = new Set([
   TaskState.TASK_STATE_COMPLETED,
@@ -70,7 +82,7 @@ const BINDINGS = { jsonrpc: "JSONRPC", rest: "HTTP+JSON", "http+json": "HTTP+JSO
 function usage(message) {
   process.stderr.write(`${message}\nusage: node interop.mjs <base-url> [--transport JSONRPC|HTTP+JSON|GRPC] ` +
     `[--protocol 0.3|1.0|auto] [--stock] [--steps ${ALL_STEPS.join(",")}] [--timeout-ms N] ` +
-    `[--header NAME=VALUE ...] [--extensions URI,...] [--card-jwk FILE]\n`);
+    `[--header NAME=VALUE ...] [--extensions URI,...] [--card-jwk FILE] [--repository URL]\n`);
   process.exit(64);
 }
 
@@ -87,6 +99,7 @@ try {
       header: { type: "string", multiple: true, default: [] },
       extensions: { type: "string", default: "" },
       "card-jwk": { type: "string" },
+      repository: { type: "string" },
     },
   });
 } catch (err) {
@@ -110,6 +123,7 @@ for (const h of args.values.header) {
 }
 const EXTENSIONS = args.values.extensions.split(",").filter(Boolean);
 const CARD_JWKS = args.values["card-jwk"] ? JSON.parse(readFileSync(args.values["card-jwk"], "utf8")) : null;
+const REPOSITORY = args.values.repository ?? null;
 
 // ---- output and the wire record -----------------------------------------------------------------
 
@@ -196,6 +210,23 @@ function viewTask(t) {
     })),
     history: (t.history ?? []).map((m) => ({ role: roleToJSON(m.role), text: textOf(m.parts), taskId: m.taskId })),
   };
+}
+
+/** Every part of each artifact as the SDK typed it: the content's case, a file's bytes in base64, a data
+ * part's value, the mediaType and filename. */
+function viewArtifactParts(artifacts) {
+  return (artifacts ?? []).map((a) => ({
+    id: a.artifactId,
+    name: a.name,
+    parts: (a.parts ?? []).map((p) => ({
+      kind: p.content?.$case ?? null,
+      mediaType: p.mediaType,
+      filename: p.filename,
+      ...(p.content?.$case === "raw" ? { bytes: Buffer.from(p.content.value).toString("base64") } : {}),
+      ...(p.content?.$case === "data" ? { data: p.content.value } : {}),
+      ...(p.content?.$case === "text" ? { text: p.content.value } : {}),
+    })),
+  }));
 }
 
 function viewEvent(ev) {
@@ -291,6 +322,32 @@ const call = () => ({ signal: AbortSignal.timeout(WAIT_MS) });
 
 function sendParams(text, { returnImmediately = false } = {}) {
   return { message: userMessage(text), configuration: { returnImmediately } };
+}
+
+/** `EDIT` with metadata.repository naming --repository. */
+function repositoryParams() {
+  check(REPOSITORY !== null, "--repository names the repository");
+  const message = { ...userMessage("EDIT"), metadata: { repository: { url: REPOSITORY, ref: "main" } } };
+  return { message, configuration: { returnImmediately: false } };
+}
+
+/** The task by getTask once its turn ended (within WAIT_MS), its artifacts as viewArtifactParts sees them. */
+async function endedTask(client, id) {
+  const ended = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_INPUT_REQUIRED];
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const task = await client.getTask({ id }, call());
+    if (ended.includes(task.status?.state)) {
+      return {
+        id: task.id,
+        contextId: task.contextId,
+        state: stateName(task.status?.state),
+        artifacts: viewArtifactParts(task.artifacts),
+      };
+    }
+    check(Date.now() < deadline, `task ${id} still ${stateName(task.status?.state)} after ${WAIT_MS} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 function asTask(result, what) {
@@ -727,6 +784,34 @@ const steps = {
       verifyParsed({ ...extended, skills: extended.skills.slice(1) }),
       "a tampered extended card",
     );
+  },
+
+  /** A task on --repository: the change artifacts of the blocking send's task, each part as the SDK typed
+   * it (the Python test decodes the patch and applies it). */
+  async repository(client, out) {
+    const sent = await client.sendMessage(repositoryParams(), call());
+    check(sent && "status" in sent, "sendMessage: expected a Task");
+    out.sentState = stateName(sent.status?.state);
+    out.task = await endedTask(client, sent.id);
+    eq(out.task.state, S(TaskState.TASK_STATE_COMPLETED), "state");
+  },
+
+  /** The same streamed: the artifact updates with their parts, the last event, then the task by getTask. */
+  async repository_stream(client, out) {
+    const gen = client.sendMessageStream(repositoryParams(), { signal: AbortSignal.timeout(WAIT_MS) });
+    out.events = [];
+    for await (const ev of gen) {
+      const { $case, value } = ev.payload ?? {};
+      if ($case === "artifactUpdate") {
+        out.events.push({ kind: "artifact", taskId: value.taskId, artifact: viewArtifactParts([value.artifact])[0] });
+      } else {
+        out.events.push(viewEvent(ev));
+      }
+    }
+    check(out.events.length > 0 && out.events[0].kind === "task", "the stream opens with the task");
+    const last = out.events.at(-1);
+    eq([last.kind, last.state], ["status", S(TaskState.TASK_STATE_COMPLETED)], "the last event");
+    out.task = await endedTask(client, out.events[0].id);
   },
 
   /** Two turns: the agent asks (input-required, the question in the status), the answer completes it. */

@@ -1,0 +1,52 @@
+"""A remote worker's agents run on the worker's own settings, named as the worker: a repository its REPO_ALLOW
+refuses is refused naming the worker's setting (the server admitted it with its own), and its CLIs are
+tagged `worker:<instance>`, never as a replica of the same machine (whose start-up would kill them as its
+orphans)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.agents.options import AgentOptions
+from app.agents.repos.errors import RepoError
+from app.cli.worker import worker_options
+from app.settings import Settings
+
+
+def settings(tmp_path: Path, allow: str) -> Settings:
+    return Settings(
+        _env_file=None,
+        agent_sandbox="none",
+        repo_allow=allow,
+        agent_workspace_root=str(tmp_path / "ws"),
+        repo_cache_root=str(tmp_path / "cache"),
+    )
+
+
+def test_a_workers_options_are_its_own_settings_named_as_the_worker(tmp_path: Path) -> None:
+    own = settings(tmp_path, str(tmp_path / "git"))
+    options = worker_options(own, "vm1")
+    assert (options.worker, options.replica_id) == ("vm1", "worker:vm1")
+    assert options.replica_id != own.replica_id, "a replica's tag (hostname:port by default) is not reused"
+    assert (options.workspace_root, options.repo_cache_root) == (
+        own.agent_workspace_root,
+        own.repo_cache_root,
+    )
+    assert options.repos.allow == (str(tmp_path / "git"),)
+    with pytest.raises(RepoError, match="the worker's REPO_ALLOW"):
+        options.repos.named({"repository": str(tmp_path / "elsewhere" / "app.git")})
+    with pytest.raises(RepoError, match="the worker's workspaces"):
+        worker_options(settings(tmp_path, str(tmp_path)), "vm1").repos.named(
+            {"repository": str(tmp_path / "ws" / "someone" / "ctx")}
+        )
+    with pytest.raises(RepoError, match="this worker takes no repository"):
+        worker_options(settings(tmp_path, ""), "vm1").repos.named({"repository": "/srv/git/app.git"})
+
+
+def test_a_servers_refusal_names_the_servers_setting(tmp_path: Path) -> None:
+    options = AgentOptions.from_settings(settings(tmp_path, str(tmp_path / "git")))
+    assert options.worker is None
+    with pytest.raises(RepoError, match="the server's REPO_ALLOW"):
+        options.repos.named({"repository": str(tmp_path / "elsewhere" / "app.git")})
