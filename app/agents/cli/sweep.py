@@ -256,6 +256,8 @@ class Sweep:
                 report.busy += 1
             report.workspaces += 1
             report.workspace_bytes += await asyncio.to_thread(disk_bytes, path)
+        if not dry_run:
+            await self._drop_stale_marks()
         if cutoff is not None and not dry_run:
             report.kept_refs_pruned = await self._prune_kept(cutoff)
         report.cache_bytes = await asyncio.to_thread(disk_bytes, self.cache.root)
@@ -282,6 +284,31 @@ class Sweep:
             for path in sorted(p for p in principal.iterdir() if _folder(p)):
                 out[path] = read_mark(principal / MARKS / f"{path.name}.json")
         return out
+
+    async def _drop_stale_marks(self) -> None:
+        """Delete the marks left without a workspace (a run whose folder was never made: its repository
+        was refused), each under the exclusive lock, so never one a run holds."""
+        for mark in await asyncio.to_thread(self._stale_marks):
+            fd = await _locked(mark, fcntl.LOCK_EX, wait=False)
+            if fd is None:
+                continue
+            try:
+                if not (mark.parent.parent / mark.name.removesuffix(".json")).exists():
+                    mark.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
+
+    def _stale_marks(self) -> list[Path]:
+        try:
+            principals = [p for p in self.root.iterdir() if _folder(p)]
+        except FileNotFoundError:
+            return []
+        return [
+            mark
+            for principal in principals
+            for mark in sorted((principal / MARKS).glob("*.json"))
+            if not (principal / mark.name.removesuffix(".json")).exists()
+        ]
 
     async def _states(self, keys: list[Key]) -> dict[Key, tuple[int, str]]:
         out: dict[Key, tuple[int, str]] = {}

@@ -190,3 +190,36 @@ async def test_the_store_tells_open_tasks_and_the_last_status_of_a_context_and_a
     assert coder[0] == 1 and coder[1] < everyone[1][1], "the other role's later status is not the coder's"
     assert await pruning.contexts(keys, role="nobody") == {}
     assert await pruning.contexts([]) == {}
+
+
+async def test_a_python_workspace_agents_folder_is_marked_and_swept_as_a_cli_runs(
+    engine, origin, tmp_path: Path
+) -> None:
+    from tests.agents.repos.test_workspace import CONTEXT, loaded, message, options, run
+
+    opts = options(tmp_path, origin)
+    ran = await run(loaded(opts), message("EDIT", origin.url))
+    assert ran.ctx.workspace is not None and ran.ctx.workspace.is_dir()
+    folder = ran.ctx.workspace
+    mark = folder.parent / MARKS / f"{folder.name}.json"
+    assert json.loads(mark.read_text()) == {"owner": "alice", "contextId": CONTEXT}
+    cache = RepoCache(Path(opts.repo_cache_root), timeout_s=60)
+    done = await sweep_of(Path(opts.workspace_root), cache, engine).run_once(CUTOFF)
+    assert done.removed == 1 and done.kept_refs == 1, "no task of its context in the store"
+    assert not folder.exists() and not mark.exists()
+
+
+async def test_a_mark_left_without_its_folder_goes_unless_a_run_holds_it(
+    engine, cache: RepoCache, tmp_path: Path
+) -> None:
+    root = tmp_path / "ws"
+    never = root / principal_key("alice") / "refused"
+    async with in_use(never, "alice", "refused"):
+        pass  # its repository was refused: the folder was never made
+    held = root / principal_key("alice") / "starting"
+    marks = root / principal_key("alice") / MARKS
+    async with in_use(held, "alice", "starting"):
+        await sweep_of(root, cache, engine).run_once(CUTOFF)
+        assert sorted(p.name for p in marks.iterdir()) == ["starting.json"]
+    await sweep_of(root, cache, engine).run_once(None)
+    assert list(marks.iterdir()) == []
