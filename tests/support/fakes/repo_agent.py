@@ -6,10 +6,14 @@ the edit itself (the rest is left for the server to commit); `SECOND` edits READ
 CHANGES.md, asks for approval, then edits it again; `HANG` writes hang.txt and waits to be canceled; `BIG`
 adds a long file; `FILES` reports the files its prompt line says were attached, with their text; anything
 else changes nothing. It reports its working folder and ends with done.
+
+For the console's tests: `SCRIPT` adds a file whose name, text and commit subject try to run script in a
+page that would show them as HTML; `BREAK` deletes the checkout's .git, so its change cannot be measured.
 """
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +62,13 @@ elif text == "HANG":
     time.sleep(600)
 elif text == "BIG":
     (here / "big.txt").write_text("".join(f"line {i} of a long new file\n" for i in range(400)))
+elif text == "SCRIPT":
+    name = "<img src=x onerror=window.__pwned=1>.html"
+    (here / name).write_text('<script>window.__pwned = 2</script>\n<img src=x onerror="alert(3)">\n')
+    git("add", "--", name)
+    git("commit", "--quiet", "-m", "<script>window.__pwned = 4</script>")
+elif text == "BREAK":
+    shutil.rmtree(here / ".git")
 elif text.startswith("FILES"):
     seen = {name: (here / name).read_text() for name in prompt["attachments"]}
     out({"kind": "thinking", "text": json.dumps(seen, sort_keys=True)})
