@@ -11,10 +11,11 @@ implementing:
 - `interrupt()`     the CLI's own interrupt, with `interruptible = True` (optional);
 - `on_exit(code)`   events when stdout closes before a `done`/`error` (the default fits most CLIs).
 
-`CliRun.events()` prepares the workspace (the task's repository and attached files: `repository.py`), starts
-the process there, feeds every stdout object to `handle`, ends the run at the first `done` or `error`, fails
-it on the idle limit (paused while waiting for the user), and always stops the process group on the way out;
-at each end of a turn (`done`, `error`, `approval_required`) it publishes the checkout's change first.
+`CliRun.events()` marks the workspace as its context's and holds it against the sweep (`sweep.py`), prepares
+it (the task's repository and attached files: `repository.py`), starts the process there, feeds every
+stdout object to `handle`, ends the run at the first `done` or `error`, fails it on the idle limit (paused
+while waiting for the user), and always stops the process group on the way out; at each end of a turn
+(`done`, `error`, `approval_required`) it publishes the checkout's change first.
 `cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
 naming the attached files) where it sends the user's text.
 """
@@ -48,6 +49,7 @@ from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
+from .sweep import in_use
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -249,6 +251,16 @@ class CliRun(AgentRun):
     async def events(self) -> AsyncIterator[AgentEvent]:
         if self.cancelled:
             return
+        if self.options.repo_path:  # the operator's folder: never swept
+            held: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        else:
+            held = in_use(self.workspace, self.request.principal, self.request.context_id)
+        async with held, contextlib.aclosing(self._turn()) as events:
+            async for ev in events:
+                yield ev
+
+    async def _turn(self) -> AsyncIterator[AgentEvent]:
+        """The run, while its workspace is held against the sweep (`sweep.in_use`)."""
         jail = await self.agent.ready_jail()
         home = principal_home(self.options, self.request.principal)
         git = None if jail is None else jail_launcher(jail.wrap, self.workspace, home)
