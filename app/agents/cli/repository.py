@@ -252,13 +252,7 @@ class RunRepository:
 
     def _recorded(self) -> RepoSource | None:
         """The source the server recorded for this context (`ledger`), if any and readable."""
-        if self.ledger is None:
-            return None
-        try:
-            data = json.loads(self.ledger.read_text())
-            return RepoSource(data["url"], data.get("ref"))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return None if self.ledger is None else recorded(self.ledger)
 
     def _record(self, source: RepoSource) -> None:
         """Record the context's source out of the jail, for the later turns' push."""
@@ -268,6 +262,15 @@ class RunRepository:
         tmp = self.ledger.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"url": source.url, "ref": source.ref}))
         tmp.replace(self.ledger)
+
+
+def recorded(ledger: Path) -> RepoSource | None:
+    """The source a context's ledger file (out of the jail) records, None when it has none readable."""
+    try:
+        data = json.loads(ledger.read_text())
+        return RepoSource(data["url"], data.get("ref"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def artifacts(

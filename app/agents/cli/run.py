@@ -49,7 +49,7 @@ from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
-from .sweep import in_use
+from .sweep import LEDGERS, in_use
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -101,7 +101,7 @@ def _session_file(options: AgentOptions, adapter: str, principal: str, context_i
 def _ledger_file(options: AgentOptions, principal: str, context_id: str) -> Path:
     """The server's record of a context's repository (what its branch is pushed to): beside the sessions,
     out of the workspace and the jail, where the agent cannot rewrite it."""
-    return principal_root(options, principal) / ".repos" / f"{_dir_name(context_id)}.json"
+    return principal_root(options, principal) / LEDGERS / f"{_dir_name(context_id)}.json"
 
 
 def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:

@@ -47,12 +47,15 @@ from app.protocol.model import iso, utcnow
 from ..repos.cache import RepoCache
 from ..repos.errors import RepoError
 from ..repos.git import run
+from .repository import recorded
 
 log = logging.getLogger(__name__)
 
 MARKS = ".contexts"
 """The folder of a principal's root (beside its workspaces) where each workspace's mark is."""
 SESSIONS = ".sessions"
+LEDGERS = ".repos"
+"""The contexts' recorded sources (`repository.recorded`), removed with their workspaces."""
 KEPT = "refs/a2a/kept/"
 """Where a removed checkout's work is kept in its mirror."""
 STAMP = "%Y%m%dT%H%M%SZ"
@@ -342,6 +345,7 @@ class Sweep:
                 return None
             for session in path.parent.glob(f"{SESSIONS}/*/{path.name}.json"):
                 session.unlink(missing_ok=True)
+            (path.parent / LEDGERS / f"{path.name}.json").unlink(missing_ok=True)
             mark_path.unlink(missing_ok=True)
         finally:
             os.close(fd)
@@ -355,12 +359,22 @@ class Sweep:
         except RepoError as exc:
             log.warning("workspace sweep: %s; removed without keeping its work", exc)
             return False
-        if checkout is None or not self.cache.path(checkout.source).exists():
+        if checkout is None:
+            return False
+        source = recorded(path.parent / LEDGERS / f"{path.name}.json") or checkout.source
+        if source.url != checkout.source.url:
+            log.warning(
+                "workspace sweep: %s claims %s, the server recorded %s; kept in the recorded one's mirror",
+                path,
+                checkout.source.url,
+                source.url,
+            )
+        if not self.cache.path(source).exists():
             return False
         ref = f"{KEPT}{checkout.branch}/{datetime.now(UTC).strftime(STAMP)}"
         fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(path), f"+HEAD:{ref}"]
         try:
-            async with self.cache.locked(checkout.source) as mirror:
+            async with self.cache.locked(source) as mirror:
                 await run([f"--git-dir={mirror}", *fetch], timeout_s=self.cache.timeout_s)
         except RepoError as exc:
             log.warning("workspace sweep: the work of %s was not kept (%s); removed", path, exc)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.agents.cli.sweep import KEPT, MARKS, STAMP, Sweep, _locked, disk_bytes, in_use
+from app.agents.cli.sweep import KEPT, LEDGERS, MARKS, STAMP, Sweep, _locked, disk_bytes, in_use
 from app.agents.jail.sandbox import principal_key
 from app.agents.repos.cache import RepoCache
 from app.agents.repos.source import RepoSource
@@ -223,3 +223,34 @@ async def test_a_mark_left_without_its_folder_goes_unless_a_run_holds_it(
         assert sorted(p.name for p in marks.iterdir()) == ["starting.json"]
     await sweep_of(root, cache, engine).run_once(None)
     assert list(marks.iterdir()) == []
+
+
+async def test_a_checkout_claiming_another_source_is_kept_in_the_recorded_ones_mirror_and_its_ledger_goes(
+    engine, cache: RepoCache, source: RepoSource, tmp_path: Path
+) -> None:
+    """The checkout's `.git/config` is the agent's: the sweep keeps the work where the server's ledger (out of
+    the jail) says the context's repository is, never in a mirror the agent names, and removes the ledger."""
+    other_bare = tmp_path / "other.git"
+    git("clone", "--quiet", "--bare", str(source.url.removeprefix("file://")), str(other_bare))
+    other = RepoSource(f"file://{other_bare}")
+    await cache.mirror(other)
+    root = tmp_path / "ws"
+    await fill(engine, 1, Spec(owner="alice", at=OLD, contexts=1, tag="old"))
+    path = root / principal_key("alice") / "old-ctx-0"
+    await cache.checkout(source, path, "a2a/01234567")
+    ledger = root / principal_key("alice") / LEDGERS / "old-ctx-0.json"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text(json.dumps({"url": source.url, "ref": None}))
+    async with in_use(path, "alice", "old-ctx-0"):
+        (path / "agent.txt").write_text("the agent's work\n")
+        head = commit_all(path, "agent's work")
+        git("config", "a2a.source", other.url, cwd=path)
+
+    done = await sweep_of(root, cache, engine).run_once(CUTOFF)
+
+    assert (done.removed, done.kept_refs) == (1, 1)
+    assert not path.exists() and not ledger.exists()
+    refs = "--format=%(refname)"
+    assert git("--git-dir", str(cache.path(other)), "for-each-ref", refs, KEPT) == ""
+    (kept,) = git("--git-dir", str(cache.path(source)), "for-each-ref", refs, KEPT).split()
+    assert git("--git-dir", str(cache.path(source)), "rev-parse", kept) == head
