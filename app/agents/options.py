@@ -18,9 +18,9 @@ from app.options import from_attributes
 
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
+from .repos.credentials import TOKEN_USER, Credentials, check_key_file, read_token
 from .repos.errors import RepoError
 from .repos.policy import METADATA_KEY, RepoPolicy
-from .repos.push import TOKEN_USER, Credentials, check_key_file, read_token
 from .repos.source import RepoSource, parse_allow as parse_repo_allow
 
 SETTING_OF: dict[str, str] = {

@@ -263,7 +263,7 @@ def test_a_roles_default_repository_reaches_its_options_and_only_a_coding_agent_
 
 def test_push_and_its_credential_files_are_checked_at_start_up(tmp_path: Path) -> None:
     from app.agents.jail.sandbox import check
-    from app.agents.repos.push import Credentials
+    from app.agents.repos.credentials import Credentials
 
     token = tmp_path / "secrets" / "push-token"
     token.parent.mkdir()

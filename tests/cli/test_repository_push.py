@@ -46,13 +46,14 @@ async def pushing(tmp_path_factory: Any) -> AsyncIterator[Pushing]:
     remotes = tmp / "remote"
     make_origin(remotes / "project.git", tmp / "work")
     make_origin(remotes / "evil.git", tmp / "work-evil")
+    make_origin(remotes / "secret.git", tmp / "work-secret")
     secret = tmp / "secret"
     secret.mkdir()
     token_file = secret / "push-token"
     token_file.write_text(f"{TOKEN}\n")
     wrong = secret / "wrong-token"
     wrong.write_text("tok-not-the-one-0000\n")
-    with git_http(remotes, TOKEN) as http:
+    with git_http(remotes, TOKEN, private=["secret.git"]) as http:
         roles = {
             "default": {"adapter": "ndjson", "push": True, "push_token_file": str(token_file)},
             "nopush": {"adapter": "ndjson"},
@@ -109,7 +110,7 @@ async def test_push_creates_the_task_branch_on_the_remote_with_its_commits_and_n
     assert remote_head(pushing.bare, branch) == summary["head"]
     pushed = git("--git-dir", str(pushing.bare), "rev-list", "--reverse", f"{summary['base']}..{branch}")
     assert pushed.split() == [c["sha"] for c in summary["commits"]] != []
-    sent = [(path, auth) for path, auth in pushing.http.seen if auth]
+    sent = [(path, auth) for path, auth in pushing.http.seen if auth and path.startswith("/project.git/")]
     assert sent and all("git-receive-pack" in path for path, _ in sent), "the token goes with the push only"
 
     said = "".join(
@@ -187,3 +188,32 @@ async def test_push_asked_where_the_role_does_not_push_is_refused_before_any_tas
     bad = {**text_message("EDIT"), "metadata": {"repository": {"url": pushing.url, "push": "yes"}}}
     data = await call(pushing.client, "message/send", {"message": bad})
     assert data["error"]["code"] == -32602 and "true or false" in data["error"]["message"], data
+
+
+async def test_a_private_repository_is_fetched_with_the_roles_token_which_no_agent_sees(
+    pushing: Pushing,
+) -> None:
+    """A remote that wants the token to fetch: the role with a credential checks it out (the server's git
+    answers the remote's 401), the role without one fails the task saying the fetch failed, and the token
+    is in neither agent's environment nor its workspace."""
+    url = f"{pushing.http.url}/secret.git"
+    task = await send(pushing, f"ENV {pushing.token_file}", {"url": url})
+    assert task["status"]["state"] == "completed", task["status"]
+    assert summary_v03(task)["repository"]["url"] == url
+    said = "".join(
+        p["text"] for a in task["artifacts"] if a["name"] == "assistant-response" for p in a["parts"]
+    )
+    seen = json.loads(said.split("worked in")[0])
+    assert not [k for k, v in seen["environ"].items() if TOKEN in v or BASIC in v]
+    sent = pushing.http.tokens_sent_to("secret.git")
+    assert sent[0] is None and f"Basic {BASIC}" in sent, "asked for (401), then answered"
+
+    message = {**text_message("EDIT"), "metadata": {"repository": {"url": url}}}
+    params = {"message": message, "configuration": {"blocking": True}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": params}
+    refused = (await pushing.client.post("/agents/nopush/a2a/jsonrpc", json=body)).json()["result"]
+    assert refused["status"]["state"] == "failed", refused["status"]
+    text = json.dumps(refused["status"])
+    assert "git fetch failed" in text and TOKEN not in text
+    assert holding(pushing.root / "ws", TOKEN, BASIC) == []
+    assert TOKEN not in pushing.log.read_text()

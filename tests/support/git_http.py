@@ -1,6 +1,6 @@
 """A loopback smart-HTTP git server: `git http-backend` as CGI behind a small threaded HTTP server; fetches
-for anyone, pushes only with HTTP Basic `<user>:<token>`. It records each request's path and Authorization
-header, so a test sees where a token went."""
+for anyone (but of the private repositories named), pushes only with HTTP Basic `<user>:<token>`. It
+records each request's path and Authorization header, so a test sees where a token went."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import base64
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +40,7 @@ class GitHttp:
 class _Handler(BaseHTTPRequestHandler):
     served: GitHttp
     expected: str
+    private: frozenset[str]
 
     def do_GET(self) -> None:
         self._cgi()
@@ -51,7 +52,8 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         auth = self.headers.get("Authorization")
         self.served.seen.append((self.path, auth))
-        if "git-receive-pack" in self.path and auth != self.expected:
+        closed = "git-receive-pack" in self.path or path.split("/")[1] in self.private
+        if closed and auth != self.expected:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="git"')
             self.send_header("Content-Length", "0")
@@ -89,12 +91,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def git_http(root: Path, token: str, user: str = "x-access-token") -> Iterator[GitHttp]:
-    """Serve the bare repositories in `root` on 127.0.0.1 until the block ends."""
+def git_http(
+    root: Path, token: str, user: str = "x-access-token", private: Iterable[str] = ()
+) -> Iterator[GitHttp]:
+    """Serve the bare repositories in `root` on 127.0.0.1 until the block ends; those named in `private`
+    (`secret.git`) only with the token, fetches too."""
     expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     served = GitHttp(f"http://127.0.0.1:{httpd.server_address[1]}", root)
-    httpd.RequestHandlerClass = type("Handler", (_Handler,), {"served": served, "expected": expected})
+    handler = {"served": served, "expected": expected, "private": frozenset(private)}
+    httpd.RequestHandlerClass = type("Handler", (_Handler,), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

@@ -44,6 +44,7 @@ from ..options import AgentOptions
 from ..repos.attachments import write_attachments
 from ..repos.cache import ATTACHMENTS, Checkout, RepoCache, task_branch
 from ..repos.changes import Changes, Diff, collect, commit_message, head
+from ..repos.credentials import Credentials
 from ..repos.errors import RepoError
 from ..repos.git import Launcher
 from ..repos.policy import METADATA_KEY, PUSH_KEY, RepoPolicy
@@ -142,11 +143,13 @@ class RunRepository:
             branch = task_branch(self.request.context_id)
             trusted = named
             if named is not None:
-                self.checkout = await self.cache.checkout(named, self.workspace, branch)
+                self.checkout = await self.cache.checkout(named, self.workspace, branch, self.credentials)
             else:
                 self.checkout = await self.cache.existing(self.workspace)
                 if self.checkout is None and self.policy.default is not None and _empty(self.workspace):
-                    self.checkout = await self.cache.checkout(self.policy.default, self.workspace, branch)
+                    self.checkout = await self.cache.checkout(
+                        self.policy.default, self.workspace, branch, self.credentials
+                    )
                     trusted = self.policy.default
             self.source = self._recorded()
             if self.source is None and trusted is not None and self.checkout is not None:
@@ -163,6 +166,11 @@ class RunRepository:
             self.since = await head(
                 self.checkout, launcher=launcher, timeout_s=self.options.repo_git_timeout_s
             )
+
+    @property
+    def credentials(self) -> Credentials:
+        """The role's, for the server's own git only: a fetch of a private remote, the push."""
+        return self.options.push_credentials
 
     def prompt(self, text: str) -> str:
         """The message's text, and the attached files named."""
@@ -235,7 +243,9 @@ class RunRepository:
                     f"not of {source.url} on {branch} as the server made it; not pushed"
                 )
             target = Checkout(self.checkout.path, source, branch, self.checkout.base)
-            creds = self.options.push_credentials
+            creds = self.credentials
+            if not self.cache.path(source).exists():
+                await self.cache.mirror(source, creds)  # swept meanwhile: fetched again as at checkout
             ref = await push(
                 self.cache,
                 target,

@@ -12,6 +12,7 @@ import pytest
 
 from app.agents.repos.cache import RepoCache
 from app.agents.repos.changes import collect
+from app.agents.repos.credentials import Credentials, fetch_auth
 from app.agents.repos.errors import GitError, RepoError
 from app.agents.repos.git import PASSED
 from app.agents.repos.push import push
@@ -140,3 +141,53 @@ async def test_an_ssh_key_reaches_only_the_push_and_a_remotes_echo_never_shows_t
     with pytest.raises(GitError, match="git push failed") as failed:
         await push(cache, co, later.head, token=TOKEN, ssh_key_file=str(key))
     assert TOKEN not in str(failed.value) and "refused, you sent ***" in str(failed.value)
+
+
+async def test_a_private_remote_is_fetched_with_the_token_only_when_it_asks_and_only_from_its_host(
+    cache: RepoCache, origin: Origin, tmp_path: Path
+) -> None:
+    """The mirror of a remote that wants a token to fetch gets it from the role's credentials, answered by a
+    helper only after the remote's 401, for that scheme and host alone; a public remote beside it gets no
+    token, and neither the mirror nor the checkout keeps it."""
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+    creds = Credentials(str(token_file))
+    git("clone", "--quiet", "--bare", str(origin.bare), str(origin.bare.parent / "secret.git"))
+    with git_http(origin.bare.parent, TOKEN, private=["secret.git"]) as served:
+        secret = RepoSource(f"{served.url}/secret.git")
+        with pytest.raises(GitError, match="git fetch failed") as refused:
+            await cache.checkout(secret, tmp_path / "none", BRANCH)
+        assert TOKEN not in str(refused.value)
+        assert not cache.path(secret).exists() and not (tmp_path / "none").exists(), "nothing half made"
+        wrong = tmp_path / "token2"
+        wrong.write_text("tok-not-the-one\n")
+        with pytest.raises(GitError, match="git fetch failed"):
+            await cache.checkout(secret, tmp_path / "wrong", BRANCH, Credentials(str(wrong)))
+        co = await cache.checkout(secret, tmp_path / "ws", BRANCH, creds)
+        assert co.base == origin.main and (co.path / "src" / "app.py").is_file()
+        await cache.mirror(secret, creds)  # fetched again, asked again
+        public = await cache.checkout(
+            RepoSource(f"{served.url}/{origin.bare.name}"), tmp_path / "pub", BRANCH, creds
+        )
+        assert public.base == origin.main
+    assert served.tokens_sent_to(origin.bare.name) == [None] * len(served.tokens_sent_to(origin.bare.name))
+    sent = served.tokens_sent_to("secret.git")
+    assert sent[0] is None and any(sent), "asked first (401), then given"
+    leaks = [p for p in every_file_under(tmp_path / "ws", cache.root) if TOKEN.encode() in p.read_bytes()]
+    assert leaks == []
+
+
+def test_fetch_credentials_are_scoped_to_the_sources_scheme_and_host(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+    key = tmp_path / "id"
+    key.write_text("key\n")
+    creds = Credentials(str(token_file), "bot", str(key))
+    config, env = fetch_auth(creds, "https://Git.Example.com:8443/org/repo.git")
+    assert list(config) == ["credential.https://Git.Example.com:8443.helper"]
+    assert env == {"A2A_GIT_USERNAME": "bot", "A2A_GIT_TOKEN": TOKEN}
+    assert TOKEN not in next(iter(config.values()))
+    config, env = fetch_auth(creds, "git@example.com:org/repo.git")
+    assert config == {} and "-i" in env["GIT_SSH_COMMAND"] and str(key) in env["GIT_SSH_COMMAND"]
+    assert fetch_auth(None, "https://example.com/r.git") == ({}, {})
+    assert fetch_auth(Credentials(), "https://example.com/r.git") == ({}, {})
