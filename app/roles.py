@@ -70,6 +70,12 @@ class RoleEntry(BaseModel):
     idle_timeout_s: float | None = Field(default=None, gt=0)
     repository: RepositoryEntry | None = None
     """The repository a task naming none works on (a coding-agent CLI's role only)."""
+    push: bool | None = None
+    """A task may ask its branch pushed to its remote (as REPO_PUSH; a coding-agent CLI's role only)."""
+    push_token_file: str | None = Field(default=None, min_length=1)
+    push_username: str | None = Field(default=None, min_length=1)
+    push_ssh_key_file: str | None = Field(default=None, min_length=1)
+    """The credentials the server's own git pushes with (as REPO_PUSH_*): files no agent sees."""
     card: CardOverrides = Field(default_factory=CardOverrides)
 
 
@@ -199,7 +205,22 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
                 f"role {role.name!r}, field repository: adapter {e.adapter!r} works on no repository",
             )
         changes["repository"] = e.repository.model_dump(exclude_none=True)
+    for name in ("push", "push_token_file", "push_username", "push_ssh_key_file"):
+        value = getattr(e, name)
+        if value is None:
+            continue
+        if e.adapter not in REPO_ADAPTERS:
+            raise SettingError(
+                "AGENTS", f"role {role.name!r}, field {name}: adapter {e.adapter!r} works on no repository"
+            )
+        changes[name] = value
     return dataclasses.replace(base, **changes)
+
+
+def _push_token(options: AgentOptions) -> list[str]:
+    """The role's push token, for the logs to mask (it is read again at each push)."""
+    token = options.push_credentials.token() if options.push_token_file else None
+    return [token] if token else []
 
 
 def role_agent(settings: Settings, role: Role, several: bool, base: AgentOptions | None = None) -> Agent:
@@ -212,7 +233,7 @@ def role_agent(settings: Settings, role: Role, several: bool, base: AgentOptions
         options = agent_options(base, role, named)
         # The agents' environment may hold their API keys: masked in every log record from now on.
         passed = (os.environ[n] for n in options.env_passthrough if n in os.environ)
-        logs.add_secrets([*options.env.values(), *passed])
+        logs.add_secrets([*options.env.values(), *passed, *_push_token(options)])
         return load_agent(role.entry.adapter, role.entry.options, agent_options=options)
     except (AdapterError, SettingError) as exc:
         if not named or (isinstance(exc, SettingError) and exc.name == "AGENTS"):

@@ -204,6 +204,15 @@ class Settings(BaseSettings):
     """Longest diff an artifact shows; a longer one is cut with a note and the whole patch is a second one."""
     repo_git_timeout_s: float = Field(default=600.0, gt=0)
     """Longest one of the server's git commands may take (a clone, a fetch, a turn's diff)."""
+    repo_push: bool = False
+    """Every CLI role may push a task's branch to its repository's remote when the task asks
+    (`metadata.repository.push`); a role's `push` in AGENTS decides for that role."""
+    repo_push_token_file: str | None = None
+    """A file holding the token the server's own git pushes with over https (never shown to an agent)."""
+    repo_push_username: str | None = None
+    """The user name sent with that token (default `x-access-token`)."""
+    repo_push_ssh_key_file: str | None = None
+    """A private key file the server's own ssh pushes with to an ssh remote (never shown to an agent)."""
     attachment_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
     """Largest file part (inline bytes, or fetched from its URL) a coding agent's message may carry; written
     under attachments/."""
@@ -300,9 +309,15 @@ class Settings(BaseSettings):
     streams stop counting against the cap within this time."""
 
     # ---- Checks (app/settings_checks.py), each applied to the settings it names ----
-    _blank_is_unset = field_validator("agent_repo_path", "agent_model", "agent_command", "agent_home_seed")(
-        checks.blank_is_unset
-    )
+    _blank_is_unset = field_validator(
+        "agent_repo_path",
+        "agent_model",
+        "agent_command",
+        "agent_home_seed",
+        "repo_push_token_file",
+        "repo_push_username",
+        "repo_push_ssh_key_file",
+    )(checks.blank_is_unset)
     _known_driver = field_validator("database_url")(checks.database_url)
     _redis_scheme = field_validator("redis_url")(checks.redis_url)
     _http_url = field_validator("public_url")(checks.public_url)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -23,6 +24,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
+from app.agents.cli.sweep import Contexts, Sweep
+from app.agents.repos.cache import RepoCache
 from app.agents.sdk import Agent
 from app.agents.workspace import repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
@@ -164,6 +167,8 @@ class _Shared:
     instances: Instances
     usage: UsageReads
     retention: Retention
+    sweep: Sweep | None
+    """This process's workspace sweep; None when it runs no agent, or with AGENT_REPO_PATH."""
     prices: PriceTable
     metrics: Metrics | None
     every: dict[str, Components]
@@ -231,6 +236,7 @@ async def wire(
                 waiting_ttl_s=settings.input_required_ttl_s,
                 interval_s=settings.retention_interval_s,
             ),
+            _sweep(settings, engine, roles),
             price_table(settings),
             metrics,
             every,
@@ -324,11 +330,35 @@ async def _role(
         metrics=shared.metrics,
         role=name,
         roles=shared.every,
-        workers=WorkerDesk(tasks, announce=announce),
+        workers=WorkerDesk(
+            tasks, announce=announce, contexts=partial(Pruning(shared.engine).contexts, role=name)
+        ),
         discovery=shared.discovery,
         usage=shared.usage,
         retention=shared.retention,
+        sweep=shared.sweep,
         repos=repo_policy(agent),
+    )
+
+
+def _sweep(settings: Settings, engine: AsyncEngine, roles: Mapping[str, Role]) -> Sweep | None:
+    """The sweep of this process's AGENT_WORKSPACE_ROOT, when a role's agents run here (each process sweeps
+    its own disk; `agents/cli/sweep.py`)."""
+    if settings.agent_repo_path or not any(r.runs_here for r in roles.values()):
+        return None
+    return sweep_of(settings, Pruning(engine).contexts)
+
+
+def sweep_of(settings: Settings, contexts: Contexts) -> Sweep:
+    """A sweep of AGENT_WORKSPACE_ROOT and REPO_CACHE_ROOT on this machine, asking `contexts` about the
+    contexts it finds (the store's: a replica's loop and `a2a-server prune`; the server's: a remote
+    worker's)."""
+    return Sweep(
+        Path(settings.agent_workspace_root).resolve(),
+        RepoCache(Path(settings.repo_cache_root).resolve(), timeout_s=settings.repo_git_timeout_s),
+        contexts,
+        retention_days=settings.task_retention_days,
+        interval_s=settings.retention_interval_s,
     )
 
 
@@ -369,6 +399,9 @@ async def _start(
     # Its cancels go through the services: started once they run, stopped before them.
     await shared.retention.open()
     stack.push_async_callback(shared.retention.aclose)
+    if shared.sweep is not None:
+        await shared.sweep.open()
+        stack.push_async_callback(shared.sweep.aclose)
     if shared.settings.push_deliver:
         shared.deliverer.start()
     if shared.settings.grpc_port:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from app.ssrf import IPNetwork, Policy as UrlPolicy
 
 from .errors import SettingError
 from .jail.egress import Allowed, parse_allow
+from .repos.credentials import TOKEN_USER, Credentials, check_key_file, read_token
 from .repos.errors import RepoError
 from .repos.policy import METADATA_KEY, RepoPolicy
 from .repos.source import RepoSource, parse_allow as parse_repo_allow
@@ -48,6 +50,10 @@ SETTING_OF: dict[str, str] = {
     "repo_cache_root": "REPO_CACHE_ROOT",
     "repo_max_diff_bytes": "REPO_MAX_DIFF_BYTES",
     "repo_git_timeout_s": "REPO_GIT_TIMEOUT_S",
+    "push": "REPO_PUSH",
+    "push_token_file": "REPO_PUSH_TOKEN_FILE",
+    "push_username": "REPO_PUSH_USERNAME",
+    "push_ssh_key_file": "REPO_PUSH_SSH_KEY_FILE",
     "attachment_max_bytes": "ATTACHMENT_MAX_BYTES",
     "attachment_max_total_bytes": "ATTACHMENT_MAX_TOTAL_BYTES",
     "attachment_url_allowed_hosts": "ATTACHMENT_URL_ALLOWED_HOSTS",
@@ -67,6 +73,10 @@ ROLE_FIELDS = frozenset(
         "idle_timeout_s",
         "command",
         "repository",
+        "push",
+        "push_token_file",
+        "push_username",
+        "push_ssh_key_file",
     }
 )
 """The fields a role's entry in AGENTS may set (its `bin`, `model`, ...); the others are server-wide."""
@@ -96,6 +106,10 @@ class ServerSettings(Protocol):
     repo_cache_root: str
     repo_max_diff_bytes: int
     repo_git_timeout_s: float
+    repo_push: bool
+    repo_push_token_file: str | None
+    repo_push_username: str | None
+    repo_push_ssh_key_file: str | None
     attachment_max_bytes: int
     attachment_max_total_bytes: int
     attachment_url_allowed_hosts: str
@@ -159,6 +173,14 @@ class AgentOptions:
     attachment_url_allowed_cidrs: str = ""
     """Comma-separated networks a file by URL may come from even when private (e.g. 10.0.0.0/8)."""
     attachment_url_timeout_s: float = 30.0
+    push: bool = False
+    """A task that asks (`metadata.repository.push`) gets its branch pushed to its remote (REPO_PUSH)."""
+    push_token_file: str | None = None
+    """The file of the token the server's git pushes with over http(s); never shown to a jail."""
+    push_username: str | None = None
+    """The user name sent with the token (None: `x-access-token`)."""
+    push_ssh_key_file: str | None = None
+    """The private key the server's ssh pushes with; never shown to a jail."""
     repository: Mapping[str, Any] | None = None
     """The role's default repository, `{"url", "ref"}` (its `repository` in AGENTS): a task naming none
     works on it."""
@@ -212,6 +234,7 @@ class AgentOptions:
             _networks(self.attachment_url_allowed_cidrs)
         except ValueError as exc:
             raise self.error("attachment_url_allowed_cidrs", str(exc)) from None
+        self._check_push()
         if self.repository is None:
             return
         if self.repo_path:
@@ -222,6 +245,33 @@ class AgentOptions:
             replace(self.repos, default=None).named({METADATA_KEY: dict(self.repository)})
         except (RepoError, TypeError, ValueError) as exc:
             raise self.error("repository", str(exc)) from None
+
+    def _check_push(self) -> None:
+        """Push needs a checkout per context; its credential files must be readable by the server (a
+        token file must hold one), and the jail must hide them (`jail.sandbox.check`)."""
+        if self.push and self.repo_path:
+            raise self.error("push", "pushing needs a checkout per context; unset AGENT_REPO_PATH")
+        if self.push_username is not None and not re.fullmatch(
+            r"[A-Za-z0-9._@+-]{1,255}", self.push_username
+        ):
+            raise self.error("push_username", "must be a plain user name (letters, digits, . _ @ + -)")
+        try:
+            if self.push_token_file:
+                if not Path(self.push_token_file).is_absolute():
+                    raise RepoError(f"the push token file {self.push_token_file} must be an absolute path")
+                read_token(self.push_token_file)
+        except RepoError as exc:
+            raise self.error("push_token_file", str(exc)) from None
+        try:
+            if self.push_ssh_key_file:
+                check_key_file(self.push_ssh_key_file)
+        except RepoError as exc:
+            raise self.error("push_ssh_key_file", str(exc)) from None
+
+    @property
+    def push_credentials(self) -> Credentials:
+        """What the server's own git pushes with (files only it reads)."""
+        return Credentials(self.push_token_file, self.push_username or TOKEN_USER, self.push_ssh_key_file)
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> AgentOptions:
@@ -251,6 +301,7 @@ class AgentOptions:
             allow=parse_repo_allow(self.repo_allow),
             default=default,
             fixed=self.repo_path,
+            push=self.push and not self.repo_path,
             max_attachment_bytes=self.attachment_max_bytes,
             max_attachments_bytes=self.attachment_max_total_bytes,
             urls=UrlPolicy(

@@ -15,11 +15,13 @@ without `workspace` gets none of this and pays nothing for it.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from pathlib import Path
 
 from .cli.repository import RunRepository, extension
 from .cli.run import WAITING, CliAgent, workspace, workspace_lock
+from .cli.sweep import in_use
 from .options import AgentOptions
 from .repos.cache import RepoCache
 from .repos.errors import RepoError
@@ -49,22 +51,30 @@ class Workspaces:
                 lock.release()
 
     async def _serve(self, agent: Agent, task: TaskContext) -> None:
+        """The folder marked as the context's and held against the workspace sweep meanwhile, as a CLI
+        run's (but the operator's AGENT_REPO_PATH, never swept)."""
         folder = workspace(self.options, task.principal, task.context_id)
-        repo = RunRepository(self.repos, self.cache, self.options, task, folder)
-        try:
-            await repo.prepare(None)
-            folder.mkdir(parents=True, exist_ok=True)
-        except (RepoError, OSError) as exc:
-            await task.fail(f"The task's workspace could not be prepared: {exc}")
-            return
-        task.workspace = folder
-        task.attachments = [folder / name for name in repo.attached]
-        task.on_turn_end(partial(_publish, task, repo))
-        try:
-            await agent.run(task)
-        except Exception:
-            await _publish(task, repo)  # the failed turn's change, before the runner fails the task
-            raise
+        held: contextlib.AbstractAsyncContextManager[None] = (
+            contextlib.nullcontext()
+            if self.options.repo_path
+            else in_use(folder, task.principal, task.context_id)
+        )
+        async with held:
+            repo = RunRepository(self.repos, self.cache, self.options, task, folder)
+            try:
+                await repo.prepare(None)
+                folder.mkdir(parents=True, exist_ok=True)
+            except (RepoError, OSError) as exc:
+                await task.fail(f"The task's workspace could not be prepared: {exc}")
+                return
+            task.workspace = folder
+            task.attachments = [folder / name for name in repo.attached]
+            task.on_turn_end(partial(_publish, task, repo))
+            try:
+                await agent.run(task)
+            except Exception:
+                await _publish(task, repo)  # the failed turn's change, before the runner fails the task
+                raise
 
 
 async def _publish(task: TaskContext, repo: RunRepository) -> None:

@@ -18,6 +18,7 @@ from .edge.auth import PRINCIPAL_KEY
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from app.agents.cli.sweep import Sweep
     from app.bus.base import Bus
     from app.push.deliverer import Deliverer
     from app.runner.discovery import Discovery
@@ -77,6 +78,8 @@ class Components:
     """The sums of what agent runs used (`GET /usage`), shared by every role's components."""
     retention: Retention | None = None
     """The retention pass (old tasks deleted, waiting ones expired), shared; its counts for the metrics."""
+    sweep: Sweep | None = None
+    """This process's workspace sweep, shared; its sizes and counts for the metrics."""
     repos: RepoPolicy | None = None
     """What repository and files a message may bring (a coding-agent CLI's role); None: the role's agent
     works on no repository, and a message naming one is refused."""

@@ -1,6 +1,7 @@
 """The admin command line, run by an operator against `DATABASE_URL` (and `REDIS_URL`, when the replicas
-share one): `a2a-server prune` and `a2a-server tasks list|show|tail|cancel` (docs/operations.md "Admin
-command line"). A readable table on a terminal, JSON with `--json`.
+share one): `a2a-server prune` (tasks, then this machine's workspaces) and `a2a-server tasks
+list|show|tail|cancel` (docs/operations.md "Admin command line"). A readable table on a terminal, JSON
+with `--json`.
 
 Reads go to the database directly, whoever owns the task. `tasks cancel` writes the way a replica does:
 it builds the task's role as a replica does (`wiring.role_parts` and `wiring.role_stack`, on the bus from
@@ -43,7 +44,7 @@ from app.store.repo import Repository
 from app.store.retention import TABLES, Pruning
 from app.store.writer import SeqTakenError
 from app.tasks.control import UnreachableHolderError
-from app.wiring import role_parts, role_stack, start_bus, start_writer
+from app.wiring import role_parts, role_stack, start_bus, start_writer, sweep_of
 
 from .render import cut, event_json, event_line, message_text, show_text, table, when, write_json, write_line
 
@@ -120,7 +121,8 @@ async def _record(engine: AsyncEngine, task_id: str) -> TaskRecord:
 
 async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_json: bool, out: TextIO) -> None:
     """Delete (or with `dry_run`, count) the tasks that ended more than `older_than` ago, as the retention
-    pass does; print the rows per table."""
+    pass does, then sweep this machine's workspaces the same way (`agents/cli/sweep.py`); print the rows
+    per table and the disk freed."""
     cutoff = utcnow() - older_than
     async with _engine(settings) as engine:
         pruning = Pruning(engine, settings.retention_batch)
@@ -137,14 +139,59 @@ async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_jso
                     print("another process is pruning (a replica's pass); waiting for it", file=sys.stderr)
                     waited = True
                 await asyncio.sleep(1.0)
+        swept = (
+            None
+            if settings.agent_repo_path
+            else await sweep_of(settings, pruning.contexts).run_once(cutoff, dry_run)
+        )
     rows = {t: counts[t] for t in TABLES if not (dry_run and t == "task_counts")}
+    workspaces = None
+    if swept is not None:
+        workspaces = {
+            "removed": swept.removed,
+            "freedBytes": swept.freed_bytes,
+            "keptRefs": swept.kept_refs,
+            "keptRefsPruned": swept.kept_refs_pruned,
+            "busy": swept.busy,
+            "left": swept.workspaces,
+            "leftBytes": swept.workspace_bytes,
+            "unmarked": swept.unmarked,
+        }
     if as_json:
-        write_json({"cutoff": iso(cutoff), "dryRun": dry_run, "rows": rows}, out)
+        write_json({"cutoff": iso(cutoff), "dryRun": dry_run, "rows": rows, "workspaces": workspaces}, out)
         return
     verb = "would be deleted" if dry_run else "deleted"
     out.write(f"tasks that ended before {when(cutoff)}: {rows['tasks']} {verb}\n")
     table(["table", "rows"], [[t, str(n)] for t, n in rows.items()], out)
     out.write("task_usage rows are kept (the account of usage, GET /usage).\n")
+    if swept is None:
+        out.write("workspaces: none swept (AGENT_REPO_PATH is the operator's folder)\n")
+        return
+    verb = "would be removed" if dry_run else "removed"
+    freed = "would free" if dry_run else "freed"
+    out.write(
+        f"workspaces of ended contexts on this machine: {swept.removed} {verb}, "
+        f"{swept.freed_bytes} bytes {freed} ({_size(swept.freed_bytes)})\n"
+    )
+    if not dry_run and (swept.kept_refs or swept.kept_refs_pruned):
+        out.write(
+            f"their branches kept in the repository cache: {swept.kept_refs}; "
+            f"kept branches pruned: {swept.kept_refs_pruned}\n"
+        )
+    out.write(
+        f"workspaces left: {swept.workspaces} ({_size(swept.workspace_bytes)}), "
+        f"in use by a run: {swept.busy}, unmarked (never removed): {swept.unmarked}\n"
+    )
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: 1.5 MiB."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
 
 
 # ---- tasks list / show ----------------------------------------------------------------------------

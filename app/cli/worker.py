@@ -7,13 +7,15 @@ It is the replica's `Runner`, jailed agents and all, over the stand-ins of `runn
 replica reads from the database (`RemoteLeases`, `RemoteTasks`), without a reaper (the replicas reap). A
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
 task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
+Like a replica it sweeps its own disk's workspaces (`agents/cli/sweep.py`), asking the server about their
+contexts (`/workers/v1/contexts`: only its role's tasks count).
 
 Its agents run on this machine's settings (`worker_options`): a task's repository is checked against the
 worker's REPO_ALLOW and checked out under its REPO_CACHE_ROOT and AGENT_WORKSPACE_ROOT, after the replica
 that admitted it checked it against its own.
 
 It imports the runner and its remote stand-ins, the roles, the agents' options and the settings;
-`app.wiring` only for the price table, as a replica builds it.
+`app.wiring` only for the price table and the workspace sweep, as a replica builds them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 from app import roles as roles_
@@ -85,6 +88,11 @@ class Worker:
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
         await self.runner.open()
+        from app.wiring import sweep_of
+
+        sweep = None if self.settings.agent_repo_path else sweep_of(self.settings, self._contexts)
+        if sweep is not None:
+            await sweep.open()
         # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO), as the server's is.
         start = logging.getLogger("app.start")
         start.setLevel(logging.INFO)
@@ -95,10 +103,22 @@ class Worker:
         finally:
             news.cancel()
             await asyncio.gather(news, return_exceptions=True)
+            if sweep is not None:
+                await sweep.aclose()
             await self.runner.aclose()
             await self.agent.aclose()
             with contextlib.suppress(Exception):
                 await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
+
+    async def _contexts(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
+        """The server's answer for the workspace sweep of this worker's disk (only its role's tasks count);
+        ServerError when it gives none (a server without the call: nothing is removed)."""
+        status, body = await self.server.call(
+            "POST", "/workers/v1/contexts", {"contexts": [list(k) for k in keys]}, give_up_s=60
+        )
+        if status != 200:
+            raise ServerError(f"the server did not answer about contexts (HTTP {status}): {body}")
+        return {(o, c): (int(n), str(at)) for o, c, n, at in body["contexts"]}
 
     async def _news(self, ttl: float) -> None:
         """What others did to this worker's tasks: answers go to their runs, lost tasks are stopped."""

@@ -10,6 +10,7 @@
 //   usage.js   usage and cost
 //   lists.js   the task list (kept live) and the agents
 //   task.js    one task's page: snapshot, live stream
+//   changes.js a repository task's change: summary, each turn's diff, the patch to download
 //   steer.js   what the user sends: approve, deny, answer, follow up, cancel, a new task
 
 import { Unauthenticated, credential, dropCredential, forgetMe, keepCredential, loadMe, me } from "./api.js";

@@ -9,15 +9,31 @@ function looksLikeDiff(text) {
   return /^(---|\+\+\+) /m.test(text) && /^@@ /m.test(text);
 }
 
-function renderText(text, mediaType) {
-  if (mediaType === "text/x-diff" || mediaType === "text/x-patch" || looksLikeDiff(text)) {
-    const pre = el("pre", { class: "diff" });
-    for (const line of text.split("\n")) {
-      const cls = line.startsWith("@@") ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
-      pre.append(el("span", { class: cls, text: line }), "\n");
-    }
-    return pre;
+function diffClass(line, inHunk) {
+  // A file's header (`diff --git`, and `---`/`+++` before its first hunk) is not a removed or added line.
+  if (line.startsWith("@@")) return "hunk";
+  if (line.startsWith("diff --git ") || (!inHunk && (line.startsWith("--- ") || line.startsWith("+++ ")))) return "head";
+  if (!inHunk) return "";
+  return line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+}
+
+export function renderDiff(text) {
+  // A unified diff, one span a line, coloured by what the line is.
+  const pre = el("pre", { class: "diff" });
+  let inHunk = false;
+  const lines = text.split("\n");
+  if (lines[lines.length - 1] === "") lines.pop(); // the newline that ends the last line starts no other
+  for (const line of lines) {
+    const cls = diffClass(line, inHunk);
+    if (cls === "hunk") inHunk = true;
+    else if (cls === "head") inHunk = false;
+    pre.append(el("span", { class: cls, text: line }), "\n");
   }
+  return pre;
+}
+
+function renderText(text, mediaType) {
+  if (mediaType === "text/x-diff" || mediaType === "text/x-patch" || looksLikeDiff(text)) return renderDiff(text);
   const trimmed = text.trim();
   if ((trimmed.startsWith("{") && trimmed.endsWith("}")) || (trimmed.startsWith("[") && trimmed.endsWith("]"))) {
     try {
@@ -29,7 +45,7 @@ function renderText(text, mediaType) {
   return el("pre", { class: "text", text });
 }
 
-function base64Bytes(b64) {
+export function base64Bytes(b64) {
   const bin = atob(b64);
   const bytes = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);

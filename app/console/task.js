@@ -3,6 +3,7 @@
 // the page as it comes; the steering panel (steer.js) stays in place between them.
 
 import { Unauthenticated, api, sseItems, subscribe } from "./api.js";
+import { renderChanges, repositoryArtifacts } from "./changes.js";
 import { $, TERMINAL, WAITING, el, navigate, sleep, stateLabel, viewToken, when } from "./page.js";
 import { renderParts, textOf } from "./render.js";
 import { steerPanel } from "./steer.js";
@@ -65,7 +66,10 @@ function renderTask(head, tail, info, task) {
     el("div", { class: `message ${m.role === "ROLE_USER" ? "user" : "agent"}` },
       el("div", { class: "who", text: m.role === "ROLE_USER" ? "user" : "agent" }), renderParts(m.parts)));
   const statusMessage = task.status?.message;
-  const artifacts = (task.artifacts || []).map((a) =>
+  // A repository task's change has a section of its own; its artifacts are not listed again below it.
+  const repository = repositoryArtifacts(task);
+  const changes = renderChanges(repository);
+  const artifacts = (task.artifacts || []).filter((a) => !changes || !repository.ids.has(a.artifactId)).map((a) =>
     el("div", { class: "artifact", "data-artifact": a.name || a.artifactId },
       el("h3", { text: a.name || a.artifactId }), renderParts(a.parts)));
   const calls = toolCalls(task);
@@ -85,7 +89,9 @@ function renderTask(head, tail, info, task) {
   ].filter((node) => node !== null));
   tail.replaceChildren(...[
     el("h2", { text: "Conversation" }), el("div", { class: "conversation", id: "conversation" }, historyNodes),
-    el("h2", { text: "Artifacts" }), el("div", { id: "artifacts" }, artifacts.length ? artifacts : el("p", { text: "None yet." })),
+    changes ? el("h2", { text: "Changes" }) : null, changes,
+    el("h2", { text: "Artifacts" }),
+    el("div", { id: "artifacts" }, artifacts.length ? artifacts : el("p", { text: changes ? "None besides the change." : "None yet." })),
     el("h2", { text: "Tool calls" }),
     calls.length
       ? el("ol", { id: "tool-calls" }, calls.map((c) => el("li", {}, el("code", { text: c.name || "?" }),

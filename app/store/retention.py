@@ -23,12 +23,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, and_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.model import INTERRUPTED_STATES, iso
@@ -184,6 +195,26 @@ class Pruning:
             for table, query in queries.items():
                 out[table] = int((await conn.execute(query)).scalar_one())
         return out
+
+    async def contexts(
+        self, keys: Sequence[tuple[str, str]], role: str | None = None
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """Of the contexts `keys` ((owner, context id)), those with tasks left (of `role` only, when given:
+        a remote worker's question): how many have not ended and the time of the last status (the
+        workspace sweep's question; `ix_tasks_owner_context_status_at` serves it)."""
+        if not keys:
+            return {}
+        open_ = case((_tasks.c.state.in_(ENDED_STATES), 0), else_=1)
+        query = (
+            select(_tasks.c.owner, _tasks.c.context_id, func.sum(open_), func.max(_tasks.c.status_at))
+            .where(tuple_(_tasks.c.owner, _tasks.c.context_id).in_(list(keys)))
+            .group_by(_tasks.c.owner, _tasks.c.context_id)
+        )
+        if role is not None:
+            query = query.where(_tasks.c.role == role)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return {(owner, context): (int(n), str(last)) for owner, context, n, last in rows}
 
     async def waiting_before(self, cutoff: datetime, limit: int = 100) -> list[Waiting]:
         """Tasks waiting for input or auth since before `cutoff` (oldest first), every role's."""

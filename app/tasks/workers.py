@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,8 @@ from .step import WORKER_PREFIX
 from .worker_wire import Claimed, events_from_wire, known_from_wire
 
 MAX_WAIT_S = 30.0
+Contexts = Callable[[Sequence[tuple[str, str]]], Awaitable[Mapping[tuple[str, str], tuple[int, str]]]]
+"""(owner, context id) pairs → for those with tasks left, how many have not ended and the last status time."""
 """The longest a worker's long poll is held (below proxies' usual read timeouts)."""
 
 
@@ -99,10 +101,14 @@ class Announcer:
 class WorkerDesk:
     """What the workers of one role ask of this replica."""
 
-    def __init__(self, tasks: LiveTasks, announce: Announcer | None = None) -> None:
+    def __init__(
+        self, tasks: LiveTasks, announce: Announcer | None = None, contexts: Contexts | None = None
+    ) -> None:
         """It reads, writes and leases through the role's parts (`tasks.parts`), its leases in each worker's
-        name (`Leases.for_holder`)."""
+        name (`Leases.for_holder`); `contexts` answers a worker's workspace sweep (the wiring's, over the
+        store, of the role's tasks only)."""
         self.announce = announce
+        self.contexts = contexts
         self._tasks = tasks
         self._repo = tasks.parts.repo
         self._bus = tasks.parts.bus

@@ -259,3 +259,80 @@ def test_a_roles_default_repository_reaches_its_options_and_only_a_coding_agent_
     assert coder.repos.default == RepoSource("/srv/git/a.git")
     with pytest.raises(SettingError, match="field repository: adapter 'echo' works on no repository"):
         roles.agent_options(base, loaded["echo"])
+
+
+def test_push_and_its_credential_files_are_checked_at_start_up(tmp_path: Path) -> None:
+    from app.agents.jail.sandbox import check
+    from app.agents.repos.credentials import Credentials
+
+    token = tmp_path / "secrets" / "push-token"
+    token.parent.mkdir()
+    token.write_text("tok-5e1f0a\n")
+    roots = {"workspace_root": str(tmp_path / "ws"), "repo_cache_root": str(tmp_path / "repos")}
+    o = AgentOptions(**roots, push=True, push_token_file=str(token), push_username="bot")
+    assert o.repos.push is True and AgentOptions(**roots).repos.push is False
+    assert o.push_credentials == Credentials(str(token), "bot", None)
+    assert o.push_credentials.token() == "tok-5e1f0a"
+    assert AgentOptions(**roots).push_credentials == Credentials(None, "x-access-token", None)
+
+    (tmp_path / "empty").write_text(" \n")
+    bad = [
+        ({"push_token_file": str(tmp_path / "missing")}, "REPO_PUSH_TOKEN_FILE", "cannot be read"),
+        ({"push_token_file": str(tmp_path / "empty")}, "REPO_PUSH_TOKEN_FILE", "holds no token"),
+        ({"push_token_file": "secrets/push-token"}, "REPO_PUSH_TOKEN_FILE", "must be an absolute path"),
+        ({"push_ssh_key_file": str(tmp_path / "id")}, "REPO_PUSH_SSH_KEY_FILE", "cannot be read"),
+        ({"push_username": "a b"}, "REPO_PUSH_USERNAME", "plain user name"),
+        ({"push": True, "repo_path": str(tmp_path / "w")}, "REPO_PUSH", "unset AGENT_REPO_PATH"),
+        (
+            {"push_token_file": str(tmp_path / "missing"), "role": "coder"},
+            "AGENTS",
+            "role 'coder', field push_token_file: the push token file",
+        ),
+    ]
+    for changes, name, says in bad:
+        with pytest.raises(SettingError) as error:
+            AgentOptions(**roots, **changes)
+        assert error.value.name == name and says in str(error.value), changes
+        assert "tok-5e1f0a" not in str(error.value)
+
+    shown = tmp_path / "ws" / "seed-token"
+    shown.parent.mkdir()
+    shown.write_text("tok-5e1f0a\n")
+    jailed = [
+        ({"sandbox": "none", "network": "host", "push_token_file": str(token)}, "need the jail"),
+        ({"push_token_file": str(shown)}, "which a jail shows its agent"),
+        ({"push_token_file": str(token), "sandbox_read": (str(tmp_path / "secrets"),)}, "which a jail shows"),
+        ({"push_ssh_key_file": str(token), "home_seed": str(tmp_path)}, "which a jail shows its agent"),
+    ]
+    for changes, says in jailed:
+        with pytest.raises(SettingError, match=says):
+            check(AgentOptions(**{**roots, **changes}))
+
+
+def test_a_roles_push_fields_reach_its_options_and_only_a_coding_agent_takes_them(tmp_path: Path) -> None:
+    from app import roles
+
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    settings = Settings(
+        _env_file=None,
+        agent_workspace_root=str(tmp_path / "ws"),
+        repo_cache_root=str(tmp_path / "repos"),
+        agents={
+            "coder": {
+                "adapter": "ndjson",
+                "command": "/usr/bin/true",
+                "push": True,
+                "push_token_file": str(token),
+            },
+            "plain": {"adapter": "ndjson", "command": "/usr/bin/true"},
+            "echo": {"adapter": "echo", "push": True},
+        },
+    )
+    loaded = roles.load(settings)
+    base = AgentOptions.from_settings(settings)
+    coder = roles.agent_options(base, loaded["coder"])
+    assert (coder.push, coder.push_token_file) == (True, str(token)) and coder.repos.push
+    assert roles.agent_options(base, loaded["plain"]).repos.push is False, "REPO_PUSH is off by default"
+    with pytest.raises(SettingError, match="field push: adapter 'echo' works on no repository"):
+        roles.agent_options(base, loaded["echo"])

@@ -31,6 +31,7 @@ from tests.support.clis import (
     send_message,
     session_members,
     session_of,
+    sessions_in,
     status_text,
     wait_for_process,
     wait_none_working_in,
@@ -229,8 +230,9 @@ async def test_a_second_task_in_a_context_with_one_running_is_refused_and_starts
     marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
     first = await send_message(c, f"RUN: {marker}", blocking=False)
     sleeper = await wait_for_process(marker)
-    running = set(working_in(unattended.workspace(first)))
-    assert sleeper in running
+    assert sleeper in working_in(unattended.workspace(first))
+    runs = sessions_in(unattended.workspace(first))
+    assert runs == {session_of(sleeper)}
 
     body = {
         "message": text_message("RECALL", contextId=first["contextId"]),
@@ -240,7 +242,7 @@ async def test_a_second_task_in_a_context_with_one_running_is_refused_and_starts
     assert error["code"] == -32602, error
     assert error["data"] == {"contextId": first["contextId"], "taskId": first["id"], "state": "working"}
     assert first["id"] in error["message"] and "one task per context" in error["message"]
-    assert set(working_in(unattended.workspace(first))) == running, "a second CLI started in the workspace"
+    assert sessions_in(unattended.workspace(first)) == runs, "a second CLI started in the workspace"
     listed = await c.get("/a2a/rest/tasks", params={"contextId": first["contextId"]})
     assert [t["id"] for t in listed.json()["tasks"]] == [first["id"]], "the refused task was stored"
 

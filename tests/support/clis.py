@@ -133,6 +133,17 @@ def working_in(path: Path) -> list[int]:
     return out
 
 
+def sessions_in(path: Path) -> set[int]:
+    """The sessions of the live processes working in `path`: one per CLI run there (each starts its own),
+    whatever short-lived tools that CLI starts and ends meanwhile."""
+    out = set()
+    for pid in working_in(path):
+        st = _stat(pid)
+        if st is not None and st[0] != "Z":
+            out.add(int(st[3]))
+    return out
+
+
 async def wait_none_working_in(path: Path, within_s: float = 60) -> list[int]:
     """Wait for the processes in `path` to end; what is still there afterwards (empty when none)."""
     try:

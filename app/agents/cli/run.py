@@ -11,11 +11,12 @@ implementing:
 - `interrupt()`     the CLI's own interrupt, with `interruptible = True` (optional);
 - `on_exit(code)`   events when stdout closes before a `done`/`error` (the default fits most CLIs).
 
-`CliRun.events()` waits for the context's workspace (one run at a time: `workspace_lock.py`), prepares it
-(the task's repository and attached files: `repository.py`), starts the process there, feeds every stdout
-object to `handle`, ends the run at the first `done` or `error`, fails it on the idle limit (paused while
-waiting for the user), and always stops the process group on the way out; at each end of a turn (`done`,
-`error`, `approval_required`) it publishes the checkout's change first.
+`CliRun.events()` waits for the context's workspace (one run at a time: `workspace_lock.py`), marks it as
+its context's and holds it against the sweep (`sweep.py`), prepares it (the task's repository and attached
+files: `repository.py`), starts the process there, feeds every stdout object to `handle`, ends the run at
+the first `done` or `error`, fails it on the idle limit (paused while waiting for the user), and always
+stops the process group on the way out; at each end of a turn (`done`, `error`, `approval_required`) it
+publishes the checkout's change first.
 `cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
 naming the attached files) where it sends the user's text.
 """
@@ -49,6 +50,7 @@ from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
+from .sweep import LEDGERS, in_use
 from .workspace_lock import FOLDER as LOCKS, WorkspaceLock
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,12 @@ def workspace_lock(options: AgentOptions, principal: str, context_id: str) -> Wo
     if options.repo_path:
         return None
     return WorkspaceLock(principal_root(options, principal) / LOCKS / f"{_dir_name(context_id)}.lock")
+
+
+def _ledger_file(options: AgentOptions, principal: str, context_id: str) -> Path:
+    """The server's record of a context's repository (what its branch is pushed to): beside the sessions,
+    out of the workspace and the jail, where the agent cannot rewrite it."""
+    return principal_root(options, principal) / LEDGERS / f"{_dir_name(context_id)}.json"
 
 
 def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
@@ -189,7 +197,8 @@ class CliRun(AgentRun):
         self.options = agent.options
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
-        self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace)
+        ledger = _ledger_file(self.options, request.principal, request.context_id)
+        self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace, ledger)
         self.lock = workspace_lock(self.options, request.principal, request.context_id)
         """One run at a time in the context's workspace (`workspace_lock.py`)."""
         self.proc: CliProcess | None = None
@@ -262,7 +271,7 @@ class CliRun(AgentRun):
                 yield AgentEvent.status(WAITING)
                 if not await lock.wait(lambda: self.cancelled):
                     return
-            async with contextlib.aclosing(self._turns()) as turns:
+            async with contextlib.aclosing(self._held()) as turns:
                 async for ev in turns:
                     if lock is not None and ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR):
                         await self._shutdown(graceful=True)  # the CLI gone before the next run starts
@@ -272,7 +281,17 @@ class CliRun(AgentRun):
             if lock is not None:
                 lock.release()
 
-    async def _turns(self) -> AsyncIterator[AgentEvent]:
+    async def _held(self) -> AsyncIterator[AgentEvent]:
+        """The run, while its workspace is held against the sweep (`sweep.in_use`)."""
+        if self.options.repo_path:  # the operator's folder: never swept
+            held: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        else:
+            held = in_use(self.workspace, self.request.principal, self.request.context_id)
+        async with held, contextlib.aclosing(self._turn()) as events:
+            async for ev in events:
+                yield ev
+
+    async def _turn(self) -> AsyncIterator[AgentEvent]:
         """The workspace prepared, then the CLI's events with each turn's change before its end."""
         jail = await self.agent.ready_jail()
         home = principal_home(self.options, self.request.principal)

@@ -227,9 +227,38 @@ def _exposes(path: str, options: AgentOptions) -> str | None:
     return next((what for what, p in guarded.items() if p == shown or shown in p.parents), None)
 
 
+def _check_credentials(options: AgentOptions) -> None:
+    """The push credentials (files the server's git reads) must be out of every jail's sight: not under
+    what a jail binds (the system folders, the shown files of /etc, AGENT_SANDBOX_READ, the workspaces and
+    HOMEs, AGENT_HOME_SEED, which is copied into each HOME); and without the jail an agent could read them."""
+    for name in ("push_token_file", "push_ssh_key_file"):
+        path = getattr(options, name)
+        if not path:
+            continue
+        if options.sandbox != "bwrap":
+            raise options.error(
+                name,
+                f"{path}: push credentials need the jail (AGENT_SANDBOX=bwrap), else an agent reads them",
+            )
+        real = Path(os.path.realpath(path))
+        shown = [
+            *SYSTEM_DIRS,
+            *(f"/etc/{n}" for n in ETC_FILES),
+            *options.sandbox_read,
+            options.workspace_root,
+            *([options.home_seed] if options.home_seed else []),
+        ]
+        for root in shown:
+            top = Path(os.path.realpath(root))
+            if real == top or top in real.parents:
+                raise options.error(name, f"{path} is under {root}, which a jail shows its agent")
+
+
 def check(options: AgentOptions) -> None:
     """Fail start-up (SettingError, one line) when the jail cannot run here, unless AGENT_SANDBOX=none,
-    or when AGENT_SANDBOX_READ would show the jails what they must not see."""
+    or when AGENT_SANDBOX_READ would show the jails what they must not see, or the push credentials are
+    in their sight (`_check_credentials`)."""
+    _check_credentials(options)
     if options.sandbox != "bwrap":
         return
     for path in options.sandbox_read:

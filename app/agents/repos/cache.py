@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .credentials import Credentials, fetch_auth
 from .errors import RepoError
 from .git import TIMEOUT_S, Done, run
 from .source import RepoSource, check_ref
@@ -78,10 +79,11 @@ class RepoCache:
         """The mirror of `source` (which may not exist yet)."""
         return self.root / f"{source.key}.git"
 
-    async def mirror(self, source: RepoSource) -> Path:
-        """The mirror of `source`, fetched now (made the first time); GitError when the remote fails."""
+    async def mirror(self, source: RepoSource, credentials: Credentials | None = None) -> Path:
+        """The mirror of `source`, fetched now (made the first time) with `credentials` if the remote asks
+        (`credentials.fetch_auth`); GitError when the remote fails."""
         async with self.locked(source):
-            return await self._refresh(source)
+            return await self._refresh(source, credentials)
 
     @contextlib.asynccontextmanager
     async def locked(self, source: RepoSource) -> AsyncIterator[Path]:
@@ -100,9 +102,12 @@ class RepoCache:
             finally:
                 os.close(fd)  # and the lock with it
 
-    async def checkout(self, source: RepoSource, workspace: Path, branch: str) -> Checkout:
+    async def checkout(
+        self, source: RepoSource, workspace: Path, branch: str, credentials: Credentials | None = None
+    ) -> Checkout:
         """`workspace` as a checkout of `source` at its ref on a new `branch`, or the checkout an earlier turn
-        made there. RepoError when the workspace holds anything else, or a checkout of another source."""
+        made there; the mirror is fetched with `credentials` if the remote asks. RepoError when the
+        workspace holds anything else, or a checkout of another source."""
         if branch == "HEAD" or check_ref(branch) != branch:
             raise RepoError(f"the branch name {branch!r} is not a branch name")
         found = await self._existing(source, workspace, branch)
@@ -112,7 +117,7 @@ class RepoCache:
         tmp = Path(tempfile.mkdtemp(prefix=f".{workspace.name}.", dir=workspace.parent))
         try:
             async with self.locked(source):
-                mirror = await self._refresh(source)
+                mirror = await self._refresh(source, credentials)
                 base = await self._resolve(mirror, source)
                 await self._git(
                     "clone", "--no-local", "--no-checkout", "--quiet", "--", str(mirror), str(tmp)
@@ -190,11 +195,13 @@ class RepoCache:
         )  # the ref it was made at, not this turn's
         return Checkout(workspace, kept, branch, base)
 
-    async def _refresh(self, source: RepoSource) -> Path:
+    async def _refresh(self, source: RepoSource, credentials: Credentials | None = None) -> Path:
         """Fetch the mirror of `source`, making it the first time; under `locked`."""
         mirror = self.path(source)
+        config, env = fetch_auth(credentials, source.url)
+        fetch = ("fetch", "--prune", "--quiet", "origin")
         if mirror.exists():
-            await self._git(f"--git-dir={mirror}", "fetch", "--prune", "--quiet", "origin")
+            await self._git(f"--git-dir={mirror}", *fetch, config=config, env=env)
         else:
             tmp = Path(tempfile.mkdtemp(prefix=f".{source.key}.", dir=self.root))
             try:
@@ -204,16 +211,18 @@ class RepoCache:
                 for refspec in REFSPECS:
                     await self._git(here, "config", "--add", "remote.origin.fetch", refspec)
                 await self._git(here, "config", "gc.autoDetach", "false")  # gc within the lock, not after it
-                await self._git(here, "fetch", "--prune", "--quiet", "origin")
+                await self._git(here, *fetch, config=config, env=env)
                 os.rename(tmp, mirror)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        await self._follow_head(mirror)
+        await self._follow_head(mirror, config, env)
         return mirror
 
-    async def _follow_head(self, mirror: Path) -> None:
+    async def _follow_head(self, mirror: Path, config: dict[str, str], env: dict[str, str]) -> None:
         """Point the mirror's HEAD at the remote's default branch (a fetch does not)."""
-        found = await self._git(f"--git-dir={mirror}", "ls-remote", "--symref", "origin", "HEAD")
+        found = await self._git(
+            f"--git-dir={mirror}", "ls-remote", "--symref", "origin", "HEAD", config=config, env=env
+        )
         for line in found.text.splitlines():
             ref = line.removeprefix("ref: ").removesuffix("\tHEAD")
             if line.startswith("ref: refs/heads/") and line.endswith("\tHEAD") and _is_branch(ref):
@@ -235,8 +244,15 @@ class RepoCache:
             raise RepoError(f"the repository {source.url} has {what}")
         return sha
 
-    async def _git(self, *args: str, cwd: Path | None = None, ok: tuple[int, ...] = (0,)) -> Done:
-        return await run(args, cwd=cwd, ok=ok, timeout_s=self.timeout_s)
+    async def _git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        ok: tuple[int, ...] = (0,),
+        config: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Done:
+        return await run(args, cwd=cwd, ok=ok, config=config, env=env, timeout_s=self.timeout_s)
 
 
 def _is_branch(ref: str) -> bool:

@@ -4,7 +4,9 @@ disk (REPO_ALLOW may have changed in between, or the run happens on another repl
 
 A message names its repository in `metadata.repository` (`{"url", "ref"}`, or the URL alone); naming none,
 it works on the role's default, if any. A context keeps the repository of its first message: a later
-message naming another is refused (`same_repository`).
+message naming another is refused (`same_repository`). A message may ask its task's branch pushed to the
+remote (`metadata.repository.push: true`, with or without a url: without one, the context's repository);
+only a role with `push` allowed takes it (`push_asked`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ METADATA_KEY = "repository"
 """The key of a message's metadata that names its repository."""
 PUBLIC = UrlPolicy(allow_http=True)
 """Files by URL from public addresses only, over http or https (no ATTACHMENT_URL_ALLOWED_*)."""
+PUSH_KEY = "push"
+"""The key of `metadata.repository` that asks the task's branch pushed."""
 UNNAMED = "attachment-{n}"
 """The name of the n-th file part (from 1) that has none."""
 
@@ -51,6 +55,8 @@ class RepoPolicy:
     """Which files by URL may be fetched (the webhooks' SSRF guard, with ATTACHMENT_URL_ALLOWED_*)."""
     url_timeout_s: float = 30.0
     """Longest the fetch of one file by URL may take (ATTACHMENT_URL_TIMEOUT_S)."""
+    push: bool = False
+    """A task may ask its branch pushed (the role's `push`, REPO_PUSH)."""
     private: tuple[str, ...] = ()
     """Folders no source may be in, whatever REPO_ALLOW says: the workspaces (every principal's checkouts)
     and the cache, so that no one fetches another's work by naming its path."""
@@ -66,7 +72,7 @@ class RepoPolicy:
         """The repository a message's metadata names, checked; None when it names none. RepoError when it
         is malformed or refused (the message names REPO_ALLOW)."""
         value = (metadata or {}).get(METADATA_KEY)
-        if value is None:
+        if value is None or (isinstance(value, Mapping) and set(value) == {PUSH_KEY}):
             return None
         source = RepoSource.parse(value)
         if self.fixed:
@@ -83,6 +89,26 @@ class RepoPolicy:
                 "are never a source, whatever REPO_ALLOW says"
             )
         return source
+
+    def push_asked(self, metadata: Mapping[str, Any] | None) -> bool:
+        """Whether a message asks its task's branch pushed (`metadata.repository.push`); RepoError when the
+        value is not a boolean, or it asks and this role may not push."""
+        value = (metadata or {}).get(METADATA_KEY)
+        if not isinstance(value, Mapping) or PUSH_KEY not in value:
+            return False
+        asked = value[PUSH_KEY]
+        if not isinstance(asked, bool):
+            raise RepoError("metadata.repository.push must be true or false")
+        if asked and self.fixed:
+            raise RepoError(
+                "this server works in one folder for every task (AGENT_REPO_PATH): it has no task branch "
+                "to push"
+            )
+        if asked and not self.push:
+            raise RepoError(
+                "this agent does not push task branches: its role's push in AGENTS (or REPO_PUSH) is off"
+            )
+        return asked
 
     def source(self, metadata: Mapping[str, Any] | None) -> RepoSource | None:
         """The repository a message works on: the one it names (`named`), else the role's default."""

@@ -25,7 +25,8 @@ from .errors import RepoError
 
 SETTING = "REPO_ALLOW"
 URL_SCHEMES = ("https", "http", "git", "ssh")
-KEYS = ("url", "ref")
+KEYS = ("url", "ref", "push")
+"""What `metadata.repository` may hold: `push` is the policy's (`RepoPolicy.push_asked`), not the source's."""
 MAX_URL = 2048
 MAX_REF = 255
 _CONTROL = re.compile(r"[\x00-\x20\x7f\\]")
@@ -57,14 +58,16 @@ class RepoSource:
     @classmethod
     def parse(cls, value: object) -> RepoSource:
         """From a task's `metadata.repository`: `{"url": ..., "ref": ...}` (ref optional) or the URL alone;
-        RepoError naming what is wrong."""
+        RepoError naming what is wrong. A `push` key is left to the policy."""
         if isinstance(value, str):
             value = {"url": value}
         if not isinstance(value, Mapping):
             raise RepoError('metadata.repository must be {"url": ..., "ref": ...} or a URL')
         unknown = sorted(str(k) for k in value if k not in KEYS)
         if unknown:
-            raise RepoError(f"metadata.repository takes url and ref, not {', '.join(unknown)}")
+            raise RepoError(
+                f"metadata.repository takes url and ref, not {', '.join(unknown)} (and push: true to push)"
+            )
         url, ref = value.get("url"), value.get("ref")
         if not isinstance(url, str) or not url.strip():
             raise RepoError("metadata.repository.url must be a repository URL or path")

@@ -1,7 +1,7 @@
 """What `/metrics` reads from the running components when Prometheus scrapes (`Live`): what they already
 count for themselves as plain integers (tasks created and ended, the writer's commits, agent runs, webhook
-deliveries, the database pool, the usage recorded, the retention pass). Registered on `metrics.Metrics` by
-`main.create_app`; the counters of requests and calls are in `metrics.py`."""
+deliveries, the database pool, the usage recorded, the retention pass, the workspace sweep). Registered on
+`metrics.Metrics` by `main.create_app`; the counters of requests and calls are in `metrics.py`."""
 
 from __future__ import annotations
 
@@ -101,6 +101,8 @@ class Live(Collector):
         )
         if c.retention is not None:
             yield from _retention(c.retention)
+        if c.sweep is not None:
+            yield from _sweep(c.sweep)
 
 
 def _retention(r: Any) -> Iterator[Any]:
@@ -125,6 +127,40 @@ def _retention(r: Any) -> Iterator[Any]:
         "a2a_retention_last_pass_timestamp_seconds",
         "Unix time this replica last finished a retention pass (0: none yet; take the max across replicas).",
         value=r.last_pass_at or 0,
+    )
+
+
+def _sweep(s: Any) -> Iterator[Any]:
+    """What this process's workspace sweep measured last (`agents/cli/sweep.py`): its own disk's, never
+    walked at scrape time."""
+    last = s.last
+    yield GaugeMetricFamily(
+        "a2a_workspace_bytes",
+        "Disk used by the context workspaces (checkouts) on this process's disk, as the last sweep measured.",
+        value=last.workspace_bytes if last else 0,
+    )
+    yield GaugeMetricFamily(
+        "a2a_workspaces",
+        "Context workspaces on this process's disk at the last sweep (unmarked ones too).",
+        value=last.workspaces if last else 0,
+    )
+    yield GaugeMetricFamily(
+        "a2a_repo_cache_bytes",
+        "Disk used by the repository mirrors (REPO_CACHE_ROOT) here, as the last sweep measured.",
+        value=last.cache_bytes if last else 0,
+    )
+    yield CounterMetricFamily(
+        "a2a_workspaces_removed",
+        "Workspaces of ended contexts the sweep removed here.",
+        value=s.removed_total,
+    )
+    yield CounterMetricFamily(
+        "a2a_workspaces_freed_bytes", "Disk the removed workspaces held.", value=s.freed_total
+    )
+    yield GaugeMetricFamily(
+        "a2a_workspace_sweep_last_timestamp_seconds",
+        "Unix time this process last finished a workspace sweep (0: none yet).",
+        value=s.last_at or 0,
     )
 
 

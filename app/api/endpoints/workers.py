@@ -7,6 +7,9 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
   409 `{error: {code: "lost"}}` once the task is not the worker's any more
 - `POST /workers/v1/sync` `{role, instance, tasks: {id: {seq, user}}, waitS}` → `{news: {id: {...}}}`
 - `GET /workers/v1/tasks/{id}?role=&instance=` → `{lastSeq, holder}`
+- `POST /workers/v1/contexts` `{role, instance, contexts: [[owner, contextId]]}` → `{contexts: [[owner,
+  contextId, open, lastStatusAt]]}`: of those, the contexts with tasks of the role left, how many have not
+  ended and the time of the last status (the worker's workspace sweep, `agents/cli/sweep.py`)
 - `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS}` (a worker calls at least
   every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
@@ -34,6 +37,8 @@ from ..edge.auth import PRINCIPAL_KEY
 router = APIRouter(prefix="/workers/v1")
 
 INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+QUERY_CHUNK = 200
+"""Most contexts one `/contexts` call asks about (the sweep's chunk)."""
 
 
 class _Ask(BaseModel):
@@ -152,6 +157,22 @@ class _Release(_Ask):
     tasks: list[str] = Field(default_factory=list, max_length=1024)
     leaving: bool = False
     """The worker is stopping: it leaves discovery at once."""
+
+
+class _Contexts(_Ask):
+    contexts: list[tuple[str, str]] = Field(max_length=QUERY_CHUNK)
+
+
+@router.post("/contexts")
+@_answers
+async def contexts(request: Request) -> Response:
+    """What the store says of the contexts whose workspaces are on the worker's disk (its sweep's
+    question): only the role's tasks count."""
+    ask, desk, _ = await _open(request, _Contexts)
+    if desk.contexts is None:
+        return _error(404, "unknown_role", f"No role {ask.role!r} here")
+    found = await desk.contexts(ask.contexts)
+    return _json({"contexts": [[o, c, n, at] for (o, c), (n, at) in sorted(found.items())]})
 
 
 @router.get("/whoami")

@@ -41,9 +41,9 @@ async def admit(message: Message, call: Call) -> Message:
 
 
 async def repository(message: Message, call: Call) -> None:
-    """The repository the message names (allowed by REPO_ALLOW, the one of its context) and its inline
-    files (names, sizes), refused (-32602) before anything is stored. A RepoError is the agents' own, turned
-    into the protocol's error here."""
+    """The repository the message names (allowed by REPO_ALLOW, the one of its context), whether it may ask
+    its branch pushed (the role's `push`), and its inline files (names, sizes), refused (-32602) before
+    anything is stored. A RepoError is the agents' own, turned into the protocol's error here."""
     policy = call.c.repos
     metadata = message.metadata or {}
     named = metadata.get(METADATA_KEY) is not None
@@ -57,7 +57,15 @@ async def repository(message: Message, call: Call) -> None:
                     "REPO_ALLOW lists"
                 )
             return
-        policy.named(metadata)
+        source = policy.named(metadata)
+        asked = policy.push_asked(metadata)
+        if (
+            asked
+            and source is None
+            and policy.default is None
+            and not (message.context_id or message.task_id)
+        ):
+            raise RepoError("metadata.repository.push needs a repository: name its url")
         if named and (message.context_id or message.task_id):
             first = await call.c.service.opening(call.owner, message.context_id, message.task_id)
             if first is not None:

@@ -144,3 +144,22 @@ def test_the_workspaces_and_the_cache_are_never_a_source() -> None:
         with pytest.raises(RepoError, match="never a source"):
             wide.named(repo(inside))
     assert wide.named(repo("/srv/wsx/app.git")) == RepoSource("/srv/wsx/app.git")
+
+
+def test_push_is_asked_in_the_metadata_and_taken_only_where_the_role_pushes() -> None:
+    pushing = RepoPolicy(allow=ALLOW, push=True)
+    asked = {"repository": {"url": "/srv/git/app.git", "push": True}}
+    assert pushing.push_asked(asked) is True
+    assert pushing.named(asked) == RepoSource("/srv/git/app.git"), "push is not part of the source"
+    alone = {"repository": {"push": True}}
+    assert pushing.push_asked(alone) is True and pushing.named(alone) is None, "the context's repository"
+    assert pushing.push_asked(repo("/srv/git/app.git")) is False and pushing.push_asked(None) is False
+    assert POLICY.push_asked({"repository": {"url": "/srv/git/app.git", "push": False}}) is False
+    with pytest.raises(RepoError, match="does not push task branches: its role's push in AGENTS"):
+        POLICY.push_asked(asked)
+    with pytest.raises(RepoError, match="push must be true or false"):
+        pushing.push_asked({"repository": {"push": "yes"}})
+    with pytest.raises(RepoError, match="AGENT_REPO_PATH"):
+        RepoPolicy(allow=ALLOW, fixed="/srv/work", push=True).push_asked(alone)
+    with pytest.raises(RepoError, match="url must be a repository URL"):
+        pushing.named({"repository": {"push": True, "ref": "main"}})

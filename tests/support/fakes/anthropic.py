@@ -5,6 +5,11 @@ confuse it. The last user message decides:
 
 - it carries a `tool_result` → `Done: the tool succeeded.` or `Done: the tool failed: <content>`;
 - `RUN: <command>` in its text → a `Bash` tool call running that command (when tools are offered);
+- `EDIT: <path> | <old> | <new>` and `WRITE: <path> | <text>` lines in the prompt (when tools are offered) →
+  a script of file tools, one call per answer, in the prompt's order: `Read` then `Edit` (Claude edits only
+  a file it has read), or `Write` of `<text>` and a newline; `<path>` is taken from the working directory
+  the CLI's system prompt names. Once every call has its result: `Done: the tool succeeded.`, or at the
+  first failed one `Done: the tool failed: <content>`;
 - `HANG` → the response never starts (the CLI waits silently);
 - `DRIP` → a text block that gets one delta every 0.3 s for a minute;
 - `BADREQUEST` → HTTP 400 with an `invalid_request_error`;
@@ -23,6 +28,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import PurePosixPath
 from typing import Any
 
 TEXT_REPLY = ["hi from ", "the fake ", "model"]
@@ -65,6 +71,45 @@ def _user_prompts(messages: list[dict[str, Any]]) -> list[str]:
             if text.strip():
                 out.append(text.strip())
     return out
+
+
+_FILE_STEP = re.compile(r"^(EDIT|WRITE): (.+)$", re.MULTILINE)
+_WORKING_DIR = re.compile(r"Primary working directory: (\S+)")
+
+
+def _working_dir(body: dict[str, Any]) -> str:
+    """The CLI's working directory, as its system prompt names it ("" when it names none)."""
+    system = body.get("system")
+    found = _WORKING_DIR.search(system if isinstance(system, str) else "\n".join(_texts(system)))
+    return found.group(1) if found else ""
+
+
+def _file_script(prompt: str, cwd: str) -> list[dict[str, Any]]:
+    """The file tool calls the `EDIT:`/`WRITE:` lines of `prompt` ask for, in order (module docstring)."""
+    calls: list[dict[str, Any]] = []
+    for kind, rest in _FILE_STEP.findall(prompt):
+        fields = [f.strip() for f in rest.split(" | ")]
+        path = str(PurePosixPath(cwd) / fields[0])
+        if kind == "EDIT" and len(fields) == 3:
+            calls.append({"name": "Read", "input": {"file_path": path}})
+            edit = {"file_path": path, "old_string": fields[1], "new_string": fields[2]}
+            calls.append({"name": "Edit", "input": edit})
+        elif kind == "WRITE" and len(fields) == 2:
+            calls.append({"name": "Write", "input": {"file_path": path, "content": fields[1] + "\n"}})
+    return calls
+
+
+def _since_prompt(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The latest user prompt's text and the tool results that came after it."""
+    results: list[dict[str, Any]] = []
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        if (block := _tool_result(m.get("content"))) is not None:
+            results.insert(0, block)
+        elif _user_prompts([m]):
+            return "\n".join(_texts(m.get("content"))), results
+    return "", results
 
 
 class FakeAnthropic:
@@ -132,7 +177,14 @@ class FakeAnthropic:
         result = _tool_result(last.get("content"))
         prompt = "\n".join(_texts(last.get("content")))
         blocks: list[dict[str, Any]]
-        if result is not None:
+        asked, results = _since_prompt(messages)
+        script = _file_script(asked, _working_dir(body)) if body.get("tools") else []
+        if script and (failed := next((r for r in results if r.get("is_error")), None)) is not None:
+            blocks = [{"type": "text", "text": f"Done: the tool failed: {_result_text(failed)}"}]
+        elif len(results) < len(script):
+            step = script[len(results)]
+            blocks = [{"type": "text", "text": f"Using {step['name']}."}, {"type": "tool_use", **step}]
+        elif result is not None:
             text = (
                 f"Done: the tool failed: {_result_text(result)}"
                 if result.get("is_error")
