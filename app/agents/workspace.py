@@ -4,7 +4,7 @@
 The loader gives such an agent the role's rules (`attach`: REPO_ALLOW, the role's default repository, the
 limits, the cache); the edge then checks a message's repository and files with them (-32602) and the card
 declares the repository extension, as for a CLI role. Before the agent's `run` starts, `serve` makes the
-context's folder (`cli.run.workspace`), a checkout of the repository the message names (or the role's
+context's folder (`cli.folders.workspace`), a checkout of the repository the message names (or the role's
 default, or the one the context already has) and the attached files (`RunRepository.prepare`), and hands them
 to the agent as `TaskContext.workspace` and `TaskContext.attachments`; at each end of a turn (`ask`,
 `ask_auth`, `complete`, `fail`, `reject`, returning, raising) the change is published as the same artifacts,
@@ -19,8 +19,9 @@ import contextlib
 from functools import partial
 from pathlib import Path
 
+from .cli.folders import workspace, workspace_lock
 from .cli.repository import RunRepository, extension
-from .cli.run import WAITING, CliAgent, workspace, workspace_lock
+from .cli.run import WAITING, CliAgent
 from .cli.sweep import in_use
 from .options import AgentOptions
 from .repos.cache import RepoCache

@@ -26,11 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import os
-import re
 import signal
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -43,15 +41,15 @@ from app.protocol.model import Message
 
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from ..jail.egress import EgressProxy, Policy
-from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home, principal_root
+from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home
 from ..options import AgentOptions
 from ..repos.cache import RepoCache
 from ..repos.errors import RepoError
 from ..sdk import Request, Skill
+from .folders import ledger_file, load_session, load_session_data, save_session, workspace, workspace_lock
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
-from .sweep import LEDGERS, in_use
-from .workspace_lock import FOLDER as LOCKS, WorkspaceLock
+from .sweep import in_use
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -74,76 +72,10 @@ def coding_skill(name: str, cli: str, tag: str) -> Skill:
 
 TURN_ENDS = frozenset({AgentEventKind.DONE, AgentEventKind.ERROR, AgentEventKind.APPROVAL_REQUIRED})
 """The events that end a turn: the checkout's change is published just before them."""
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
 _background: set[asyncio.Task[None]] = set()
 WAITING = "Waiting for the run of another task in this context's workspace to end"
 """The status of a run whose context's workspace another run holds (`workspace_lock.py`)."""
-
-
-def _dir_name(context_id: str) -> str:
-    """The context id when it is a safe folder name, else a hash of it (ids come from clients)."""
-    if _SAFE_ID.fullmatch(context_id) and ".." not in context_id:
-        return context_id
-    return hashlib.sha256(context_id.encode()).hexdigest()[:32]
-
-
-def workspace(options: AgentOptions, principal: str, context_id: str) -> Path:
-    """The folder a CLI works in: AGENT_REPO_PATH (single-user), or
-    `<AGENT_WORKSPACE_ROOT>/<principal hash>/<contextId>`."""
-    if options.repo_path:
-        return Path(options.repo_path).resolve()
-    return principal_root(options, principal) / _dir_name(context_id)
-
-
-def _session_file(options: AgentOptions, adapter: str, principal: str, context_id: str) -> Path:
-    """Outside the workspace (a user's repository never gets our bookkeeping files) and out of the jail."""
-    root = principal_root(options, principal) / ".sessions" / adapter
-    return root / f"{_dir_name(context_id)}.json"
-
-
-def workspace_lock(options: AgentOptions, principal: str, context_id: str) -> WorkspaceLock | None:
-    """The lock of the context's workspace, its file beside it and out of the jail (`workspace_lock.py`);
-    None with AGENT_REPO_PATH, where every task works in one folder as it always has."""
-    if options.repo_path:
-        return None
-    return WorkspaceLock(principal_root(options, principal) / LOCKS / f"{_dir_name(context_id)}.lock")
-
-
-def _ledger_file(options: AgentOptions, principal: str, context_id: str) -> Path:
-    """The server's record of a context's repository (what its branch is pushed to): beside the sessions,
-    out of the workspace and the jail, where the agent cannot rewrite it."""
-    return principal_root(options, principal) / LEDGERS / f"{_dir_name(context_id)}.json"
-
-
-def load_session_data(options: AgentOptions, adapter: str, principal: str, context_id: str) -> dict[str, Any]:
-    """What an earlier turn of this principal's context left: `sessionId` (to resume it), and what the
-    adapter keeps with it (Codex: the thread's usage so far); {} when nothing valid."""
-    try:
-        data = json.loads(_session_file(options, adapter, principal, context_id).read_text())
-    except (OSError, ValueError):
-        return {}
-    sid = data.get("sessionId") if isinstance(data, dict) else None
-    return data if isinstance(sid, str) and sid else {}
-
-
-def load_session(options: AgentOptions, adapter: str, principal: str, context_id: str) -> str | None:
-    """The CLI session id an earlier turn of this principal's context left, to resume it."""
-    return load_session_data(options, adapter, principal, context_id).get("sessionId")
-
-
-def save_session(
-    options: AgentOptions, adapter: str, principal: str, context_id: str, session_id: str, **extra: Any
-) -> None:
-    """Remember the session; what was kept with the same session stays unless `extra` replaces it."""
-    path = _session_file(options, adapter, principal, context_id)
-    before = load_session_data(options, adapter, principal, context_id)
-    data = {**before, **extra} if before.get("sessionId") == session_id else dict(extra)
-    data["sessionId"] = session_id
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
 
 
 def approval_decision(message: Message) -> bool:
@@ -197,7 +129,7 @@ class CliRun(AgentRun):
         self.options = agent.options
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
-        ledger = _ledger_file(self.options, request.principal, request.context_id)
+        ledger = ledger_file(self.options, request.principal, request.context_id)
         self.repo = RunRepository(agent.repos, agent.cache, self.options, request, self.workspace, ledger)
         self.lock = workspace_lock(self.options, request.principal, request.context_id)
         """One run at a time in the context's workspace (`workspace_lock.py`)."""

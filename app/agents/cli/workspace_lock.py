@@ -21,7 +21,7 @@ from pathlib import Path
 POLL_S = 0.1
 FOLDER = ".locks"
 """The folder of the lock files, in the principal's root beside its workspaces (which never start with a
-dot: `run._dir_name`)."""
+dot: `folders.folder_name`)."""
 
 
 class WorkspaceLock:
