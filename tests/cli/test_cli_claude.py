@@ -231,8 +231,8 @@ async def test_a_second_task_in_a_context_with_one_running_is_refused_and_starts
     first = await send_message(c, f"RUN: {marker}", blocking=False)
     sleeper = await wait_for_process(marker)
     assert sleeper in working_in(unattended.workspace(first))
-    runs = sessions_in(unattended.workspace(first))
-    assert runs == {session_of(sleeper)}
+    runs = sessions_in(unattended.workspace(first))  # the CLI's, and its Bash tool's own
+    assert session_of(sleeper) in runs
 
     body = {
         "message": text_message("RECALL", contextId=first["contextId"]),
@@ -242,7 +242,7 @@ async def test_a_second_task_in_a_context_with_one_running_is_refused_and_starts
     assert error["code"] == -32602, error
     assert error["data"] == {"contextId": first["contextId"], "taskId": first["id"], "state": "working"}
     assert first["id"] in error["message"] and "one task per context" in error["message"]
-    assert sessions_in(unattended.workspace(first)) == runs, "a second CLI started in the workspace"
+    assert sessions_in(unattended.workspace(first)) <= runs, "a second CLI started in the workspace"
     listed = await c.get("/a2a/rest/tasks", params={"contextId": first["contextId"]})
     assert [t["id"] for t in listed.json()["tasks"]] == [first["id"]], "the refused task was stored"
 

@@ -134,8 +134,8 @@ def working_in(path: Path) -> list[int]:
 
 
 def sessions_in(path: Path) -> set[int]:
-    """The sessions of the live processes working in `path`: one per CLI run there (each starts its own),
-    whatever short-lived tools that CLI starts and ends meanwhile."""
+    """The sessions of the live processes working in `path`: a CLI run's own (each starts one) and those its
+    tools start; a process that ends meanwhile is left out, so a new one is a new process group's."""
     out = set()
     for pid in working_in(path):
         st = _stat(pid)
