@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from app import roles as roles_
@@ -161,9 +162,12 @@ class Worker:
 def worker_options(settings: Settings, instance: str) -> AgentOptions:
     """The agents' options on this worker: its own settings (REPO_ALLOW, REPO_CACHE_ROOT,
     AGENT_WORKSPACE_ROOT: the checkouts are made here), named as the worker, whose CLIs are tagged
-    `worker:<instance>`: a replica's tag (REPLICA_ID, by default hostname:port) would let this worker's
-    start-up kill the CLIs of a replica or another worker on the same machine as its own orphans."""
-    return AgentOptions.from_settings(settings).replace(worker=instance, replica_id=f"worker:{instance}")
+    `worker:<instance>:<workspace root>`: what its next life on this machine finds again, and no other
+    process's (a replica's tag, hostname:port, or the instance name alone would let this worker's start-up
+    kill the CLIs of a replica, or of a worker of another cluster named alike, as its own orphans)."""
+    root = Path(settings.agent_workspace_root).resolve()
+    tag = f"worker:{instance}:{root}"
+    return AgentOptions.from_settings(settings).replace(worker=instance, replica_id=tag)
 
 
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:

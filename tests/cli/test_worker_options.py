@@ -1,7 +1,7 @@
 """A remote worker's agents run on the worker's own settings, named as the worker: a repository its REPO_ALLOW
 refuses is refused naming the worker's setting (the server admitted it with its own), and its CLIs are
-tagged `worker:<instance>`, never as a replica of the same machine (whose start-up would kill them as its
-orphans)."""
+tagged `worker:<instance>:<workspace root>`, never as a replica of the same machine or a worker of another
+cluster named alike (whose start-up would kill them as its orphans)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def settings(tmp_path: Path, allow: str) -> Settings:
 def test_a_workers_options_are_its_own_settings_named_as_the_worker(tmp_path: Path) -> None:
     own = settings(tmp_path, str(tmp_path / "git"))
     options = worker_options(own, "vm1")
-    assert (options.worker, options.replica_id) == ("vm1", "worker:vm1")
+    assert (options.worker, options.replica_id) == ("vm1", f"worker:vm1:{(tmp_path / 'ws').resolve()}")
+    other = worker_options(settings(tmp_path / "other", str(tmp_path / "git")), "vm1")
+    assert other.replica_id != options.replica_id, "a worker named alike on another root is not its orphan"
     assert options.replica_id != own.replica_id, "a replica's tag (hostname:port by default) is not reused"
     assert (options.workspace_root, options.repo_cache_root) == (
         own.agent_workspace_root,
