@@ -35,6 +35,7 @@ from app.protocol.model import (
     TaskStatus,
     iso,
     new_id,
+    tree_of,
     utcnow,
 )
 from app.push.configs import PushConfigs
@@ -296,6 +297,7 @@ class TaskService:
             context_id=context_id,
             status=status,
             history=[message],
+            metadata=tree_of(message.metadata),
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))
