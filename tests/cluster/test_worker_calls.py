@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from app.api.edge.auth import hash_key
+from app.api.endpoints.worker_calls import CALL_WAIT_S
 from tests.conftest import make_server
 from tests.support.rpc import text_message
 from tests.support.secrets import remember
@@ -113,6 +114,16 @@ async def finished(c: httpx.AsyncClient, role: str, plan: list[Any]) -> tuple[di
     return task, json.loads(task["status"]["message"]["parts"][0]["text"])
 
 
+async def children(c: httpx.AsyncClient, parent: str, role: str) -> list[dict[str, Any]]:
+    """The tasks of `role` whose parent is `parent`, as ListTasks (v1.0) shows them."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}}
+    resp = await c.post(f"{role_path(role)}/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+    assert resp.status_code == 200 and "result" in resp.json(), resp.text
+    return [
+        t for t in resp.json()["result"]["tasks"] if (t.get("metadata") or {}).get("parentTaskId") == parent
+    ]
+
+
 async def call(
     c: httpx.AsyncClient, task_id: str, op: str, args: dict[str, Any] | None = None, instance: str = INSTANCE
 ) -> httpx.Response:
@@ -169,6 +180,27 @@ async def test_a_run_on_the_worker_hands_work_to_a_replicas_role(client: httpx.A
     assert usage["children"] == first["metadata"]["usage"]
     assert usage["children"]["inputTokens"] == 10
     assert usage["childTasks"] == [said["taskId"]]
+
+
+async def test_a_worker_runs_send_waits_past_the_servers_hold_of_one_call(client: httpx.AsyncClient):
+    """The server holds one call at most `CALL_WAIT_S` (25 s); the worker asks again until the child ends."""
+    assert CALL_WAIT_S < 28
+    _, [late] = await finished(client, "triager", [{"send": "reviewer", "text": "sleep:28;say:late"}])
+    assert (late["state"], late["text"]) == ("completed", "late")
+
+
+async def test_cancelling_a_worker_task_cancels_its_children(client: httpx.AsyncClient):
+    plan = [{"send": "reviewer", "text": "sleep:120", "wait": False}, {"sleep": 120}]
+    task = await start(client, "triager", plan)
+    async with asyncio.timeout(DEADLINE_S):
+        while not (found := await children(client, task["id"], "reviewer")):
+            await asyncio.sleep(POLL_S)
+    [child] = found
+    await until(client, child["id"], "reviewer", "working")
+    await ok(client, "tasks/cancel", {"id": task["id"]}, "triager")
+    ended = await until(client, child["id"], "reviewer", "canceled", "completed", "failed")
+    assert ended["status"]["state"] == "canceled"
+    assert task["id"] in ended["status"]["message"]["parts"][0]["text"]
 
 
 async def test_a_worker_task_that_ends_cancels_the_children_it_left_running(client: httpx.AsyncClient):
