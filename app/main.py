@@ -27,7 +27,7 @@ from app.api.edge.fallback import Fallback, http_error
 from app.api.edge.metrics import Metrics, RequestMetrics
 from app.api.edge.observe import Observe
 from app.api.edge.slashes import StripTrailingSlash
-from app.api.endpoints import console, health, workers
+from app.api.endpoints import console, health, worker_calls, workers
 from app.api.endpoints.discovery import router as discovery_router
 from app.api.endpoints.metrics_live import Live
 from app.api.endpoints.usage import router as usage_router
@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     _bindings(app)
     app.include_router(health.router)
     app.include_router(workers.router)
+    app.include_router(worker_calls.router)
     app.include_router(discovery_router)
     app.include_router(usage_router)
     app.include_router(openapi.router)
