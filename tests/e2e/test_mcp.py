@@ -8,19 +8,16 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextResourceContents
+from mcp_types import TextResourceContents
 
 from tests.conftest import make_server
 from tests.support.auth import JwksServer, SigningKey, api_keys_env, bearer, key_of
+from tests.support.mcp import MODES, answer, mcp_client, refusal
 from tests.support.server import ServerProcess, until_available
 
 AGENTS = {
@@ -35,8 +32,6 @@ AGENTS = {
 }
 ENDPOINT = {"lead": "", "reviewer": "/agents/reviewer"}
 """Each role's A2A endpoints: the first role's at the root."""
-MODES = ["legacy", "2026-07-28"]
-"""The client's eras: the initialize handshake (stateless here), and the per-request protocol."""
 
 
 @pytest.fixture(scope="module")
@@ -47,38 +42,23 @@ def key() -> SigningKey:
 @pytest.fixture(scope="module")
 async def team(tmp_path_factory: Any, key: SigningKey) -> AsyncIterator[ServerProcess]:
     jwks = JwksServer([key])
-    srv = await make_server(
-        "sqlite",
-        tmp_path_factory.mktemp("mcp"),
-        **{**api_keys_env(AGENTS=json.dumps(AGENTS)), **jwks.env(), "AUTH_MODE": "required"},
-    )
     try:
-        await until_available([srv], AGENTS, key_of("alice"))
-        yield srv
+        srv = await make_server(
+            "sqlite",
+            tmp_path_factory.mktemp("mcp"),
+            **{**api_keys_env(AGENTS=json.dumps(AGENTS)), **jwks.env(), "AUTH_MODE": "required"},
+        )
+        try:
+            await until_available([srv], AGENTS, key_of("alice"))
+            yield srv
+        finally:
+            srv.stop()
     finally:
-        srv.stop()
         jwks.close()
 
 
-@asynccontextmanager
-async def mcp(server: ServerProcess, headers: dict[str, str], mode: str = "legacy") -> AsyncIterator[Client]:
-    async with create_mcp_http_client(headers=headers) as http:
-        transport = streamable_http_client(f"{server.base_url}/mcp", http_client=http)
-        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
-            yield client
-
-
-def answer(result: CallToolResult) -> dict[str, Any]:
-    """A tool's answer: its text is the JSON of its structured content."""
-    assert not result.is_error, result.content
-    body = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    assert body == result.structured_content
-    return body
-
-
-def refusal(result: CallToolResult) -> str:
-    assert result.is_error, result
-    return result.content[0].text  # type: ignore[union-attr]
+def mcp(server: ServerProcess, headers: dict[str, str], mode: str = "legacy") -> Any:
+    return mcp_client(server.base_url, headers, mode)
 
 
 async def rpc_task(server: ServerProcess, role: str, task_id: str, who: str = "alice") -> dict[str, Any]:

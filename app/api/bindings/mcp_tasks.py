@@ -131,11 +131,12 @@ class Host:
             )
         return out
 
-    async def find(self, task_id: str) -> tuple[Components, Task]:
-        """The caller's task and its role; TaskNotFoundError when no role has it for this caller."""
+    async def find(self, task_id: str, history: int | None = 0) -> tuple[Components, Task]:
+        """The caller's task (with its last `history` messages; None: all) and its role; TaskNotFoundError
+        when no role has it for this caller."""
         for c in self.roles.values():
             try:
-                return c, await c.service.get(self.owner, task_id)
+                return c, await c.service.get(self.owner, task_id, history)
             except TaskNotFoundError:
                 continue
         raise TaskNotFoundError(f"Task {task_id} not found", {"taskId": task_id})

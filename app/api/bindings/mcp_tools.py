@@ -285,7 +285,7 @@ async def _read_resource(
     try:
         if not uri.startswith(TASK_SCHEME) or not task_id:
             raise InvalidParamsError(f"No resource {uri!r}: this server has task://{{task_id}} only")
-        _, task = await _host(ctx).find(task_id)
+        _, task = await _host(ctx).find(task_id, None)
     except A2AError as exc:
         raise MCPError(INVALID_PARAMS, exc.message, {"uri": uri}) from None
     except Exception as exc:
