@@ -107,8 +107,9 @@ async def test_a_task_run_over_mcp_is_an_ordinary_task(team: ServerProcess, mode
     assert got["result"]["status"]["state"] == "completed"
 
 
-async def test_a_task_that_asks_is_answered(team: ServerProcess):
-    async with mcp(team, key_of("alice")) as client:
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_task_that_asks_is_answered(team: ServerProcess, mode: str):
+    async with mcp(team, key_of("alice"), mode) as client:
         asked = answer(await client.call_tool("run_task", {"role": "lead", "message": "ask:Merge it?"}))
         assert asked["state"] == "input-required", asked
         assert "Merge it?" in asked["text"]
@@ -120,13 +121,14 @@ async def test_a_task_that_asks_is_answered(team: ServerProcess):
     assert (await rpc_task(team, "lead", asked["task_id"]))["result"]["status"]["state"] == "completed"
 
 
-async def test_waiting_sends_progress(team: ServerProcess):
+@pytest.mark.parametrize("mode", MODES)
+async def test_waiting_sends_progress(team: ServerProcess, mode: str):
     notes: list[tuple[float, str | None]] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         notes.append((value, message))
 
-    async with mcp(team, key_of("alice")) as client:
+    async with mcp(team, key_of("alice"), mode) as client:
         # The agent works a while after the task is stored, so its events come after the task's first read.
         result = await client.call_tool(
             "run_task", {"role": "lead", "message": "sleep:2;say:one;say:two"}, progress_callback=progress
@@ -136,6 +138,8 @@ async def test_waiting_sends_progress(team: ServerProcess):
     assert notes, "no progress notification while the task was waited on"
     assert [v for v, _ in notes] == sorted(v for v, _ in notes)
     assert any(m and m.startswith("completed") for _, m in notes), notes
+    # Every chunk of the answer is named as its artifact, though only the first carries the name.
+    assert {m for _, m in notes if m and m.startswith("artifact")} == {"artifact assistant-response"}, notes
 
 
 async def test_a_task_is_canceled(team: ServerProcess):

@@ -229,6 +229,7 @@ def _same(item: Item) -> Item:
 async def _follow(items: AsyncIterator[Item], progress: Progress, timeout_s: float) -> None:
     """Tell the host of each event until the task ends or asks (or `timeout_s`, the blocking timeout of a
     send, passes: the host then reads it with `get_task`)."""
+    names: dict[str, str] = {}  # an artifact's name, which only its first chunk carries
     try:
         async with asyncio.timeout(timeout_s):
             async for item in items:
@@ -241,7 +242,9 @@ async def _follow(items: AsyncIterator[Item], progress: Progress, timeout_s: flo
                     if event.status.state in STOP_STATES:
                         return
                 else:
-                    await progress(item.seq, f"artifact {event.artifact.name or event.artifact.artifact_id}")
+                    art = event.artifact
+                    name = names.setdefault(art.artifact_id, art.name or art.artifact_id)
+                    await progress(item.seq, f"artifact {name}")
     except TimeoutError:
         return
 
