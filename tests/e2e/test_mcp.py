@@ -5,6 +5,7 @@ started over MCP is an ordinary task: JSON-RPC `tasks/get` on its role's endpoin
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextResourceContents
 
@@ -119,6 +121,35 @@ async def test_a_task_that_asks_is_answered(team: ServerProcess, mode: str):
     assert done["task_id"] == asked["task_id"] and done["state"] == "completed"
     assert "answer:y" in done["text"]
     assert (await rpc_task(team, "lead", asked["task_id"]))["result"]["status"]["state"] == "completed"
+
+
+async def test_the_a2a_stream_follows_a_task_started_over_mcp(team: ServerProcess):
+    async with mcp(team, key_of("alice")) as client:
+        asked = answer(await client.call_tool("run_task", {"role": "reviewer", "message": "ask:Approve?"}))
+        assert asked["state"] == "input-required", asked
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe", "params": {"id": asked["task_id"]}}
+        states: list[str] = []
+        async with (
+            httpx.AsyncClient(base_url=team.base_url, timeout=30) as http,
+            aconnect_sse(
+                http, "POST", "/agents/reviewer/a2a/jsonrpc", json=body, headers=key_of("alice")
+            ) as src,
+        ):
+            events = src.aiter_sse()
+            first = json.loads((await anext(events)).data)["result"]
+            assert first["id"] == asked["task_id"] and first["status"]["state"] == "input-required"
+            # Subscribed: the answer over MCP moves the task the stream follows.
+            answering = asyncio.ensure_future(
+                client.call_tool("answer_task", {"task_id": asked["task_id"], "message": "y", "wait": False})
+            )
+            async for sse in events:
+                event = json.loads(sse.data)["result"]
+                if event.get("kind") == "status-update":
+                    states.append(event["status"]["state"])
+                    if event.get("final"):
+                        break
+            answer(await answering)
+    assert states[0] == "working" and states[-1] == "completed", states
 
 
 @pytest.mark.parametrize("mode", MODES)
