@@ -181,8 +181,10 @@ async def test_a_task_is_canceled(team: ServerProcess):
         assert started["state"] in ("submitted", "working"), started
         canceled = answer(await client.call_tool("cancel_task", {"task_id": started["task_id"]}))
         again = refusal(await client.call_tool("cancel_task", {"task_id": started["task_id"]}))
+        late = refusal(await client.call_tool("answer_task", {"task_id": started["task_id"], "message": "y"}))
     assert canceled["state"] == "canceled"
-    assert "cancel" in again.lower()
+    assert again == f"Task {started['task_id']} is already canceled and cannot be canceled"
+    assert late == f"Task {started['task_id']} is canceled; a finished task takes no more messages"
     assert (await rpc_task(team, "reviewer", started["task_id"]))["result"]["status"]["state"] == "canceled"
 
 
