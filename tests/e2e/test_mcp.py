@@ -302,3 +302,11 @@ async def test_no_credential_is_a_401(team: ServerProcess, headers: dict[str, st
     assert resp.status_code == 401, resp.text
     assert resp.headers["www-authenticate"].startswith("Bearer")
     assert "Traceback" not in resp.text
+
+
+@pytest.mark.parametrize("uri", ["note://x", "task://"])
+async def test_a_resource_this_server_lacks_is_an_error(team: ServerProcess, uri: str):
+    async with mcp(team, key_of("alice")) as client:
+        with pytest.raises(MCPError) as read:
+            await client.read_resource(uri)
+    assert read.value.error.message == f"No resource {uri!r}: this server has task://{{task_id}} only"

@@ -19,6 +19,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
@@ -289,7 +290,7 @@ async def _read_resource(
     except A2AError as exc:
         raise MCPError(INVALID_PARAMS, exc.message, {"uri": uri}) from None
     except Exception as exc:
-        raise MCPError(INVALID_PARAMS, unexpected(exc, "MCP resources/read").message, {"uri": uri}) from None
+        raise MCPError(INTERNAL_ERROR, unexpected(exc, "MCP resources/read").message, {"uri": uri}) from None
     body = orjson.dumps(protojson_v10.encode_task(task)).decode()
     return ReadResourceResult(
         contents=[TextResourceContents(uri=uri, text=body, mime_type="application/json")]
