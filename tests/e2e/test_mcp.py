@@ -32,6 +32,8 @@ AGENTS = {
         },
     },
 }
+ORIGIN = "https://host.example"
+"""A browser-based MCP host's origin (CORS_ORIGINS)."""
 ENDPOINT = {"lead": "", "reviewer": "/agents/reviewer"}
 """Each role's A2A endpoints: the first role's at the root."""
 
@@ -49,6 +51,7 @@ async def team(tmp_path_factory: Any, key: SigningKey) -> AsyncIterator[ServerPr
             "sqlite",
             tmp_path_factory.mktemp("mcp"),
             **{**api_keys_env(AGENTS=json.dumps(AGENTS)), **jwks.env(), "AUTH_MODE": "required"},
+            CORS_ORIGINS=ORIGIN,
         )
         try:
             await until_available([srv], AGENTS, key_of("alice"))
@@ -310,3 +313,17 @@ async def test_a_resource_this_server_lacks_is_an_error(team: ServerProcess, uri
         with pytest.raises(MCPError) as read:
             await client.read_resource(uri)
     assert read.value.error.message == f"No resource {uri!r}: this server has task://{{task_id}} only"
+
+
+async def test_a_browser_host_may_call_from_an_allowed_origin(team: ServerProcess):
+    asked = {
+        "Origin": ORIGIN,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type,x-api-key,mcp-protocol-version",
+    }
+    async with httpx.AsyncClient(base_url=team.base_url, timeout=30) as c:
+        resp = await c.options("/mcp", headers=asked)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["access-control-allow-origin"] == ORIGIN
+    allowed = {h.strip().lower() for h in resp.headers["access-control-allow-headers"].split(",")}
+    assert {"content-type", "x-api-key", "mcp-protocol-version"} <= allowed
