@@ -1,0 +1,33 @@
+"""A test agent that hands work to other roles through its `TaskContext` (agents calling agents), as its
+message scripts it, so a test builds a task tree through the public API alone.
+
+The text is `||`-separated calls, made in order, each `call <role>: <message>`: the message goes to the role
+(which may be a caller too, so `call reviewer: call checker: say:ok` makes a grandchild). A child that asks
+(input-required) has its question asked of this task's own client, and the answer is handed down to it.
+The task completes with each child's answer, one line a child: `<role>: <state>: <text>`.
+"""
+
+from __future__ import annotations
+
+from app.agents.sdk import Agent, Skill, TaskContext
+
+
+class CallerAgent(Agent):
+    name = "Caller"
+    description = "Hands the work its message names to other roles"
+    skills = (Skill("call", "Call other agents", "Sends work to other roles and reports their answers"),)
+
+    async def run(self, task: TaskContext) -> None:
+        lines = []
+        for step in task.text.split("||"):
+            head, _, message = step.strip().partition(":")
+            verb, _, role = head.strip().partition(" ")
+            if verb != "call" or not role:
+                await task.fail(f"Not a call: {step.strip()!r}")
+                return
+            child = await task.send_to_agent(role.strip(), message.strip())
+            while child.state in ("input-required", "auth-required"):
+                answer = await task.ask(f"{child.role} asks: {child.text}")
+                child = await task.answer_task(child.task_id, answer.text())
+            lines.append(f"{child.role}: {child.state}: {child.text}")
+        await task.complete("\n".join(lines))
