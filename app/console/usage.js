@@ -29,6 +29,13 @@ export function renderUsage(usage) {
     if (usage[key] === undefined || usage[key] === null) continue;
     facts.append(el("dt", { text: label }), el("dd", { "data-usage": key, text: format ? format(usage[key]) : String(usage[key]) }));
   }
+  const children = usage.children;
+  if (children && typeof children === "object") {
+    // What the tasks it called (agents calling agents) used: counted in their own tasks, not in the above.
+    const count = Array.isArray(usage.childTasks) ? usage.childTasks.length : 0;
+    facts.append(el("dt", { text: "Tasks it called" }), el("dd", { "data-usage": "children",
+      text: `${usageCell(children) || "nothing reported"} (${count} task${count === 1 ? "" : "s"} it called, and theirs; not in the sums above)` }));
+  }
   const models = Object.entries(usage.models || {});
   if (!models.length) return facts;
   const table = el("table", { class: "tasks models" },

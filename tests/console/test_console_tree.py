@@ -30,7 +30,7 @@ AGENTS = {
     "reviewer": {"adapter": "tests.support.agents.caller:CallerAgent"},
     "checker": {"adapter": "scripted"},
 }
-HOSTILE = "<img src=x onerror=\"window.__pwned = 1; alert('tree')\">"
+HOSTILE = "<img src=x onerror=\"window.__pwned = 1, alert('tree')\">"
 """A grandchild's message, so its title (shown in every tree it is in) tries to run script."""
 TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
 
@@ -68,7 +68,8 @@ async def test_a_parent_shows_its_tree_and_a_child_links_to_its_parent(
     base = team.base_url
     lead = await start_v10(
         base,
-        f"call reviewer: call checker: say:{HOSTILE} || call checker: say:a second look",
+        f"call reviewer: call checker: say:{HOSTILE};usage:m:10:5:0.01"
+        " || call checker: say:a second look;usage:m:100:20:0.25",
         key_of("alice"),
     )
     done = await until(base, lead["id"], {"TASK_STATE_COMPLETED"})
@@ -104,10 +105,13 @@ async def test_a_parent_shows_its_tree_and_a_child_links_to_its_parent(
     await expect(below.locator(":scope > .tree-entry .tree-role")).to_have_text("reviewer")
     nested = below.locator(f":scope > ul > li[data-tree-task='{grandchild['id']}']")
     await expect(nested.locator(":scope > .tree-entry .tree-role")).to_have_text("checker")
-    await expect(nested.locator("a.title")).to_have_text(f"say:{HOSTILE}")
+    await expect(nested.locator("a.title")).to_have_text(f"say:{HOSTILE};usage:m:10:5:0.01")
     await expect(here.locator(f":scope > ul > li[data-tree-task='{second['id']}'] a.title")).to_have_text(
-        "say:a second look"
+        "say:a second look;usage:m:100:20:0.25"
     )
+    # The children's usage, rolled up once into the lead's (the grandchild's through the reviewer's).
+    assert done["metadata"]["usage"]["children"]["costUsd"] == pytest.approx(0.26)
+    await expect(page.locator("#usage [data-usage='children']")).to_contain_text("$0.2600 (2 tasks it called")
     await page.screenshot(path=str(tmp_path / "parent.png"), full_page=True)
 
     # Down to the grandchild: its parent's link, its call path, the tasks above it.
@@ -119,7 +123,7 @@ async def test_a_parent_shows_its_tree_and_a_child_links_to_its_parent(
     await expect(
         root.locator(f":scope > ul > li[data-tree-task='{reviewer['id']}'] li.here")
     ).to_have_attribute("data-tree-task", grandchild["id"])
-    await expect(page.locator(".task-head h1")).to_have_text(f"say:{HOSTILE}")
+    await expect(page.locator(".task-head h1")).to_have_text(f"say:{HOSTILE};usage:m:10:5:0.01")
     await page.screenshot(path=str(tmp_path / "grandchild.png"), full_page=True)
 
     # Up to the parent by its link.
