@@ -2,7 +2,8 @@
 message scripts it, so a test builds a task tree through the public API alone.
 
 The text is `||`-separated calls, made in order, each `call <role>: <message>`: the message goes to the role
-(which may be a caller too, so `call reviewer: call checker: say:ok` makes a grandchild). A child that asks
+(which may be a caller too, so `call reviewer: call checker: say:ok` makes a grandchild). A first line that is
+not a call is what a person would have written, and is only read (a task's title). A child that asks
 (input-required) has its question asked of this task's own client, and the answer is handed down to it.
 The task completes with each child's answer, one line a child: `<role>: <state>: <text>`.
 """
@@ -19,7 +20,9 @@ class CallerAgent(Agent):
 
     async def run(self, task: TaskContext) -> None:
         lines = []
-        for step in task.text.split("||"):
+        prose, _, rest = task.text.partition("\n")
+        script = task.text if prose.startswith("call ") or not rest else rest
+        for step in script.split("||"):
             head, _, message = step.strip().partition(":")
             verb, _, role = head.strip().partition(" ")
             if verb != "call" or not role:
