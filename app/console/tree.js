@@ -51,6 +51,7 @@ export async function followTree(box, taskId, here) {
   // Draws the tree into `box`, then again every TREE_REFRESH_MS while a task in it (this one included,
   // `here()` reads its state) has not ended: the tasks around it move without an event on this task's stream.
   const token = viewToken;
+  let drawn = null; // what the box shows: redrawn only when that changes, so a link is not replaced under a click
   for (;;) {
     let tree;
     try {
@@ -60,8 +61,12 @@ export async function followTree(box, taskId, here) {
     }
     if (token !== viewToken) return;
     if (tree) {
-      const section = renderTree(tree, here());
-      box.replaceChildren(...(section ? [section] : []));
+      const key = JSON.stringify([tree, here()]);
+      if (key !== drawn) {
+        drawn = key;
+        const section = renderTree(tree, here());
+        box.replaceChildren(...(section ? [section] : []));
+      }
       if (TERMINAL.has(here().state) && settled([...tree.ancestors.map((a) => ({ ...a, children: [] })), ...tree.children])) return;
     }
     await sleep(TREE_REFRESH_MS);
