@@ -3,7 +3,7 @@
 `.venv/bin/python scripts/console_screenshots.py`: starts a server on a throwaway SQLite database with the
 scripted test agent, gives it a few tasks (finished with a diff, waiting for approval, working, failed), and
 photographs the task list, a task page, the new-task form and the agents page with Debian's Chromium; then
-another with a team whose agents call each other (tests/support/agents/caller.py), and photographs a task
+another with a team whose agents call each other (tests/support/agents/delegate.py), and photographs a task
 tree. `... console_screenshots.py tree` takes the tree alone.
 """
 
@@ -40,8 +40,8 @@ DIFF = "say:" + "\n".join(
 
 
 TEAM = {
-    "lead": {"adapter": "tests.support.agents.caller:CallerAgent"},
-    "reviewer": {"adapter": "tests.support.agents.caller:CallerAgent"},
+    "lead": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
+    "reviewer": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
     "tester": {"adapter": "scripted"},
 }
 LEAD = (

@@ -25,6 +25,10 @@ the tool calls announced with `tool_call()` when the report leaves them out, pri
 report does not give (the price table), records each report and sums them in the task's metadata
 (`metadata.usage`).
 
+On a deployment of several roles a run may hand work to another role's agent: `list_agents`,
+`send_to_agent`, `get_task`, `answer_task` and `cancel_task` (through `TaskContext.calls`, the server's;
+`CallError` when it refuses, or gives this run none).
+
 An agent's author imports from this module alone: what an agent uses is defined or re-exported here, a
 facade over the modules it lives in (`Message`, `Part`, `Usage`, `ModelUsage` from the domain model;
 `RESPONSE_ARTIFACT` from `emissions.py`, which holds the internals of `TaskContext`'s events: the usage

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.agents.calls import AgentInfo, CallError, ChildTask
 from app.agents.emissions import response_artifact_id
-from app.protocol.errors import A2AError, TaskNotCancelableError
+from app.protocol.errors import A2AError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import (
     DEPTH_KEY,
     INTERRUPTED_STATES,
@@ -134,7 +134,10 @@ class LocalCalls:
 
     async def get_task(self, task_id: str) -> ChildTask:
         role, service = await self._mine(task_id)
-        return child_task(await service.get(self.owner, task_id), role)
+        try:
+            return child_task(await service.get(self.owner, task_id), role)
+        except TaskNotFoundError:  # deleted meanwhile (retention)
+            raise CallError(f"Task {task_id!r} is {NOT_MINE}") from None
 
     async def answer_task(self, task_id: str, text: str, wait: bool = True) -> ChildTask:
         role, service = await self._mine(task_id)

@@ -1,7 +1,7 @@
 """A task tree on the console, in a real browser against a real server process on both databases.
 
-The tree is built through the public API alone, by a Python agent (tests/support/agents/caller.py) that hands
-work to other roles through its TaskContext (`lead` → `reviewer` → `checker`, and `lead` → `checker`). A
+The tree is built through the public API alone, by a Python agent (tests/support/agents/delegate.py) that
+hands work to other roles through its TaskContext (`lead` → `reviewer` → `checker`, and `lead` → `checker`). A
 parent's page shows its children and theirs (role, state, title, link), a child's page links to its parent
 and names its call path, a child's state changes show on the parent's page without a reload, titles are
 text, and the tree read is its owner's alone."""
@@ -26,8 +26,8 @@ from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
 
 AGENTS = {
-    "lead": {"adapter": "tests.support.agents.caller:CallerAgent"},
-    "reviewer": {"adapter": "tests.support.agents.caller:CallerAgent"},
+    "lead": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
+    "reviewer": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
     "checker": {"adapter": "scripted"},
 }
 HOSTILE = "<img src=x onerror=\"window.__pwned = 1, alert('tree')\">"
