@@ -25,6 +25,7 @@ from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
 from .run import approval_decision, describe_tool
+from .tools import SERVER_NAME
 
 ACP_VERSION = 1
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
@@ -95,7 +96,10 @@ class GeminiAcpRun(RpcRun):
         return []
 
     async def _open_session(self) -> None:
-        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
+        servers = []
+        if tools := self.tools_command():
+            servers.append({"name": SERVER_NAME, "command": tools[0], "args": tools[1:], "env": []})
+        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": servers})
 
     async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if error is not None:
