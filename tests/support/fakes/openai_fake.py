@@ -14,7 +14,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
+from .base import (
+    ERROR_MESSAGE,
+    TEXT_CHUNKS,
+    FakeServer,
+    Reply,
+    Scenario,
+    call_final_text,
+    call_script,
+    final_text,
+    next_call,
+    offered_tool,
+    scenario_of,
+)
 
 API_KEY_ENV = "FAKE_OPENAI_KEY"
 
@@ -55,12 +67,33 @@ def _output_text(output: Any) -> str:
     return json.dumps(output)
 
 
+def tool_names(tools: Any) -> list[str]:
+    """Every tool name a request offers, namespaced ones too."""
+    out: list[str] = []
+    for t in tools or ():
+        if isinstance(t, dict):
+            if isinstance(t.get("name"), str):
+                out.append(t["name"])
+            out += tool_names(t.get("tools"))
+    return out
+
+
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("error" | "hang" | "text", None) for one request."""
+    """("final", tool output) | ("tool", Scenario) | ("mcp", (name, arguments)) | ("said", text) |
+    ("error" | "hang" | "text", None) for one request."""
     items = [i for i in body.get("input") or () if isinstance(i, dict)]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
     last_user = users[-1] if users else -1
     outputs = [i for i in items[last_user + 1 :] if i.get("type") == "function_call_output"]
+    if calls := call_script(_texts(items[last_user]) if users else []):
+        said = [_output_text(o.get("output")) for o in outputs]
+        step = next_call(calls, said)
+        if step is None:
+            return "said", call_final_text(said[-1] if said else "")
+        name = offered_tool(tool_names(body.get("tools")), step[0])
+        if name is None:
+            return "said", f"No tool a2a {step[0]} is offered"
+        return "mcp", (name, step[1])
     scenario = scenario_of(_texts(items[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(outputs) + 1)
@@ -91,7 +124,9 @@ class OpenAIFake(FakeServer):
             return Reply(hang=True)
         if kind == "tool":
             return self._stream(n, self._function_call(n, arg))
-        text = final_text(arg) if kind == "final" else None
+        if kind == "mcp":
+            return self._stream(n, self._named_call(n, *arg))
+        text = final_text(arg) if kind == "final" else arg if kind == "said" else None
         return self._stream(n, self._message(n, text))
 
     def _message(self, n: int, text: str | None) -> list[dict[str, Any]]:
@@ -122,11 +157,15 @@ class OpenAIFake(FakeServer):
     @staticmethod
     def _function_call(n: int, scenario: Scenario) -> list[dict[str, Any]]:
         args = {"cmd": scenario.command(), "yield_time_ms": 30000}
+        return OpenAIFake._named_call(n, "exec_command", args)
+
+    @staticmethod
+    def _named_call(n: int, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
         item = {
             "type": "function_call",
             "id": f"fc_{n}",
             "call_id": f"call_{n}",
-            "name": "exec_command",
+            "name": name,
             "arguments": json.dumps(args),
             "status": "completed",
         }
