@@ -231,6 +231,12 @@ class Settings(BaseSettings):
     gemini_bin: str = "gemini"
     max_concurrent_tasks: int = Field(default=64, ge=1)
     """Agents this process runs at once; further tasks wait `submitted`."""
+    agent_call_depth: int = Field(default=3, ge=0)
+    """How many calls deep agents may hand work to agents (`send_to_agent`): a task a client started is at
+    depth 0, a task its run started at 1, ...; a call that would go deeper is refused. 0: no calls."""
+    agent_call_wait_s: float = Field(default=600.0, gt=0)
+    """Longest a run's `send_to_agent` or `answer_task` waits for the task it started to end or ask; past
+    it the task comes back `working`, for the run to poll with `get_task`."""
 
     # ---- Push notifications ----
     push_notification_allow_http: bool = False

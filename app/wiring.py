@@ -11,8 +11,9 @@ outside `app/cli/` and this module assembles roles or stores.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -24,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
+from app.agents.calls import AgentCalls, AgentInfo
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
 from app.agents.sdk import Agent
@@ -38,11 +40,12 @@ from app.api.paths import CARD_PATH
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
-from app.protocol.errors import InternalError, TaskNotCancelableError, TaskNotFoundError
+from app.protocol.errors import A2AError, InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
 from app.push.configs import PushConfigs
 from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
 from app.roles import Role
+from app.runner.calls import CallsFactory
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.prices import PriceTable, PriceTableError
@@ -57,9 +60,11 @@ from app.store.instances import InstanceRecord, Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.retention import Pruning
+from app.store.tree import Tree
 from app.store.usage import UsageReads
 from app.store.writer import Writer
 from app.tasks.executor import Executor
+from app.tasks.held import LiveTask
 from app.tasks.live import LiveTasks
 from app.tasks.losses import Losses
 from app.tasks.parts import RoleParts
@@ -116,10 +121,12 @@ def role_stack(
     *,
     push_ring: Callable[[], None] | None = None,
     exclusive: bool = False,
+    cascade: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> tuple[LiveTasks, E, TaskService]:
     """The role's live tasks on its parts, its executor made on them (a `Runner`, `Idle`, or the admin
     command line's bystander), and its task service over both, as the settings say. `push_ring` wakes the
-    local push deliverer; `exclusive`: the role's agent has effects (`LiveTasks`)."""
+    local push deliverer; `exclusive`: the role's agent has effects (`LiveTasks`); `cascade`: cancels a
+    canceled task's children (`TaskService`)."""
     tasks = LiveTasks(parts, settings.db_outage_grace_s, push_ring, exclusive)
     run = executor(tasks)
     service = TaskService(
@@ -131,6 +138,7 @@ def role_stack(
         max_history=settings.max_history_length,
         keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
         stream_until=settings.send_stream_until,
+        cascade=cascade,
     )
     return tasks, run, service
 
@@ -173,6 +181,9 @@ class _Shared:
     metrics: Metrics | None
     every: dict[str, Components]
     """Every role's components, filled in as they are built (the default role's first)."""
+    calls: CallsFactory
+    """The calls of agents to agents, over every role's task service (read from `every` at each call)."""
+    tree: Tree
 
 
 @asynccontextmanager
@@ -213,20 +224,30 @@ async def wire(
         }
         every: dict[str, Components] = {}
         instances = Instances(engine)
+        discovery = Discovery(
+            instances,
+            "replica",
+            settings.replica_id,
+            settings.discovery_heartbeat_s,
+            settings.discovery_max_age_s,
+            _instances(settings, roles, cards, every),
+        )
+        tree = Tree(engine)
+        calls = CallsFactory(
+            partial(_service, every),
+            {name: _agent_info(name, cards[name]) for name in roles},
+            discovery.live,
+            tree,
+            depth_limit=settings.agent_call_depth,
+            wait_s=settings.agent_call_wait_s,
+        )
         shared = _Shared(
             settings,
             engine,
             bus,
             writer,
             deliverer,
-            Discovery(
-                instances,
-                "replica",
-                settings.replica_id,
-                settings.discovery_heartbeat_s,
-                settings.discovery_max_age_s,
-                _instances(settings, roles, cards, every),
-            ),
+            discovery,
             instances,
             UsageReads(engine),
             Retention(
@@ -240,6 +261,8 @@ async def wire(
             price_table(settings),
             metrics,
             every,
+            calls,
+            tree,
         )
         # One role: no role filter anywhere (today's queries and counters, exactly). Several: each role's
         # reads, leases, limits and control messages are its own.
@@ -293,10 +316,11 @@ async def _role(
     stack.push_async_callback(limited.aclose)
     effects = not agent.pure
     parts = role_parts(settings, shared.engine, shared.writer, bus, name, several=several, runs_once=effects)
-    executor = partial(_executor, settings, role, agent, shared.prices)
+    executor = partial(_executor, settings, role, agent, shared.prices, shared.calls)
     ring = shared.deliverer.ring if settings.push_deliver else None
+    cascade = partial(_cascade, shared.every, shared.tree)
     tasks, runner, service = role_stack(
-        parts, executor, settings, shared.engine, push_ring=ring, exclusive=effects
+        parts, executor, settings, shared.engine, push_ring=ring, exclusive=effects, cascade=cascade
     )
     reaper = Reaper(
         parts.leases,
@@ -338,6 +362,7 @@ async def _role(
         retention=shared.retention,
         sweep=shared.sweep,
         repos=repo_policy(agent),
+        calls=shared.calls,
     )
 
 
@@ -363,9 +388,10 @@ def sweep_of(settings: Settings, contexts: Contexts) -> Sweep:
 
 
 def _executor(
-    settings: Settings, role: Role, agent: Agent, prices: PriceTable, tasks: LiveTasks
+    settings: Settings, role: Role, agent: Agent, prices: PriceTable, calls: CallsFactory, tasks: LiveTasks
 ) -> Runner | Idle:
-    """The role's runner on its live tasks, or `Idle` when this process does not run it (`AGENT_ROLES`)."""
+    """The role's runner on its live tasks, or `Idle` when this process does not run it (`AGENT_ROLES`);
+    its runs call other agents through `calls`."""
     if not role.runs_here:
         return Idle(tasks)
     return Runner(
@@ -380,7 +406,53 @@ def _executor(
         queue_poll_s=settings.queue_poll_s,
         prices=prices,
         role=role.name,
+        calls=partial(_run_calls, calls, role.name),
     )
+
+
+def _run_calls(calls: CallsFactory, role: str, live: LiveTask) -> AgentCalls:
+    """The calls of a run here of `live`, a task of `role`."""
+    return calls.for_parent(live.owner, live.task.id, role, live.task.metadata)
+
+
+def _service(every: Mapping[str, Components], role: str) -> TaskService | None:
+    c = every.get(role)
+    return c.service if c is not None else None
+
+
+def _agent_info(role: str, role_card: Card) -> AgentInfo:
+    """A role as a run's `list_agents` shows it, from its public card (available: filled in at the call)."""
+    public = orjson.loads(role_card.hybrid.body)
+    return AgentInfo(
+        role=role,
+        name=public["name"],
+        description=public["description"],
+        skills=tuple(public["skills"]),
+        available=False,
+    )
+
+
+async def _cascade(every: Mapping[str, Components], tree: Tree, owner: str, task_id: str) -> None:
+    """Cancel the children of a canceled task that still run, each through its role's service (which
+    cancels its own children in turn)."""
+
+    async def cancel(role: str, child: str) -> None:
+        c = every.get(role)
+        if c is None:
+            return
+        try:
+            await c.service.cancel(owner, child, reason=f"Its parent task {task_id} was canceled")
+        except (TaskNotCancelableError, TaskNotFoundError):
+            pass  # it ended (or went) meanwhile
+        except A2AError as exc:
+            log.warning("task %s: its child %s could not be canceled: %s", task_id, child, exc.message)
+
+    try:
+        children = await tree.open_children(owner, task_id)
+    except Exception:
+        log.exception("task %s: its children could not be read to cancel them", task_id)
+        return
+    await asyncio.gather(*(cancel(n.role, n.task_id) for n in children))
 
 
 async def _start(

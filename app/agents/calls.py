@@ -15,16 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.protocol.model import Part
+from app.protocol.model import DEPTH_KEY, PARENT_KEY, PATH_KEY, TREE_KEYS, Part
 
-PARENT_KEY = "parentTaskId"
-"""A child task's metadata (and its first message's): the task whose run started it."""
-DEPTH_KEY = "callDepth"
-"""A child task's metadata: how many calls deep it is (a task a client started is at depth 0)."""
-PATH_KEY = "callPath"
-"""A child task's metadata: the roles from the tree's root task down to this one, in order."""
-TREE_KEYS = (PARENT_KEY, DEPTH_KEY, PATH_KEY)
-"""The metadata the server alone writes: a client's message that carries one of them is refused."""
+__all__ = [
+    "DEPTH_KEY",
+    "PARENT_KEY",
+    "PATH_KEY",
+    "TREE_KEYS",
+    "AgentCalls",
+    "AgentInfo",
+    "CallError",
+    "ChildTask",
+]
 
 
 class CallError(Exception):

@@ -25,6 +25,10 @@ the tool calls announced with `tool_call()` when the report leaves them out, pri
 report does not give (the price table), records each report and sums them in the task's metadata
 (`metadata.usage`).
 
+On a deployment of several roles a run may hand work to another role's agent: `list_agents`,
+`send_to_agent`, `get_task`, `answer_task` and `cancel_task` (through `TaskContext.calls`, the server's;
+`CallError` when it refuses, or gives this run none).
+
 An agent's author imports from this module alone: what an agent uses is defined or re-exported here, a
 facade over the modules it lives in (`Message`, `Part`, `Usage`, `ModelUsage` from the domain model;
 `RESPONSE_ARTIFACT` from `emissions.py`, which holds the internals of `TaskContext`'s events: the usage
@@ -42,13 +46,17 @@ from typing import Any, Protocol
 
 from app.protocol.events import ArtifactUpdate, Event, StatusUpdate, status_update
 from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskState, new_id
-from app.protocol.usage import USAGE_KEY, ModelUsage, Usage
+from app.protocol.usage import CHILD_USAGE_KEY, USAGE_KEY, ModelUsage, Usage
 
+from .calls import AgentCalls, AgentInfo, CallError, ChildTask
 from .emissions import RESPONSE_ARTIFACT, Emit, Price, UsageMeter, response_artifact_id, tool_call_metadata
 
 __all__ = [
     "RESPONSE_ARTIFACT",
     "Agent",
+    "AgentInfo",
+    "CallError",
+    "ChildTask",
     "Extension",
     "Message",
     "ModelUsage",
@@ -182,6 +190,7 @@ class TaskContext(Request):
         "_response_started",
         "_turn_end_hooks",
         "attachments",
+        "calls",
         "workspace",
     )
 
@@ -216,6 +225,9 @@ class TaskContext(Request):
         default, or an earlier task of the context made one), else a plain folder; None otherwise."""
         self.attachments: list[Path] = []
         """The message's inline files, written under `workspace / "attachments"` (a workspace agent's)."""
+        self.calls: AgentCalls | None = None
+        """What this run may ask of the server about other agents (set by the server; None: it gives
+        none). The methods `list_agents` ... `cancel_task` below call it."""
 
     @property
     def id(self) -> str:
@@ -336,11 +348,49 @@ class TaskContext(Request):
         """Refuse the task (status `rejected`)."""
         await self._finish(TaskState.REJECTED, text, parts, usage)
 
+    # ---- other agents -------------------------------------------------------------------------------
+
+    async def list_agents(self) -> Sequence[AgentInfo]:
+        """The deployment's roles: their cards' names, descriptions and skills, and whether each runs now."""
+        return await self._calls().list_agents()
+
+    async def send_to_agent(
+        self, role: str, text: str, files: Sequence[Part] = (), wait: bool = True
+    ) -> ChildTask:
+        """Start a task on `role` (a child of this one, in a context of its own, as this task's principal)
+        and, with `wait`, wait until it ends or asks (AGENT_CALL_WAIT_S at most: then it comes back
+        `working`; poll it with `get_task`). A refusal (no such role, too deep, a loop) is a CallError."""
+        return await self._calls().send_to_agent(role, text, files, wait)
+
+    async def get_task(self, task_id: str) -> ChildTask:
+        """A task this run started, as it stands."""
+        return await self._calls().get_task(task_id)
+
+    async def answer_task(self, task_id: str, text: str, wait: bool = True) -> ChildTask:
+        """Answer the question of a task this run started (`input-required`); waits as `send_to_agent`."""
+        return await self._calls().answer_task(task_id, text, wait)
+
+    async def cancel_task(self, task_id: str) -> ChildTask:
+        """Cancel a task this run started (and the tasks it started in turn)."""
+        return await self._calls().cancel_task(task_id)
+
+    def _calls(self) -> AgentCalls:
+        if self.calls is None:
+            raise CallError("This server gives this run no calls to other agents")
+        return self.calls
+
     # ---- what the server calls ------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
         """The user's answer to `ask`/`ask_auth`."""
         self._answers.put_nowait(message)
+
+    async def record_child(self, task_id: str, usage: Mapping[str, Any]) -> None:
+        """Add an ended child's usage summary to this task's `metadata.usage.children` (once per child: the
+        step counts it by its id), in a status `working`; no usage report of this run's."""
+        ev = self._status(TaskState.WORKING, None)
+        ev.metadata = {CHILD_USAGE_KEY: {"taskId": task_id, USAGE_KEY: dict(usage)}}
+        await self._send([ev])
 
     async def cancel(self) -> None:
         """Mark the task cancelled and run the agent's cancel hooks; later emissions are dropped."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from app.agents.cli.sweep import Sweep
     from app.bus.base import Bus
     from app.push.deliverer import Deliverer
+    from app.runner.calls import CallsFactory
     from app.runner.discovery import Discovery
     from app.runner.idle import Idle
     from app.runner.reaper import Reaper
@@ -83,6 +84,9 @@ class Components:
     repos: RepoPolicy | None = None
     """What repository and files a message may bring (a coding-agent CLI's role); None: the role's agent
     works on no repository, and a message naming one is refused."""
+    calls: CallsFactory | None = None
+    """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
+    get theirs from it, and so does a remote worker's run through the worker endpoint."""
 
     @property
     def running(self) -> int:

@@ -61,6 +61,25 @@ def session_of(metadata: dict[str, Any] | None) -> dict[str, str] | None:
     return kept or None
 
 
+PARENT_KEY = "parentTaskId"
+"""A child task's metadata (and its first message's): the task whose run started it."""
+DEPTH_KEY = "callDepth"
+"""A child task's metadata: how many calls deep it is (a task a client started is at depth 0)."""
+PATH_KEY = "callPath"
+"""A child task's metadata: the roles from the tree's root task down to this one, in order."""
+TREE_KEYS = (PARENT_KEY, DEPTH_KEY, PATH_KEY)
+"""The metadata of the task tree (agents calling agents, `app/agents/calls.py`): the server alone writes
+it, so a client's message that carries one of them is refused; a new task takes it from its first
+message (`tree_of`)."""
+
+
+def tree_of(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The tree keys a (server-made) first message's metadata carries, for its task's metadata; None when
+    it carries none."""
+    tree = {k: metadata[k] for k in TREE_KEYS if k in (metadata or {})}
+    return tree or None
+
+
 class Role(StrEnum):
     USER = "user"
     AGENT = "agent"

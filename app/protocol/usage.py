@@ -24,6 +24,14 @@ from typing import Any
 
 USAGE_KEY = "usage"
 """The key of a report in a status-update's metadata, and of the task's sum in the task's metadata."""
+CHILD_USAGE_KEY = "childUsage"
+"""The key of a child task's usage in a status-update's metadata (`{"taskId", "usage"}`: the child's summary),
+which the run of its parent emits once the child ended (agents calling agents): added to the parent's
+`usage.children`, never a report of its own (the child's reports are counted where it recorded them)."""
+CHILDREN_KEY = "children"
+"""In a task's usage summary: the sum of its ended children's summaries (theirs with their own children)."""
+COUNTED_KEY = "childTasks"
+"""In a task's usage summary: the ids of the children summed into `children`, so each is added once."""
 COST_REPORTED = "reported"
 COST_PRICE_TABLE = "price-table"
 COST_MIXED = "mixed"
@@ -246,16 +254,7 @@ def add_to_summary(summary: Mapping[str, Any] | None, usage: Usage) -> dict[str,
     `{"reports", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "costUsd", "wallMs",
     "turns", "toolCalls", "models": {model: {"inputTokens", ..., "costUsd", "costSource"}}}`; `costUsd` sums
     the costs known (None while none is), a model whose cost is unknown has `costUsd` None in `models`."""
-    out = empty_summary()
-    if isinstance(summary, Mapping):
-        for key in ("reports", *_TOTALS):
-            value = summary.get(key)
-            out[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
-        cost = summary.get("costUsd")
-        out["costUsd"] = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
-        models = summary.get("models")
-        if isinstance(models, Mapping):
-            out["models"] = {k: dict(v) for k, v in models.items() if isinstance(v, Mapping)}
+    out = _copy(summary)
     out["reports"] += 1
     out["inputTokens"] += usage.tokens("input")
     out["outputTokens"] += usage.tokens("output")
@@ -270,6 +269,67 @@ def add_to_summary(summary: Mapping[str, Any] | None, usage: Usage) -> dict[str,
         before = out["models"].get(m.model)
         mine = ModelUsage.from_wire({"model": m.model, **before}) if before else None
         out["models"][m.model] = _model_sum(_add_model(mine, m) if mine is not None else m)
+    return out
+
+
+def _copy(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A summary as `empty_summary` shapes it, with what `summary` holds (its children's sum kept)."""
+    out = empty_summary()
+    if isinstance(summary, Mapping):
+        for key in ("reports", *_TOTALS):
+            value = summary.get(key)
+            out[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
+        cost = summary.get("costUsd")
+        out["costUsd"] = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+        models = summary.get("models")
+        if isinstance(models, Mapping):
+            out["models"] = {k: dict(v) for k, v in models.items() if isinstance(v, Mapping)}
+        children = summary.get(CHILDREN_KEY)
+        counted = summary.get(COUNTED_KEY)
+        if isinstance(children, Mapping) and isinstance(counted, list):
+            out[CHILDREN_KEY] = _copy(children)
+            out[CHILDREN_KEY].pop(CHILDREN_KEY, None)
+            out[COUNTED_KEY] = [c for c in counted if isinstance(c, str)]
+    return out
+
+
+def add_summaries(into: Mapping[str, Any] | None, other: Mapping[str, Any]) -> dict[str, Any]:
+    """`into` with the reports, totals, costs and models of another summary added (its children not)."""
+    out = _copy(into)
+    out.pop(CHILDREN_KEY, None)
+    out.pop(COUNTED_KEY, None)
+    add = _copy(other)
+    out["reports"] += add["reports"]
+    for key in _TOTALS:
+        out[key] += add[key]
+    if add["costUsd"] is not None:
+        out["costUsd"] = round((out["costUsd"] or 0.0) + add["costUsd"], COST_DIGITS)
+    for name, model in add["models"].items():
+        try:
+            theirs = ModelUsage.from_wire({**model, "model": name})
+            before = out["models"].get(name)
+            mine = ModelUsage.from_wire({**before, "model": name}) if before else None
+        except UsageError:
+            continue
+        out["models"][name] = _model_sum(_add_model(mine, theirs) if mine is not None else theirs)
+    return out
+
+
+def add_child(
+    summary: Mapping[str, Any] | None, child_id: str, child: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """A task's usage summary with an ended child's summary (`child`, its own children's sum included) added
+    to its `children`; None when that child is already counted."""
+    out = _copy(summary)
+    counted = out.get(COUNTED_KEY, [])
+    if child_id in counted:
+        return None
+    children = add_summaries(out.get(CHILDREN_KEY), child)
+    grandchildren = _copy(child).get(CHILDREN_KEY)
+    if grandchildren is not None:
+        children = add_summaries(children, grandchildren)
+    out[CHILDREN_KEY] = children
+    out[COUNTED_KEY] = [*counted, child_id]
     return out
 
 

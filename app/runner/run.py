@@ -29,7 +29,10 @@ from app.store.outage import backoff, is_unavailable
 from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
 from app.telemetry import logs, traces
 
+from .run_calls import RunCalls
+
 if TYPE_CHECKING:
+    from app.agents.calls import AgentCalls
     from app.protocol.events import Event
     from app.protocol.model import Message
 
@@ -80,6 +83,9 @@ class RunSetup:
     """The run of this task is over: the runner stops counting it."""
     closing: Callable[[], bool]
     """Whether the runner is shutting down: it then ends or hands back the tasks of the runs it stops."""
+    calls: Callable[[LiveTask], AgentCalls] | None = None
+    """A run's calls to other agents, for its task (the parent): the replica's `LocalCalls`, a remote
+    worker's own; None: its agents get none (`TaskContext.calls`)."""
 
 
 class AgentRun:
@@ -193,6 +199,8 @@ class AgentRun:
         prices = self._setup.prices
         price = prices.price if prices is not None else None
         self.ctx = ctx = TaskContext(request, task_id, queue.put, response_started=started, price=price)
+        calls = RunCalls(self._setup.calls(live), ctx.record_child) if self._setup.calls else None
+        ctx.calls = calls
         live.on_end = self._ended
         timeout_s = self._setup.timeout_s
         try:
@@ -203,6 +211,17 @@ class AgentRun:
             await tasks.fail(
                 task_id, f"The agent did not finish within {timeout_s:g} s and was stopped.", wait=True
             )
+        if calls is not None:
+            await self._close_calls(calls)
+
+    async def _close_calls(self, calls: RunCalls) -> None:
+        """The task ended here (not canceled or lost: those stop the run before this): cancel the children
+        its run left running, within the cancel grace."""
+        try:
+            async with asyncio.timeout(self._setup.grace_s + 5):
+                await calls.close()
+        except Exception:
+            log.exception("could not cancel the children task %s left running", self.task_id)
 
     async def _consume(
         self, ctx: TaskContext, queue: asyncio.Queue[list[Event] | BaseException | None]

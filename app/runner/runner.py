@@ -29,7 +29,9 @@ from app.store.outage import OutageLog, is_unavailable
 from .run import AgentRun, RunSetup, RunTasks, request_for
 
 if TYPE_CHECKING:
+    from app.agents.calls import AgentCalls
     from app.protocol.model import Message
+    from app.tasks.held import LiveTask
 
     from .prices import PriceTable
 
@@ -72,7 +74,9 @@ class Runner:
         queue_poll_s: float = 2.0,
         prices: PriceTable | None = None,
         role: str = "default",
+        calls: Callable[[LiveTask], AgentCalls] | None = None,
     ) -> None:
+        """`calls`: each run's calls to other agents, made for its task (`RunSetup.calls`)."""
         self._tasks = tasks
         self.role = role
         """The role whose agents run here (what a run's log records and span name)."""
@@ -95,6 +99,7 @@ class Runner:
             release_slot=self.release_slot,
             over=self._over,
             closing=lambda: self._closing,
+            calls=calls,
         )
         self._wake = asyncio.Event()
         self._backlog = True

@@ -93,6 +93,9 @@ class TaskRow(Base):
     """The task's agent has effects (not `pure`: a CLI in the context's workspace, its session): while the
     task is open (not ended) it is the only open task of its context, per owner and role
     (`OPEN_CONTEXT_UNIQUE`). False for a pure agent's tasks, which may run side by side."""
+    parent_task_id: Mapped[str | None] = mapped_column(String(64))
+    """The task whose run started this one (`metadata.parentTaskId`, set by the server alone at creation):
+    that run reads, answers and cancels only its own children. NULL: a client started it."""
     retry_key: Mapped[str | None] = mapped_column(String(64))
     """While the task is `submitted` or `working`: the hash of the message that started it (messageId,
     parts, taskId/contextId as sent), so a retry of that message attaches instead of starting another;
@@ -106,6 +109,7 @@ class TaskRow(Base):
         Index("ix_tasks_owner_status_at", "owner", "status_at", "id"),
         Index("ix_tasks_owner_context_status_at", "owner", "context_id", "status_at", "id"),
         Index("ix_tasks_status_at", "status_at", "id"),
+        Index("ix_tasks_owner_parent", "owner", "parent_task_id"),
         Index(RETRY_KEY_UNIQUE, "owner", "retry_key", unique=True),
         Index(
             OPEN_CONTEXT_UNIQUE,

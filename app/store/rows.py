@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from app.protocol.events import ArtifactUpdate, event_kind, fold_artifact
-from app.protocol.model import Artifact
+from app.protocol.model import PARENT_KEY, Artifact
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -111,7 +111,8 @@ def new_task(
 ) -> dict[str, Any]:
     """A new task's row, its first event (`submitted`, number 1) already counted; `traceparent`: the W3C
     trace context of the request that created it (with tracing on); `run_started`: its run starts here
-    once it is committed (`run_started_at`); `exclusive`: the only open task of its context allowed."""
+    once it is committed (`run_started_at`); `exclusive`: the only open task of its context allowed. Its
+    metadata is its tree's (`tree_of` its first message), with the parent in a column of its own."""
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -119,7 +120,7 @@ def new_task(
         "state": task.status.state.value,
         "status": task.status.to_store(),
         "transitions": transition_rows(task.transitions),
-        "metadata": None,
+        "metadata": task.metadata,
         "title": title(task),
         "last_seq": 1,
         "created_at": now,
@@ -132,7 +133,14 @@ def new_task(
         "traceparent": traceparent,
         "run_started_at": now if run_started else None,
         "exclusive": exclusive,
+        "parent_task_id": parent_of(task),
     }
+
+
+def parent_of(task: Task) -> str | None:
+    """The task whose run started `task` (its metadata's `parentTaskId`, the server's own), if any."""
+    parent = (task.metadata or {}).get(PARENT_KEY)
+    return parent if isinstance(parent, str) else None
 
 
 def title(task: Task) -> str | None:

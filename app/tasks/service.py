@@ -9,7 +9,7 @@ agents. A send finds an earlier copy of itself first (`copies`), then stores a n
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,6 +35,7 @@ from app.protocol.model import (
     TaskStatus,
     iso,
     new_id,
+    tree_of,
     utcnow,
 )
 from app.push.configs import PushConfigs
@@ -94,12 +95,15 @@ class TaskService:
         max_history: int | None = None,
         keys: IdempotencyKeys | None = None,
         stream_until: str = "interrupted",
+        cascade: Callable[[str, str], Awaitable[None]] | None = None,
     ):
         """It reads, writes and forwards through the repository, writer, bus and leases of its `tasks` (whose
         role is its role). `stream_until` (`SEND_STREAM_UNTIL`): where a send's stream ends, at the first
         `interrupted` state (input-required, auth-required) or a terminal one, or only at a `terminal`
-        one; a subscriber's stream always follows the task to its end."""
+        one; a subscriber's stream always follows the task to its end. `cascade(owner, task_id)`: cancels
+        the children a canceled task's runs started (on any role, through their own `cancel`)."""
         self._tasks = tasks
+        self._cascade = cascade
         self._executor = executor
         self.blocking_timeout_s = blocking_timeout_s
         self._stream_stop = STOP_STATES if stream_until == "interrupted" else TERMINAL_STATES
@@ -146,6 +150,10 @@ class TaskService:
             )
         except InvalidPageToken:
             raise InvalidParamsError("pageToken is not one this server issued") from None
+
+    async def wait(self, owner: str, task_id: str, timeout_s: float) -> Task:
+        """The caller's task once it is terminal or waiting for input, or as it stands after `timeout_s`."""
+        return self._reader.clip(await self._reader.wait_stopped(owner, task_id, timeout_s))
 
     async def opening(self, owner: str, context_id: str | None, task_id: str | None = None) -> Message | None:
         """The message that opened the caller's context (of `task_id` when no `context_id` is given), for the
@@ -296,6 +304,7 @@ class TaskService:
             context_id=context_id,
             status=status,
             history=[message],
+            metadata=tree_of(message.metadata),
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))
@@ -408,7 +417,8 @@ class TaskService:
         take_over_unheard: bool = True,
     ) -> Task:
         """Cancel the task with `reason` as its status message (default: by the client), where it is
-        written: here, or forwarded to the replica holding it. With `take_over` (the admin command line,
+        written: here, or forwarded to the replica holding it; the children its runs started that still
+        run are canceled after it (`cascade`). With `take_over` (the admin command line,
         or a holder that did not answer, unless `take_over_unheard` is False) its lease is taken even from
         a live holder, which stops its run at its next commit or heartbeat (`LiveTasks.writable`)."""
         logs.bind(task_id=task_id)
@@ -437,6 +447,8 @@ class TaskService:
                 f"Task {task_id} is already {state.value} and cannot be canceled", {"taskId": task_id}
             )
         await self._executor.stop(task_id)
+        if self._cascade is not None:
+            await self._cascade(owner, task_id)
         return live.snapshot().task
 
 

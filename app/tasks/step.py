@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate, fold_artifact
 from app.protocol.model import INTERRUPTED_STATES, SESSION_KEY, TERMINAL_STATES, StateTransition, session_of
-from app.protocol.usage import USAGE_KEY, Usage, UsageError, add_to_summary
+from app.protocol.usage import CHILD_USAGE_KEY, USAGE_KEY, Usage, UsageError, add_child, add_to_summary
 from app.push import payloads
 from app.push.configs import new_row
 from app.store import rows
@@ -87,8 +87,8 @@ class Step:
     usage: list[tuple[int, Usage]] = field(default_factory=list)
     """The usage reports the status events carry, each with its event's number."""
     metadata: dict[str, Any] | None = None
-    """The task's metadata with the reports added to its usage and the session reported; None when no
-    event reports either."""
+    """The task's metadata with the reports (and ended children's usage) added to its usage and the session
+    reported; None when no event reports any of them."""
 
     def apply_to(self, task: Task, events: list[Event]) -> None:
         """Bring the in-memory task up to the step, once it is stored."""
@@ -104,7 +104,8 @@ class Step:
 
 def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
     """Number `events` after `seq` and check each status change against the state machine; sum the usage
-    the status events report into the task's metadata, and keep the last session one reports there."""
+    the status events report into the task's metadata (an ended child's into its `children`, once per
+    child), and keep the last session one reports there."""
     state = task.status.state
     status = task.status
     transitions = list(task.transitions)
@@ -112,6 +113,7 @@ def step(task: Task, seq: int, events: list[Event], messages: list[Message] | No
     records: list[EventRecord] = []
     usage: list[tuple[int, Usage]] = []
     session: dict[str, str] | None = None
+    children: list[tuple[str, dict[str, Any]]] = []
     for ev in events:
         seq += 1
         records.append(EventRecord(seq, ev))
@@ -127,14 +129,32 @@ def step(task: Task, seq: int, events: list[Event], messages: list[Message] | No
                 usage.append((seq, report))
             if (reported := session_of(ev.metadata)) is not None:
                 session = reported
+            if (child := child_usage(ev)) is not None:
+                children.append(child)
     metadata = None
-    if usage or session is not None:
+    if usage or session is not None or children:
         metadata = dict(task.metadata or {})
         for _, report in usage:
             metadata[USAGE_KEY] = add_to_summary(metadata.get(USAGE_KEY), report)
+        for child_id, summary in children:
+            if (added := add_child(metadata.get(USAGE_KEY), child_id, summary)) is not None:
+                metadata[USAGE_KEY] = added
         if session is not None:
             metadata[SESSION_KEY] = session
     return Step(records, status, transitions, history_add, seq, usage, metadata)
+
+
+def child_usage(ev: StatusUpdate) -> tuple[str, dict[str, Any]] | None:
+    """The ended child's usage a status event of its parent carries (`metadata.childUsage`: its id and
+    summary), if it carries one."""
+    raw = (ev.metadata or {}).get(CHILD_USAGE_KEY)
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("taskId"), str)
+        or not isinstance(raw.get(USAGE_KEY), dict)
+    ):
+        return None
+    return raw["taskId"], raw[USAGE_KEY]
 
 
 def reported_usage(ev: StatusUpdate) -> Usage | None:

@@ -11,6 +11,8 @@ from app.protocol.usage import (
     ModelUsage,
     Usage,
     UsageError,
+    add_child,
+    add_summaries,
     add_to_summary,
 )
 
@@ -140,3 +142,25 @@ def test_a_sum_with_no_known_cost_has_none_and_a_damaged_sum_starts_again() -> N
 def test_defaults_fill_only_what_the_report_leaves_out() -> None:
     u = Usage.of("m", wall_ms=7).with_defaults(wall_ms=100, tool_calls=3)
     assert (u.wall_ms, u.tool_calls) == (7, 3)
+
+
+def test_a_child_is_added_to_the_summary_once_and_its_own_reports_keep_it() -> None:
+    own = add_to_summary(None, Usage.of("a", input_tokens=3, cost_usd=0.01))
+    child = add_to_summary(None, Usage.of("a", input_tokens=10, output_tokens=2, cost_usd=0.02))
+    summed = add_child(own, "c1", child)
+    assert summed is not None
+    assert summed["children"] == child and summed["childTasks"] == ["c1"]
+    assert (summed["reports"], summed["inputTokens"], summed["costUsd"]) == (1, 3, 0.01)
+    assert add_child(summed, "c1", child) is None
+    later = add_to_summary(summed, Usage.of("b", input_tokens=1))
+    assert later["children"] == child and later["childTasks"] == ["c1"] and later["inputTokens"] == 4
+    two = add_child(later, "c2", child)
+    assert two is not None
+    assert (two["children"]["reports"], two["children"]["inputTokens"]) == (2, 20)
+    assert two["children"]["models"]["a"]["costUsd"] == 0.04
+
+
+def test_add_summaries_skips_what_is_not_a_summary() -> None:
+    assert add_summaries(None, {"reports": "x", "models": {"m": {"inputTokens": -1}}}) == add_summaries(
+        None, {}
+    )

@@ -14,14 +14,16 @@ from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
 from app.protocol.errors import InvalidParamsError
-from app.protocol.model import Message
+from app.protocol.model import TREE_KEYS, Message
 
 from .calls import Call, Item, Stream, accept_message
 
 
 async def admit(message: Message, call: Call) -> Message:
-    """Everything a message must pass before it is stored: media types, size, and the task rate."""
+    """Everything a message must pass before it is stored: media types, size, the task tree's metadata
+    (the server's own), and the task rate."""
     accept_message(message, call)
+    tree(message)
     limits: Limits = call.c.limits
     if len(message.parts) > limits.max_parts:
         raise InvalidParamsError(
@@ -38,6 +40,18 @@ async def admit(message: Message, call: Call) -> Message:
     if not message.task_id:
         await limits.rate.take(call.owner)
     return message
+
+
+def tree(message: Message) -> None:
+    """A client never names a task's parent, depth or path (`TREE_KEYS`): the server writes them when a run
+    starts a task (`runner/calls.py`), and a run's calls are checked against them."""
+    for key in TREE_KEYS:
+        if key in (message.metadata or {}):
+            raise InvalidParamsError(
+                f"metadata.{key} is set by the server alone, for a task an agent's run started; a message "
+                "may not carry it",
+                {"field": f"metadata.{key}"},
+            )
 
 
 async def repository(message: Message, call: Call) -> None:
