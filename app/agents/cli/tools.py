@@ -229,8 +229,8 @@ class ToolServer:
                         continue
                     try:
                         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    except Exception as exc:  # the SDK answers a message it cannot parse
-                        await to_server.send(exc)
+                    except ValueError:  # the SDK would drop it unanswered: JSON-RPC's error instead
+                        writer.write(_refusal(line))
                         continue
                     await to_server.send(SessionMessage(message))
 
@@ -311,6 +311,22 @@ class ToolServer:
             raise BadArguments(f"{name}: larger than {FILE_LIMIT >> 20} MiB")
         media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return Part(raw=path.read_bytes(), media_type=media_type, filename=path.name)
+
+
+def _refusal(line: bytes) -> bytes:
+    """The answer to a line that is not a JSON-RPC message: a parse error (-32700), or an invalid request
+    (-32600) naming the id it gave, if any."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        code, message, request_id = types.PARSE_ERROR, "Parse error: not JSON", None
+    else:
+        request_id = obj.get("id") if isinstance(obj, dict) else None
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            request_id = None
+        code, message = types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message"
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(error).encode() + b"\n"
 
 
 def _error(text: str) -> types.CallToolResult:
