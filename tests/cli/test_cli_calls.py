@@ -159,7 +159,7 @@ async def probed(tmp_path_factory: Any) -> AsyncIterator[Team]:
 
 def host_socket(context_id: str) -> Path | None:
     """The host's path of the tool socket a live jailed run of `context_id` was given (its bwrap's
-    `--ro-bind <host path> /run/a2a/tools.sock`)."""
+    `--ro-bind <host folder> /run/a2a/tools`)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -167,9 +167,8 @@ def host_socket(context_id: str) -> Path | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if "/run/a2a/tools.sock" in argv and any(context_id in a for a in argv):
-            at = argv.index("/run/a2a/tools.sock")
-            return Path(argv[at - 1])
+        if "/run/a2a/tools" in argv and any(context_id in a for a in argv):
+            return Path(argv[argv.index("/run/a2a/tools") - 1]) / "tools.sock"
     return None
 
 
@@ -204,9 +203,10 @@ async def test_a_hostile_agent_gets_nothing_but_its_own_tools(probed: Team) -> N
     task = await wait_until_stopped(c, task, within_s=RUN_S)
     assert task["status"]["state"] == "completed", task["status"]
     report = json.loads(response_text(task))
-    assert report["tools argv"][-2:] == ["/run/a2a/tools_relay.py", "/run/a2a/tools.sock"]
+    assert report["tools argv"][-2:] == ["/run/a2a/tools_relay.py", "/run/a2a/tools/tools.sock"]
     # Egress is on (the default in the jail): its relay and socket are beside the tools'.
-    assert report["seen in /run/a2a"] == ["bridge.py", "egress.sock", "tools.sock", "tools_relay.py"]
+    assert report["seen in /run/a2a"] == ["bridge.py", "egress.sock", "tools", "tools_relay.py"]
+    assert report["seen in /run/a2a/tools"] == ["tools.sock"]
     own = report["own"]
     assert own["initialize"] == "a2a"
     assert own["tools"] == ["answer_task", "cancel_task", "get_task", "list_agents", "send_to_agent"]

@@ -174,6 +174,18 @@ class CliRun(AgentRun):
 
     # ---- the run ---------------------------------------------------------------------------------
 
+    def tools_command(self) -> list[str] | None:
+        """The argv of the stdio MCP server that gives the CLI this run's tools (`tools.py`); None when the
+        run has none. An adapter puts it in its CLI's MCP configuration as the server `tools.SERVER_NAME`."""
+        if self.tools is None:
+            return None
+        return self.tools.relay(jailed=self.options.sandbox == "bwrap")
+
+    def tools_file(self, name: str, text: str) -> str:
+        """A settings file beside the run's tool socket (`ToolServer.write`), as the CLI sees its path."""
+        assert self.tools is not None
+        return self.tools.write(name, text, jailed=self.options.sandbox == "bwrap")
+
     def prompt(self) -> str:
         """The user's text for the CLI: the message's text, naming the files attached to it."""
         return self.repo.prompt(self.request.message.text())
@@ -276,10 +288,8 @@ class CliRun(AgentRun):
         ended = False
         try:
             jail = await self.agent.ready_jail()
-            socket = self.tools.path if self.tools is not None else None
-            launcher = (
-                None if jail is None else functools.partial(_jailed, jail, self.workspace, home, socket)
-            )
+            tools = self.tools.folder if self.tools is not None else None
+            launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home, tools)
             proc = CliProcess(
                 argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher
             )

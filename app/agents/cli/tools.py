@@ -4,8 +4,9 @@ When the server gives a run calls (`TaskContext.calls`), the run starts a `ToolS
 socket in a folder of its own (mode 0700, under the server's temporary folder, out of every workspace and
 HOME), each connection served as one MCP session by the official SDK's low-level `Server` (newline-delimited
 JSON-RPC, as over stdio). The CLI is configured to start `jail/tools_relay.py` as its stdio MCP server; the
-relay copies its stdin and stdout to the socket, which `Jail.wrap` shows in the jail at a fixed path (without
-the jail, the host's paths are used).
+relay copies its stdin and stdout to the socket, whose folder `Jail.wrap` shows in the jail read-only at a
+fixed path (without the jail, the host's paths are used); a CLI that reads its MCP servers from a settings
+file only (headless Gemini) gets one there (`write`).
 
 The socket is the run's credential: it reaches only this run's calls, bound to its task (the parent), never
 the principal's key, and it carries nothing but these tools. It is closed and removed when the run's CLI has
@@ -39,7 +40,7 @@ from mcp.shared.message import SessionMessage
 from app.protocol.model import Part
 
 from ..calls import AgentCalls, AgentInfo, CallError, ChildTask
-from ..jail.sandbox import IN_JAIL_TOOLS_RELAY, IN_JAIL_TOOLS_SOCKET, TOOLS_RELAY, relay_python
+from ..jail.sandbox import IN_JAIL_TOOLS, IN_JAIL_TOOLS_RELAY, TOOLS_RELAY, relay_python
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +193,16 @@ class ToolServer:
         """The argv of the stdio MCP server a CLI starts: the relay to this socket, as the CLI sees both."""
         python = relay_python()[0]
         if jailed:
-            return [python, "-I", "-S", IN_JAIL_TOOLS_RELAY, IN_JAIL_TOOLS_SOCKET]
+            return [python, "-I", "-S", IN_JAIL_TOOLS_RELAY, f"{IN_JAIL_TOOLS}/{self.path.name}"]
         return [python, "-I", "-S", str(TOOLS_RELAY), str(self.path)]
+
+    def write(self, name: str, text: str, jailed: bool) -> str:
+        """A file beside the socket (a CLI's settings that name the server), read-only in the jail; its path
+        as the CLI sees it."""
+        path = self.folder / name
+        path.write_text(text)
+        path.chmod(0o600)
+        return f"{IN_JAIL_TOOLS}/{name}" if jailed else str(path)
 
     # ---- one connection: an MCP session -------------------------------------------------------------
 

@@ -41,7 +41,8 @@ IN_JAIL_SOCKET = "/run/a2a/egress.sock"
 IN_JAIL_BRIDGE = "/run/a2a/bridge.py"
 BRIDGE = Path(str(resources.files("app.agents.jail") / "bridge.py"))
 """The relay run inside the jail (standard library only), a resource of this package bound in read-only."""
-IN_JAIL_TOOLS_SOCKET = "/run/a2a/tools.sock"
+IN_JAIL_TOOLS = "/run/a2a/tools"
+"""Where a jail shows its run's tool folder (`cli/tools.py`: the socket, a CLI's settings naming it)."""
 IN_JAIL_TOOLS_RELAY = "/run/a2a/tools_relay.py"
 TOOLS_RELAY = Path(str(resources.files("app.agents.jail") / "tools_relay.py"))
 """The stdio MCP server a CLI starts for its run's tools (`cli/tools.py`): a relay to the run's socket."""
@@ -196,8 +197,8 @@ class Jail:
     ) -> list[str]:
         """`bwrap ... -- [bridge] argv`, argv[0] resolved; FileNotFoundError when it does not exist.
         `bridge=False` leaves out the egress relay (the start-up check runs `true` without a proxy).
-        `tools`: the run's tool socket (`cli/tools.py`), shown at IN_JAIL_TOOLS_SOCKET with its relay at
-        IN_JAIL_TOOLS_RELAY, both read-only; nothing else of the host's folder that holds it."""
+        `tools`: the run's tool folder (`cli/tools.py`: its socket alone, or with a CLI's settings), shown
+        read-only at IN_JAIL_TOOLS with the relay at IN_JAIL_TOOLS_RELAY."""
         path = env.get("PATH")
         binary = resolve_binary(argv[0], path)
         binds = _binds(binary, path, self.options)
@@ -220,7 +221,7 @@ class Jail:
         shown_python = False
         if tools is not None:
             out += ["--ro-bind", str(TOOLS_RELAY), IN_JAIL_TOOLS_RELAY]
-            out += ["--ro-bind", str(tools), IN_JAIL_TOOLS_SOCKET, *python_binds]
+            out += ["--ro-bind", str(tools), IN_JAIL_TOOLS, *python_binds]
             shown_python = True
         if egress:
             out.append("--unshare-net")

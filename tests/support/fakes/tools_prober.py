@@ -88,7 +88,9 @@ def probe(path, foreign):
 prompt = json.loads(sys.stdin.readline())
 plan = json.loads(prompt["text"])
 tools = prompt.get("tools")
-report = {"tools argv": tools, "seen in /run/a2a": attempt(lambda: sorted(os.listdir("/run/a2a")))}
+report = {"tools argv": tools}
+for folder in ("/run/a2a", "/run/a2a/tools"):
+    report[f"seen in {folder}"] = attempt(lambda f=folder: sorted(os.listdir(f)))
 if tools:
     report["own"] = attempt(probe, tools[-1], plan.get("foreign", "nothing"))
 if plan.get("other"):
