@@ -130,7 +130,7 @@ async def test_the_lead_cli_hands_review_to_the_reviewer(team: Team) -> None:
     lead = await wait_until_stopped(team.client, lead, within_s=RUN_S)
     assert lead["status"]["state"] == "completed", lead["status"]
     answer = response_text(lead)
-    assert answer.startswith("Done: a2a said ") and "LGTM, ship it" in answer, answer
+    assert "Done: a2a said " in answer and "LGTM, ship it" in answer, answer
 
     [child] = await team.children(lead["id"])
     assert child["status"]["state"] == "TASK_STATE_COMPLETED"
