@@ -67,19 +67,22 @@ def _output_text(output: Any) -> str:
     return json.dumps(output)
 
 
-def tool_names(tools: Any) -> list[str]:
-    """Every tool name a request offers, namespaced ones too."""
-    out: list[str] = []
+def tool_names(tools: Any, namespace: str = "") -> dict[str, tuple[str, str]]:
+    """Every function a request offers, by qualified name (`mcp__a2a__send_to_agent` for `send_to_agent` in
+    Codex's namespace `mcp__a2a`, where it puts an MCP server's tools): (its namespace or "", its name)."""
+    out: dict[str, tuple[str, str]] = {}
     for t in tools or ():
-        if isinstance(t, dict):
-            if isinstance(t.get("name"), str):
-                out.append(t["name"])
-            out += tool_names(t.get("tools"))
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            continue
+        if t.get("type") == "namespace":
+            out |= tool_names(t.get("tools"), t["name"])
+        else:
+            out[f"{namespace}__{t['name']}" if namespace else t["name"]] = (namespace, t["name"])
     return out
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("mcp", (name, arguments)) | ("said", text) |
+    """("final", tool output) | ("tool", Scenario) | ("mcp", (namespace, name, arguments)) | ("said", text) |
     ("error" | "hang" | "text", None) for one request."""
     items = [i for i in body.get("input") or () if isinstance(i, dict)]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
@@ -90,10 +93,11 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
         step = next_call(calls, said)
         if step is None:
             return "said", call_final_text(said[-1] if said else "")
-        name = offered_tool(tool_names(body.get("tools")), step[0])
+        offered = tool_names(body.get("tools"))
+        name = offered_tool(list(offered), step[0])
         if name is None:
             return "said", f"No tool a2a {step[0]} is offered"
-        return "mcp", (name, step[1])
+        return "mcp", (*offered[name], step[1])
     scenario = scenario_of(_texts(items[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(outputs) + 1)
@@ -125,7 +129,8 @@ class OpenAIFake(FakeServer):
         if kind == "tool":
             return self._stream(n, self._function_call(n, arg))
         if kind == "mcp":
-            return self._stream(n, self._named_call(n, *arg))
+            namespace, name, args = arg
+            return self._stream(n, self._named_call(n, name, args, namespace))
         text = final_text(arg) if kind == "final" else arg if kind == "said" else None
         return self._stream(n, self._message(n, text))
 
@@ -160,7 +165,7 @@ class OpenAIFake(FakeServer):
         return OpenAIFake._named_call(n, "exec_command", args)
 
     @staticmethod
-    def _named_call(n: int, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+    def _named_call(n: int, name: str, args: dict[str, Any], namespace: str = "") -> list[dict[str, Any]]:
         item = {
             "type": "function_call",
             "id": f"fc_{n}",
@@ -169,6 +174,8 @@ class OpenAIFake(FakeServer):
             "arguments": json.dumps(args),
             "status": "completed",
         }
+        if namespace:
+            item["namespace"] = namespace
         return [
             {"type": "response.output_item.added", "output_index": 0, "item": {**item, "arguments": ""}},
             {"type": "response.output_item.done", "output_index": 0, "item": item},
