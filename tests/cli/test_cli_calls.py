@@ -142,6 +142,24 @@ async def test_the_lead_cli_hands_review_to_the_reviewer(team: Team) -> None:
     assert usage["children"]["costUsd"] == 0.01
 
 
+async def test_a_child_that_asks_is_answered_by_the_lead_cli(team: Team) -> None:
+    """The reviewer asks; send_to_agent comes back with its question, the lead's CLI answers it with
+    answer_task (the fake fills in the child's id from the first result), and both complete."""
+    ask = json.dumps({"role": "reviewer", "message": "ask:Which branch?"})
+    answer = json.dumps({"id": "{taskId}", "message": "main"})
+    prompt = f"Have this reviewed.\nCALL: send_to_agent {ask}\nCALL: answer_task {answer}"
+    lead = await send_message(team.client, prompt)
+    lead = await wait_until_stopped(team.client, lead, within_s=RUN_S)
+    assert lead["status"]["state"] == "completed", lead["status"]
+    said = response_text(lead)
+    assert "Done: a2a said " in said and "answer:main" in said, said
+    [child] = await team.children(lead["id"])
+    assert child["status"]["state"] == "TASK_STATE_COMPLETED"
+    history = await team.rpc("reviewer", "tasks/get", {"id": child["id"], "historyLength": 10})
+    texts = [" ".join(p.get("text", "") for p in m["parts"]) for m in history["history"]]
+    assert "ask:Which branch?" in texts and "main" in texts, texts
+
+
 # ---- a hostile agent at its tool server --------------------------------------------------------------
 
 

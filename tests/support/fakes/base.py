@@ -98,7 +98,7 @@ def next_call(
     tool, args = script[len(outputs)]
     task_id = ""
     if outputs:
-        found = re.search(r'"taskId":\s*"([^"]+)"', outputs[-1])
+        found = re.search(r'\\?"taskId\\?":\s*\\?"([^"\\]+)', outputs[-1])  # quoted, or in quoted JSON
         task_id = found.group(1) if found else ""
     return tool, json.loads(json.dumps(args).replace("{taskId}", task_id))
 
