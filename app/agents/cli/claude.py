@@ -20,6 +20,9 @@ permission (`--permission-prompt-tool stdio`) with a `control_request` on stdout
 `init` named; `num_turns` as its turns. Claude reports what this process used, so a resumed session's
 earlier turns are not in it.
 
+With the run's calls (`TaskContext.calls`), `--mcp-config` names the run's tool server (`tools.py`) as the MCP
+server `a2a`, and `--allowedTools mcp__a2a` lets its tools run without a permission request.
+
 With several permission requests open at once, one answer decides all of them. A later task in the same
 context resumes the session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
 
@@ -31,6 +34,7 @@ that exits non-zero does: `claude exited with status 1: <stderr tail>`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 from ..events import AgentEvent, count
 from ..sdk import Request
 from .run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .tools import SERVER_NAME
 
 
 def _result_text(content: Any) -> str:
@@ -122,6 +127,10 @@ class ClaudeRun(CliRun):
             argv += ["--model", o.model]
         if session := self.session_id():
             argv += ["--resume", session]
+        if tools := self.tools_command():
+            server = {"type": "stdio", "command": tools[0], "args": tools[1:]}
+            config = json.dumps({"mcpServers": {SERVER_NAME: server}})
+            argv += ["--mcp-config", config, "--allowedTools", f"mcp__{SERVER_NAME}"]
         return argv
 
     def environment(self) -> dict[str, str]:

@@ -6,6 +6,9 @@
   and `item/fileChange/requestApproval` requests become `approval_required`; the user's answer goes back
   as the JSON-RPC response (`accept` / `decline`).
 
+With the run's calls, `-c mcp_servers.a2a...` adds the run's tool server (`tools.py`) as an MCP server whose
+tools Codex calls without asking.
+
 A later turn in the same context resumes the Codex thread (`exec resume <id>` / `thread/resume`); both
 modes share the thread store in CODEX_HOME, so the thread id serves either.
 
@@ -16,6 +19,7 @@ AGENT_MODEL, else the `model` of `$CODEX_HOME/config.toml` (exec prints none).
 
 from __future__ import annotations
 
+import json
 import logging
 import tomllib
 from collections.abc import Mapping
@@ -29,6 +33,7 @@ from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
 from .run import approval_decision, describe_tool
+from .tools import SERVER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,22 @@ def configured_model(env: Mapping[str, str]) -> str | None:
     except (OSError, ValueError):
         return None
     return model if isinstance(model, str) and model else None
+
+
+def tools_config(tools: list[str] | None) -> list[str]:
+    """`-c` overrides that add the run's tool server (`tools.py`) as Codex's MCP server `a2a`, its tools
+    approved without asking; none without it. TOML values: a JSON string or array of strings is one."""
+    if not tools:
+        return []
+    key = f"mcp_servers.{SERVER_NAME}"
+    return [
+        "-c",
+        f"{key}.command={json.dumps(tools[0])}",
+        "-c",
+        f"{key}.args={json.dumps(tools[1:])}",
+        "-c",
+        f'{key}.default_tools_approval_mode="approve"',
+    ]
 
 
 def _kept_usage(data: Mapping[str, Any]) -> dict[str, int] | None:
@@ -77,7 +98,13 @@ class CodexExecRun(HeadlessRun):
         return events
 
     def command(self) -> list[str]:
-        argv = [self.agent.binary, "exec", "--json", "--skip-git-repo-check"]
+        argv = [
+            self.agent.binary,
+            *tools_config(self.tools_command()),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+        ]
         argv.append("--dangerously-bypass-approvals-and-sandbox")
         if self.options.model:
             argv += ["--model", self.options.model]
@@ -100,7 +127,7 @@ class CodexAppServerRun(RpcRun):
         self.turn_id: str | None = None
 
     def command(self) -> list[str]:
-        return [self.agent.binary, "app-server"]
+        return [self.agent.binary, *tools_config(self.tools_command()), "app-server"]
 
     async def begin(self) -> None:
         await self.call("initialize", {"clientInfo": {"name": "coding-agent-a2a", "version": "0.1.0"}})

@@ -71,6 +71,9 @@ def cursor_usage(result: dict[str, Any], model: str | None) -> Usage:
 
 
 class CursorRun(CliRun):
+    takes_tools = False
+    """cursor-agent reads MCP servers only from its configuration files, not per run."""
+
     def __init__(self, request: Request, agent: CursorAgent) -> None:
         super().__init__(request, agent)
         self._started = False

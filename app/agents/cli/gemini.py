@@ -6,6 +6,10 @@
 - `AGENT_FORCE=false`: `gemini --acp` (Agent Client Protocol, JSON-RPC 2.0 over stdio). Its
   `session/request_permission` becomes `approval_required`; the answer selects the allow or reject option.
 
+With the run's calls, the run's tool server (`tools.py`) is the MCP server `a2a`: in ACP's `session/new`
+`mcpServers`, and unattended in a system settings file of the run's (GEMINI_CLI_SYSTEM_SETTINGS_PATH), with
+`trust` (no confirmation).
+
 Both trust the workspace (`--skip-trust`): it is the folder the server was told the agent works in, and an
 untrusted folder makes headless Gemini exit 55. A later unattended turn in the same context resumes the CLI
 session (`--resume <id>`). ACP turns start a new session each time: 0.61.0's `session/load` rewrites the
@@ -15,6 +19,7 @@ stored session before reading it and then finds nothing to resume ("No previous 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,8 +30,11 @@ from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
 from .run import approval_decision, describe_tool
+from .tools import SERVER_NAME
 
 ACP_VERSION = 1
+SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
+"""Where Gemini CLI reads its system settings (by default /etc/gemini-cli/settings.json)."""
 DONE_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal"}
 
 
@@ -55,6 +63,16 @@ class GeminiHeadlessRun(HeadlessRun):
     def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = StreamJsonParser()
+
+    def environment(self) -> dict[str, str]:
+        """With the run's tools: system settings naming them (headless Gemini reads MCP servers from its
+        settings only; `mcpServers` merges with the user's, and a system file the jail hides anyway)."""
+        tools = self.tools_command()
+        if not tools:
+            return {}
+        server = {"command": tools[0], "args": tools[1:], "trust": True}
+        settings = json.dumps({"mcpServers": {SERVER_NAME: server}})
+        return {SYSTEM_SETTINGS_ENV: self.tools_file("gemini-settings.json", settings)}
 
     def command(self) -> list[str]:
         argv = [self.agent.binary, "--output-format", "stream-json", "--approval-mode", "yolo"]
@@ -95,7 +113,10 @@ class GeminiAcpRun(RpcRun):
         return []
 
     async def _open_session(self) -> None:
-        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
+        servers = []
+        if tools := self.tools_command():
+            servers.append({"name": SERVER_NAME, "command": tools[0], "args": tools[1:], "env": []})
+        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": servers})
 
     async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if error is not None:

@@ -4,7 +4,8 @@
 one JSON object per line; stdin stays open while the command runs:
 
     {"type": "prompt", "text": "<the user's text>", "taskId": "…", "contextId": "…", "workspace": "/abs",
-     "attachments": ["attachments/notes.txt"], "repository": {"url", "ref", "branch", "base"} or null}
+     "attachments": ["attachments/notes.txt"], "repository": {"url", "ref", "branch", "base"} or null,
+     "tools": ["python3", "-I", "-S", "…/tools_relay.py", "…/tools.sock"] or null}
     {"type": "answer", "text": "y", "approved": true}      (after it asked with approval_required)
 
 Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lines are ignored):
@@ -17,6 +18,9 @@ Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lin
     {"kind": "usage", "usage": {"model": "my-model", "input_tokens": 900, "output_tokens": 120}}
     {"kind": "done", "summary": "what was done", "stats": {"files": 2}, "usage": {...}}
     {"kind": "error", "text": "why it failed", "usage": {...}}
+
+`tools` is the argv of a stdio MCP server with the run's tools (`tools.py`: `send_to_agent` and the rest),
+when the server gives the run calls to other agents: start it and speak MCP to it, as the CLIs do.
 
 The run ends at `done` or `error` (stdin is then closed); exiting without one fails the task with the exit
 status and the end of stderr.
@@ -116,6 +120,7 @@ class NdjsonRun(CliRun):
                 "workspace": str(self.workspace),
                 "attachments": self.repo.attached,
                 "repository": self.repo.described(),
+                "tools": self.tools_command(),
             }
         )
 

@@ -50,6 +50,7 @@ from .folders import ledger_file, load_session, load_session_data, save_session,
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
 from .sweep import in_use
+from .tools import ToolServer
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -122,6 +123,8 @@ class CliRun(AgentRun):
 
     interruptible = False
     """True when `interrupt()` asks the CLI to stop on its own (tried before SIGTERM)."""
+    takes_tools = True
+    """The adapter configures its CLI with the run's MCP tool server (`tools.py`) when the run has calls."""
 
     def __init__(self, request: Request, agent: CliAgent) -> None:
         super().__init__(request)
@@ -139,6 +142,8 @@ class CliRun(AgentRun):
         self._stopping: asyncio.Task[None] | None = None
         self._reported = False
         """The CLI reported how its run ended (`done` or `error`): stopping it after that is graceful."""
+        self.tools: ToolServer | None = None
+        """The run's MCP tool server while its CLI runs (`tools.py`), when the server gives it calls."""
 
     # ---- hooks -----------------------------------------------------------------------------------
 
@@ -168,6 +173,18 @@ class CliRun(AgentRun):
         return [AgentEvent.error(exit_reason(Path(self.proc.argv[0]).name, code, self.proc.stderr_tail()))]
 
     # ---- the run ---------------------------------------------------------------------------------
+
+    def tools_command(self) -> list[str] | None:
+        """The argv of the stdio MCP server that gives the CLI this run's tools (`tools.py`); None when the
+        run has none. An adapter puts it in its CLI's MCP configuration as the server `tools.SERVER_NAME`."""
+        if self.tools is None:
+            return None
+        return self.tools.relay(jailed=self.options.sandbox == "bwrap")
+
+    def tools_file(self, name: str, text: str) -> str:
+        """A settings file beside the run's tool socket (`ToolServer.write`), as the CLI sees its path."""
+        assert self.tools is not None
+        return self.tools.write(name, text, jailed=self.options.sandbox == "bwrap")
 
     def prompt(self) -> str:
         """The user's text for the CLI: the message's text, naming the files attached to it."""
@@ -244,6 +261,18 @@ class CliRun(AgentRun):
                 yield ev
 
     async def _run(self) -> AsyncIterator[AgentEvent]:
+        calls = getattr(self.request, "calls", None)
+        if calls is not None and self.takes_tools:
+            self.tools = await ToolServer(calls, self.workspace).start()
+        try:
+            async with contextlib.aclosing(self._process()) as events:
+                async for ev in events:
+                    yield ev
+        finally:
+            if self.tools is not None:  # `_process` has stopped the CLI: the socket goes after it
+                await self.tools.aclose()
+
+    async def _process(self) -> AsyncIterator[AgentEvent]:
         argv = self.command()
         home = principal_home(self.options, self.request.principal)
         env = agent_env(self.options, home, self.environment())
@@ -259,7 +288,8 @@ class CliRun(AgentRun):
         ended = False
         try:
             jail = await self.agent.ready_jail()
-            launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home)
+            tools = self.tools.folder if self.tools is not None else None
+            launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home, tools)
             proc = CliProcess(
                 argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher
             )
@@ -360,9 +390,11 @@ class CliRun(AgentRun):
         await self.proc.stop(grace, hook)
 
 
-def _jailed(jail: Jail, workspace: Path, home: Path, argv: list[str], env: Mapping[str, str]) -> list[str]:
+def _jailed(
+    jail: Jail, workspace: Path, home: Path, tools: Path | None, argv: list[str], env: Mapping[str, str]
+) -> list[str]:
     workspace.mkdir(parents=True, exist_ok=True)
-    return jail.wrap(argv, workspace, home, env)
+    return jail.wrap(argv, workspace, home, env, tools=tools)
 
 
 class CliAgent(EventAgent):

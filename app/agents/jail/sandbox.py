@@ -41,6 +41,11 @@ IN_JAIL_SOCKET = "/run/a2a/egress.sock"
 IN_JAIL_BRIDGE = "/run/a2a/bridge.py"
 BRIDGE = Path(str(resources.files("app.agents.jail") / "bridge.py"))
 """The relay run inside the jail (standard library only), a resource of this package bound in read-only."""
+IN_JAIL_TOOLS = "/run/a2a/tools"
+"""Where a jail shows its run's tool folder (`cli/tools.py`: the socket, a CLI's settings naming it)."""
+IN_JAIL_TOOLS_RELAY = "/run/a2a/tools_relay.py"
+TOOLS_RELAY = Path(str(resources.files("app.agents.jail") / "tools_relay.py"))
+"""The stdio MCP server a CLI starts for its run's tools (`cli/tools.py`): a relay to the run's socket."""
 BASE_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "COLORTERM")
 """Server variables every CLI gets, with every LC_*."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -165,6 +170,15 @@ def _binds(binary: str, path: str | None, options: AgentOptions) -> list[str]:
     return binds + [os.path.realpath(p) for p in options.sandbox_read]
 
 
+def relay_python() -> tuple[str, list[str]]:
+    """The python3 a jail runs its relays with (the system's when there is one) and the binds it needs:
+    its installation, read-only, when it is not under /usr."""
+    python = shutil.which("python3", path="/usr/bin:/bin") or os.path.realpath(sys.executable)
+    if python.startswith("/usr/"):
+        return python, []
+    return python, ["--ro-bind", sys.base_prefix, sys.base_prefix]
+
+
 class Jail:
     """Builds the bubblewrap command line of one CLI run."""
 
@@ -173,10 +187,18 @@ class Jail:
         self.egress_socket = egress_socket
 
     def wrap(
-        self, argv: list[str], workspace: Path, home: Path, env: Mapping[str, str], bridge: bool = True
+        self,
+        argv: list[str],
+        workspace: Path,
+        home: Path,
+        env: Mapping[str, str],
+        bridge: bool = True,
+        tools: Path | None = None,
     ) -> list[str]:
         """`bwrap ... -- [bridge] argv`, argv[0] resolved; FileNotFoundError when it does not exist.
-        `bridge=False` leaves out the egress relay (the start-up check runs `true` without a proxy)."""
+        `bridge=False` leaves out the egress relay (the start-up check runs `true` without a proxy).
+        `tools`: the run's tool folder (`cli/tools.py`: its socket alone, or with a CLI's settings), shown
+        read-only at IN_JAIL_TOOLS with the relay at IN_JAIL_TOOLS_RELAY."""
         path = env.get("PATH")
         binary = resolve_binary(argv[0], path)
         binds = _binds(binary, path, self.options)
@@ -195,6 +217,12 @@ class Jail:
         out += ["--bind", str(home), str(home), "--bind", str(workspace), str(workspace)]
         out += ["--chdir", str(workspace)]
         command = [binary, *argv[1:]]
+        python, python_binds = relay_python()
+        shown_python = False
+        if tools is not None:
+            out += ["--ro-bind", str(TOOLS_RELAY), IN_JAIL_TOOLS_RELAY]
+            out += ["--ro-bind", str(tools), IN_JAIL_TOOLS, *python_binds]
+            shown_python = True
         if egress:
             out.append("--unshare-net")
         if egress and bridge:
@@ -207,9 +235,8 @@ class Jail:
                 str(self.egress_socket),
                 IN_JAIL_SOCKET,
             ]
-            python = shutil.which("python3", path="/usr/bin:/bin") or os.path.realpath(sys.executable)
-            if not python.startswith("/usr/"):
-                out += ["--ro-bind", sys.base_prefix, sys.base_prefix]
+            if not shown_python:
+                out += python_binds
             relay = [python, "-I", "-S", IN_JAIL_BRIDGE, str(PROXY_PORT), IN_JAIL_SOCKET, "--"]
             command = relay + command
         return [*out, "--remount-ro", "/", "--", *command]

@@ -4,6 +4,8 @@ It answers from the request body, not from a turn counter, so the CLI's retries 
 confuse it. The last user message decides:
 
 - it carries a `tool_result` → `Done: the tool succeeded.` or `Done: the tool failed: <content>`;
+- `CALL: <tool> <json>` lines in the prompt (base.py) → the run's MCP tools (`mcp__a2a__<tool>`), one call per
+  answer; then `Done: a2a said <the last result>`, or at a failed one `Done: the tool failed: <content>`;
 - `RUN: <command>` in its text → a `Bash` tool call running that command (when tools are offered);
 - `EDIT: <path> | <old> | <new>` and `WRITE: <path> | <text>` lines in the prompt (when tools are offered) →
   a script of file tools, one call per answer, in the prompt's order: `Read` then `Edit` (Claude edits only
@@ -30,6 +32,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import PurePosixPath
 from typing import Any
+
+from .base import call_final_text, call_script, next_call, offered_tool
 
 TEXT_REPLY = ["hi from ", "the fake ", "model"]
 USAGE = {
@@ -179,7 +183,9 @@ class FakeAnthropic:
         blocks: list[dict[str, Any]]
         asked, results = _since_prompt(messages)
         script = _file_script(asked, _working_dir(body)) if body.get("tools") else []
-        if script and (failed := next((r for r in results if r.get("is_error")), None)) is not None:
+        if calls := call_script([asked]):
+            blocks = self._mcp_step(body, calls, results)
+        elif script and (failed := next((r for r in results if r.get("is_error")), None)) is not None:
             blocks = [{"type": "text", "text": f"Done: the tool failed: {_result_text(failed)}"}]
         elif len(results) < len(script):
             step = script[len(results)]
@@ -220,6 +226,26 @@ class FakeAnthropic:
                     b["id"] = f"toolu_{uuid.uuid4().hex[:20]}"
             stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
             h._json(200, {**self._message(body), "content": content, "stop_reason": stop})  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _mcp_step(
+        body: dict[str, Any], calls: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The next scripted MCP tool call, or the final text once each has its result (module docstring)."""
+        outputs = [_result_text(r) for r in results]
+        if results and results[-1].get("is_error"):
+            return [{"type": "text", "text": f"Done: the tool failed: {outputs[-1]}"}]
+        step = next_call(calls, outputs)
+        if step is None:
+            return [{"type": "text", "text": call_final_text(outputs[-1] if outputs else "")}]
+        offered = [str(t.get("name")) for t in body.get("tools") or () if isinstance(t, dict)]
+        name = offered_tool(offered, step[0])
+        if name is None:
+            return [{"type": "text", "text": f"No tool a2a {step[0]} is offered"}]
+        return [
+            {"type": "text", "text": f"Calling {name}."},
+            {"type": "tool_use", "name": name, "input": step[1]},
+        ]
 
     def _message(self, body: dict[str, Any]) -> dict[str, Any]:
         return {

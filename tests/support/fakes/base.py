@@ -15,6 +15,12 @@ makes (routers, retries) cannot shift the script. The scenario is named in the u
 
 Once a tool's output is in the history, the answer is the final text `Done: tool said <output>`
 (except in the loop scenario).
+
+`CALL: <tool> <json arguments>` lines (each on a line of its own) script calls of the run's MCP tools
+(`app/agents/cli/tools.py`): one call per answer, in order, each of the tool the CLI offers under a name
+ending in `a2a_<tool>` (`mcp__a2a__send_to_agent`, `mcp_a2a_send_to_agent`); `{taskId}` in the arguments is
+the `taskId` of the previous call's result. Once every call has its result, the final text quotes the last
+one whole (`call_final_text`).
 """
 
 from __future__ import annotations
@@ -63,6 +69,42 @@ def scenario_of(texts: list[str]) -> Scenario:
     if not found:
         return Scenario("text")
     return Scenario(found[-1].group(1), found[-1].group(2) or "")
+
+
+_CALL = re.compile(r"^CALL: (\w+)(?: (.*))?$", re.MULTILINE)
+
+
+def call_script(texts: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The `CALL:` lines of the texts: (tool, arguments) in order."""
+    out = []
+    for text in texts:
+        for tool, raw in _CALL.findall(text):
+            out.append((tool, json.loads(raw) if raw.strip() else {}))
+    return out
+
+
+def offered_tool(names: list[str], tool: str) -> str | None:
+    """The name under which the CLI offers the run's MCP tool `tool`, if it does."""
+    pattern = re.compile(rf"(^|_)a2a_+{re.escape(tool)}$")
+    return next((n for n in names if pattern.search(n)), None)
+
+
+def next_call(
+    script: list[tuple[str, dict[str, Any]]], outputs: list[str]
+) -> tuple[str, dict[str, Any]] | None:
+    """The scripted call to make after `outputs` (the results so far), `{taskId}` filled in; None: done."""
+    if len(outputs) >= len(script):
+        return None
+    tool, args = script[len(outputs)]
+    task_id = ""
+    if outputs:
+        found = re.search(r'\\?"taskId\\?":\s*\\?"([^"\\]+)', outputs[-1])  # quoted, or in quoted JSON
+        task_id = found.group(1) if found else ""
+    return tool, json.loads(json.dumps(args).replace("{taskId}", task_id))
+
+
+def call_final_text(tool_output: str) -> str:
+    return f"Done: a2a said {tool_output.strip()[:4000]}"
 
 
 def final_text(tool_output: str) -> str:

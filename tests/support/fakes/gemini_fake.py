@@ -13,7 +13,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
+from .base import (
+    ERROR_MESSAGE,
+    TEXT_CHUNKS,
+    FakeServer,
+    Reply,
+    Scenario,
+    call_final_text,
+    call_script,
+    final_text,
+    next_call,
+    offered_tool,
+    scenario_of,
+)
 
 USAGE = {
     "promptTokenCount": 20,
@@ -48,7 +60,8 @@ def gemini_env(base_url: str, home: Path) -> dict[str, str]:
 
 
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("error" | "hang" | "text", None) for one request."""
+    """("final", tool output) | ("tool", Scenario) | ("mcp", (name, args)) | ("said", text) |
+    ("error" | "hang" | "text", None) for one request."""
     contents = [c for c in body.get("contents") or () if isinstance(c, dict)]
 
     def texts(c: dict[str, Any]) -> list[str]:
@@ -62,6 +75,22 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
         for part in c.get("parts") or ()
         if isinstance(part, dict) and "functionResponse" in part
     ]
+    if calls := call_script(texts(contents[last_user]) if users else []):
+        said = [json.dumps(r.get("response")) for r in responses]
+        step = next_call(calls, said)
+        if step is None:
+            return "said", call_final_text(said[-1] if said else "")
+        offered = [
+            str(d.get("name"))
+            for t in body.get("tools") or ()
+            if isinstance(t, dict)
+            for d in t.get("functionDeclarations") or ()
+            if isinstance(d, dict)
+        ]
+        name = offered_tool(offered, step[0])
+        if name is None:
+            return "said", f"No tool a2a {step[0]} is offered"
+        return "mcp", (name, step[1])
     scenario = scenario_of(texts(contents[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(responses) + 1)
@@ -103,7 +132,10 @@ class GeminiFake(FakeServer):
             return Reply(hang=True)
         if kind == "tool":
             return Reply(events=[_chunk([self._function_call(arg)], last=True)])
-        chunks = [final_text(arg)] if kind == "final" else list(TEXT_CHUNKS)
+        if kind == "mcp":
+            name, args = arg
+            return Reply(events=[_chunk([{"functionCall": {"name": name, "args": args}}], last=True)])
+        chunks = [final_text(arg)] if kind == "final" else [arg] if kind == "said" else list(TEXT_CHUNKS)
         return Reply(events=[_chunk([{"text": c}], last=i == len(chunks) - 1) for i, c in enumerate(chunks)])
 
     @staticmethod

@@ -14,7 +14,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .base import ERROR_MESSAGE, TEXT_CHUNKS, FakeServer, Reply, Scenario, final_text, scenario_of
+from .base import (
+    ERROR_MESSAGE,
+    TEXT_CHUNKS,
+    FakeServer,
+    Reply,
+    Scenario,
+    call_final_text,
+    call_script,
+    final_text,
+    next_call,
+    offered_tool,
+    scenario_of,
+)
 
 API_KEY_ENV = "FAKE_OPENAI_KEY"
 
@@ -55,12 +67,37 @@ def _output_text(output: Any) -> str:
     return json.dumps(output)
 
 
+def tool_names(tools: Any, namespace: str = "") -> dict[str, tuple[str, str]]:
+    """Every function a request offers, by qualified name (`mcp__a2a__send_to_agent` for `send_to_agent` in
+    Codex's namespace `mcp__a2a`, where it puts an MCP server's tools): (its namespace or "", its name)."""
+    out: dict[str, tuple[str, str]] = {}
+    for t in tools or ():
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            continue
+        if t.get("type") == "namespace":
+            out |= tool_names(t.get("tools"), t["name"])
+        else:
+            out[f"{namespace}__{t['name']}" if namespace else t["name"]] = (namespace, t["name"])
+    return out
+
+
 def plan(body: dict[str, Any]) -> tuple[str, Any]:
-    """("final", tool output) | ("tool", Scenario) | ("error" | "hang" | "text", None) for one request."""
+    """("final", tool output) | ("tool", Scenario) | ("mcp", (namespace, name, arguments)) | ("said", text) |
+    ("error" | "hang" | "text", None) for one request."""
     items = [i for i in body.get("input") or () if isinstance(i, dict)]
     users = [n for n, i in enumerate(items) if i.get("role") == "user"]
     last_user = users[-1] if users else -1
     outputs = [i for i in items[last_user + 1 :] if i.get("type") == "function_call_output"]
+    if calls := call_script(_texts(items[last_user]) if users else []):
+        said = [_output_text(o.get("output")) for o in outputs]
+        step = next_call(calls, said)
+        if step is None:
+            return "said", call_final_text(said[-1] if said else "")
+        offered = tool_names(body.get("tools"))
+        name = offered_tool(list(offered), step[0])
+        if name is None:
+            return "said", f"No tool a2a {step[0]} is offered"
+        return "mcp", (*offered[name], step[1])
     scenario = scenario_of(_texts(items[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(outputs) + 1)
@@ -91,7 +128,10 @@ class OpenAIFake(FakeServer):
             return Reply(hang=True)
         if kind == "tool":
             return self._stream(n, self._function_call(n, arg))
-        text = final_text(arg) if kind == "final" else None
+        if kind == "mcp":
+            namespace, name, args = arg
+            return self._stream(n, self._named_call(n, name, args, namespace))
+        text = final_text(arg) if kind == "final" else arg if kind == "said" else None
         return self._stream(n, self._message(n, text))
 
     def _message(self, n: int, text: str | None) -> list[dict[str, Any]]:
@@ -122,14 +162,20 @@ class OpenAIFake(FakeServer):
     @staticmethod
     def _function_call(n: int, scenario: Scenario) -> list[dict[str, Any]]:
         args = {"cmd": scenario.command(), "yield_time_ms": 30000}
+        return OpenAIFake._named_call(n, "exec_command", args)
+
+    @staticmethod
+    def _named_call(n: int, name: str, args: dict[str, Any], namespace: str = "") -> list[dict[str, Any]]:
         item = {
             "type": "function_call",
             "id": f"fc_{n}",
             "call_id": f"call_{n}",
-            "name": "exec_command",
+            "name": name,
             "arguments": json.dumps(args),
             "status": "completed",
         }
+        if namespace:
+            item["namespace"] = namespace
         return [
             {"type": "response.output_item.added", "output_index": 0, "item": {**item, "arguments": ""}},
             {"type": "response.output_item.done", "output_index": 0, "item": item},
