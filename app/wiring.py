@@ -240,6 +240,7 @@ async def wire(
             tree,
             depth_limit=settings.agent_call_depth,
             wait_s=settings.agent_call_wait_s,
+            limits=partial(_limits, every),
         )
         shared = _Shared(
             settings,
@@ -421,6 +422,11 @@ def _run_calls(calls: CallsFactory, role: str, live: LiveTask) -> AgentCalls:
 def _service(every: Mapping[str, Components], role: str) -> TaskService | None:
     c = every.get(role)
     return c.service if c is not None else None
+
+
+def _limits(every: Mapping[str, Components], role: str) -> limits.Limits | None:
+    c = every.get(role)
+    return c.limits if c is not None else None
 
 
 def _agent_info(role: str, role_card: Card) -> AgentInfo:

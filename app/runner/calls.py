@@ -34,6 +34,7 @@ from app.protocol.model import (
 from app.protocol.usage import USAGE_KEY
 
 if TYPE_CHECKING:
+    from app.limits import Limits
     from app.store.instances import InstanceRecord
     from app.store.tree import Tree
     from app.tasks.service import TaskService
@@ -55,16 +56,20 @@ class CallsFactory:
         *,
         depth_limit: int,
         wait_s: float,
+        limits: Callable[[str], Limits | None] = lambda _role: None,
     ) -> None:
         """`services(role)`: the role's task service (None: no such role); `agents`: every role a call may
         reach, in the order `GET /agents` lists them, as its card describes it; `live()`: the instances
-        live now (discovery)."""
+        live now (discovery); `limits(role)`: the role's limits, which a child's message meets as a client's
+        does (parts, text, the principal's task rate): an agent in a loop cannot start tasks faster than
+        its principal may."""
         self.services = services
         self.agents = agents
         self.live = live
         self.tree = tree
         self.depth_limit = depth_limit
         self.wait_s = wait_s
+        self.limits = limits
 
     def for_parent(
         self, owner: str, task_id: str, role: str, metadata: Mapping[str, Any] | None
@@ -114,6 +119,7 @@ class LocalCalls:
         parts = ([Part(text=text)] if text else []) + list(files)
         if not parts:
             raise CallError("A task needs a message: give it text or files")
+        await self._within_limits(role, parts)
         tree = {PARENT_KEY: self.task_id, DEPTH_KEY: depth, PATH_KEY: [*self.path, role]}
         message = Message(
             message_id=new_id(),
@@ -164,6 +170,23 @@ class LocalCalls:
         except A2AError as exc:
             raise CallError(f"Task {task_id} could not be canceled: {exc.message}") from None
         return child_task(task, role)
+
+    async def _within_limits(self, role: str, parts: Sequence[Part]) -> None:
+        """The checks a client's new task on `role` meets: its parts, its text, the principal's task rate."""
+        limits = self._f.limits(role)
+        if limits is None:
+            return
+        if len(parts) > limits.max_parts:
+            raise CallError(f"A message may have at most {limits.max_parts} parts; this one has {len(parts)}")
+        text = sum(len(p.text) for p in parts if p.text)
+        if text > limits.max_text:
+            raise CallError(
+                f"A message may carry at most {limits.max_text} characters of text; this one has {text}"
+            )
+        try:
+            await limits.rate.take(self.owner)
+        except A2AError as exc:
+            raise CallError(f"Role {role!r} did not take the task: {exc.message}") from None
 
     async def _mine(self, task_id: str) -> tuple[str, TaskService]:
         """The child's role and its service; CallError for any task that is not a child of this run's."""

@@ -311,3 +311,27 @@ async def test_a_client_may_not_set_the_trees_metadata(client: httpx.AsyncClient
 
     listed = await ok(client, "ListTasks", {"contextId": context}, role="reviewer", v10=True)
     assert listed["tasks"] == []
+
+
+async def test_an_agent_starts_tasks_no_faster_than_its_principal_may(tmp_path: Any):
+    """A child's message meets the checks a client's new task meets on that role: an agent in a loop is held
+    to its principal's task rate (TASK_RATE_BURST), the refusal a CallError."""
+    srv = await make_server(
+        "sqlite",
+        tmp_path,
+        AUTH_MODE="required",
+        API_KEYS=json.dumps({hash_key(KEYS["alice"]): NAMES["alice"]}),
+        AGENTS=json.dumps(AGENTS),
+        TASK_RATE_PER_MIN="1",
+        TASK_RATE_BURST="2",
+    )
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as c:
+            sends = [{"send": "reviewer", "text": "say:ok"} for _ in range(3)]
+            task = await lead(c, sends)
+            first, second, third = outcomes(task)
+            assert first["state"] == second["state"] == "completed"
+            assert "Too many new tasks" in third["error"], third
+            assert len(await children(c, task["id"], "reviewer")) == 2
+    finally:
+        srv.stop()
