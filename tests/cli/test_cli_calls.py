@@ -160,6 +160,31 @@ async def test_a_child_that_asks_is_answered_by_the_lead_cli(team: Team) -> None
     assert "ask:Which branch?" in texts and "main" in texts, texts
 
 
+@pytest.fixture(scope="module", params=["claude", "codex"])
+async def asking(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[Team]:
+    """The CLI with AGENT_FORCE=false (Claude's permission prompts, `codex app-server`'s approvals): every
+    tool asks for permission but the run's own MCP tools."""
+    install_clis()
+    name = request.param
+    fake: FakeServer | FakeAnthropic = FakeAnthropic().start() if name == "claude" else OpenAIFake()
+    tmp = tmp_path_factory.mktemp(f"calls-{name}-asking")
+    agents = {"lead": {"adapter": ADAPTERS[name]}, "reviewer": REVIEWER}
+    try:
+        async for served in _team(tmp, agents, AGENT_FORCE="false", **cli_settings(name, fake, tmp)):
+            yield served
+    finally:
+        fake.stop() if isinstance(fake, FakeAnthropic) else fake.close()
+
+
+async def test_the_run_tools_are_called_without_asking_for_permission(asking: Team) -> None:
+    call = json.dumps({"role": "reviewer", "message": "say:no questions asked"})
+    lead = await send_message(asking.client, f"CALL: send_to_agent {call}")
+    lead = await wait_until_stopped(asking.client, lead, within_s=RUN_S)
+    assert lead["status"]["state"] == "completed", lead["status"]  # never input-required on the way
+    assert "no questions asked" in response_text(lead)
+    assert len(await asking.children(lead["id"])) == 1
+
+
 # ---- a hostile agent at its tool server --------------------------------------------------------------
 
 
