@@ -13,11 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 
 from app import roles as roles_
 from app.agents.options import AgentOptions
 from app.agents.sdk import Agent
 from app.api.bindings import jsonrpc, openapi, rest, rest_v03, rest_v10
+from app.api.bindings.mcp import McpEndpoint
 from app.api.card import routes as card_routes, signing as card_signing
 from app.api.card.build import extended_skills
 from app.api.card.options import CardOptions
@@ -27,11 +29,12 @@ from app.api.edge.fallback import Fallback, http_error
 from app.api.edge.metrics import Metrics, RequestMetrics
 from app.api.edge.observe import Observe
 from app.api.edge.slashes import StripTrailingSlash
-from app.api.endpoints import console, health, workers
+from app.api.endpoints import console, health, worker_calls, workers
 from app.api.endpoints.discovery import router as discovery_router
 from app.api.endpoints.metrics_live import Live
 from app.api.endpoints.usage import router as usage_router
 from app.api.extensions import EchoExtensions
+from app.api.paths import MCP_PATH
 from app.roles import Role
 from app.settings import Settings, get_settings
 from app.wiring import price_table, wire
@@ -65,10 +68,11 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     metrics = Metrics() if settings.metrics_enabled else None
     # Every role but the default one: the same bindings under /agents/{role}, over its own components.
     mounts = {name: _role_app() for name, role in roles.items() if role.path}
+    mcp = McpEndpoint(settings.max_body_bytes)
     app = FastAPI(
         title="A2A coding-agent server",
         telemetry=NO_NATIVE_TELEMETRY,
-        lifespan=lifespan(settings, roles, agents, authenticator, extra_skills, metrics, mounts),
+        lifespan=lifespan(settings, roles, agents, authenticator, extra_skills, metrics, mounts, mcp),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -76,10 +80,13 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     _bindings(app)
     app.include_router(health.router)
     app.include_router(workers.router)
+    app.include_router(worker_calls.router)
     app.include_router(discovery_router)
     app.include_router(usage_router)
     app.include_router(openapi.router)
     app.include_router(console.router)
+    # MCP for hosts, every role's tasks at one endpoint, behind the same guard (`api/bindings/mcp.py`).
+    app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
     if metrics is not None:
         metrics.watch(Live(lambda: getattr(app.state, "components", None)))
         app.include_router(metrics.router())
@@ -150,9 +157,11 @@ def lifespan(
     extra_skills: list[dict[str, Any]] | None = None,
     metrics: Metrics | None = None,
     mounts: dict[str, FastAPI] | None = None,
+    mcp: McpEndpoint | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The app's lifespan: the components `wire` builds, in `app.state.components` (the default role's)
-    and in each other role's mounted app (`mounts`, by role) while it serves."""
+    and in each other role's mounted app (`mounts`, by role) while it serves; `mcp`'s request handling runs
+    inside it, stopped before the components."""
 
     @asynccontextmanager
     async def serve(app: FastAPI) -> AsyncIterator[None]:
@@ -161,7 +170,11 @@ def lifespan(
             for name, sub in (mounts or {}).items():
                 sub.state.components = components.roles[name]
             _tune_gc()
-            yield
+            if mcp is None:
+                yield
+                return
+            async with mcp.run():
+                yield
 
     return serve
 

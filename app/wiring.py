@@ -355,7 +355,10 @@ async def _role(
         role=name,
         roles=shared.every,
         workers=WorkerDesk(
-            tasks, announce=announce, contexts=partial(Pruning(shared.engine).contexts, role=name)
+            tasks,
+            announce=announce,
+            contexts=partial(Pruning(shared.engine).contexts, role=name),
+            ended=partial(_cascade, shared.every, shared.tree, why="ended"),
         ),
         discovery=shared.discovery,
         usage=shared.usage,
@@ -432,16 +435,18 @@ def _agent_info(role: str, role_card: Card) -> AgentInfo:
     )
 
 
-async def _cascade(every: Mapping[str, Components], tree: Tree, owner: str, task_id: str) -> None:
+async def _cascade(
+    every: Mapping[str, Components], tree: Tree, owner: str, task_id: str, *, why: str = "was canceled"
+) -> None:
     """Cancel the children of a canceled task that still run, each through its role's service (which
-    cancels its own children in turn)."""
+    cancels its own children in turn); also of a remote worker's task that ended (`why`: "ended")."""
 
     async def cancel(role: str, child: str) -> None:
         c = every.get(role)
         if c is None:
             return
         try:
-            await c.service.cancel(owner, child, reason=f"Its parent task {task_id} was canceled")
+            await c.service.cancel(owner, child, reason=f"Its parent task {task_id} {why}")
         except (TaskNotCancelableError, TaskNotFoundError):
             pass  # it ended (or went) meanwhile
         except A2AError as exc:

@@ -19,6 +19,8 @@ CONSOLE_PATH = "/console"
 CONSOLE_API = f"{CONSOLE_PATH}/api/"
 """The console's reads: authenticated like the A2A endpoints, unlike its page and assets."""
 JSONRPC_PATHS = frozenset({"/a2a", "/a2a/jsonrpc"})
+MCP_PATH = "/mcp"
+"""MCP for hosts (`bindings/mcp.py`): authenticated like the A2A endpoints, at the root only."""
 WORKER_PATHS = "/workers/"
 """Remote workers' endpoints: a worker credential only, and it nowhere else."""
 

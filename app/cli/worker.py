@@ -14,6 +14,9 @@ Its agents run on this machine's settings (`worker_options`): a task's repositor
 worker's REPO_ALLOW and checked out under its REPO_CACHE_ROOT and AGENT_WORKSPACE_ROOT, after the replica
 that admitted it checked it against its own.
 
+A run's calls to other agents (`send_to_agent`, ...) are made by the server, over the worker API
+(`runner/remote_calls.py`), while this worker holds the run's task.
+
 It imports the runner and its remote stand-ins, the roles, the agents' options and the settings;
 `app.wiring` only for the price table and the workspace sweep, as a replica builds them.
 """
@@ -37,8 +40,10 @@ from app.protocol.events import status_update
 from app.protocol.model import INTERRUPTED_STATES, Message, TaskState
 from app.runner.prices import PriceTable
 from app.runner.remote import CLAIM_WAIT_S, NoBell, RemoteLeases, RemoteTasks, Server, ServerError
+from app.runner.remote_calls import RemoteCalls
 from app.runner.runner import Runner
 from app.settings import Settings
+from app.tasks.held import LiveTask
 from app.telemetry import logs, traces
 
 
@@ -85,6 +90,7 @@ class Worker:
             queue_poll_s=1.0,
             prices=self.prices,
             role=self.role.name,
+            calls=self._calls,
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
@@ -110,6 +116,10 @@ class Worker:
             await self.agent.aclose()
             with contextlib.suppress(Exception):
                 await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
+
+    def _calls(self, live: LiveTask) -> RemoteCalls:
+        """A run's calls to other agents, made by the server for its task while this worker holds it."""
+        return RemoteCalls(self.server, live.task.id, self.settings.agent_call_wait_s)
 
     async def _contexts(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
         """The server's answer for the workspace sweep of this worker's disk (only its role's tasks count);

@@ -10,6 +10,7 @@
 //   usage.js   usage and cost
 //   lists.js   the task list (kept live) and the agents
 //   task.js    one task's page: snapshot, live stream
+//   tree.js    a task's tree: the tasks above it (agents that called it) and those its agent called
 //   changes.js a repository task's change: summary, each turn's diff, the patch to download
 //   steer.js   what the user sends: approve, deny, answer, follow up, cancel, a new task
 

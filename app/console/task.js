@@ -7,6 +7,7 @@ import { renderChanges, repositoryArtifacts } from "./changes.js";
 import { $, TERMINAL, WAITING, el, navigate, sleep, stateLabel, viewToken, when } from "./page.js";
 import { renderParts, textOf } from "./render.js";
 import { steerPanel } from "./steer.js";
+import { followTree } from "./tree.js";
 import { renderUsage } from "./usage.js";
 
 const TASK_REFRESH_MS = 1500;
@@ -56,6 +57,25 @@ function toolCalls(task) {
   return calls;
 }
 
+function titleOf(task) {
+  return textOf(task.history?.[0]?.parts).slice(0, 120);
+}
+
+function callFacts(task) {
+  // A child task (started by another task's agent): its parent, and the roles from the tree's root down to
+  // it. The server alone writes these keys; they are still shown as text, and the link is to this origin.
+  const meta = task.metadata || {};
+  if (typeof meta.parentTaskId !== "string") return [];
+  const path = Array.isArray(meta.callPath) ? meta.callPath.map(String).join(" → ") : "";
+  const depth = Number.isInteger(meta.callDepth) ? `depth ${meta.callDepth}` : "";
+  return [
+    el("dt", { text: "Parent" }),
+    el("dd", {}, el("a", { id: "parent-link", class: "mono", href: `/console/tasks/${encodeURIComponent(meta.parentTaskId)}`, "data-nav": true, text: meta.parentTaskId })),
+    el("dt", { text: "Called as" }),
+    el("dd", { id: "call-path", text: [path, depth && `(${depth})`].filter(Boolean).join(" ") }),
+  ];
+}
+
 function renderTask(head, tail, info, task) {
   // Around the steering panel, which stays in place: moving it out of the page and back would take the
   // focus from the text box being typed in.
@@ -76,13 +96,14 @@ function renderTask(head, tail, info, task) {
   // replaceChildren, unlike el(), would show a null (no question) as the text "null".
   head.replaceChildren(...[
     el("div", { class: "task-head" },
-      el("h1", { text: textOf(task.history?.[0]?.parts).slice(0, 120) || task.id }),
+      el("h1", { text: titleOf(task) || task.id }),
       el("span", { id: "task-state", class: `state ${stateLabel(state)}`, "data-state": stateLabel(state), text: stateLabel(state) })),
     el("dl", { class: "facts" },
       el("dt", { text: "Task" }), el("dd", { class: "mono", text: task.id }),
       el("dt", { text: "Context" }), el("dd", { class: "mono", text: task.contextId }),
       el("dt", { text: "Role" }), el("dd", { text: info.role }),
-      el("dt", { text: "Owner" }), el("dd", { text: info.owner })),
+      el("dt", { text: "Owner" }), el("dd", { text: info.owner }),
+      callFacts(task)),
     WAITING.has(state) && statusMessage
       ? el("div", { class: "question", id: "question" }, el("h2", { text: "The agent asks" }), renderParts(statusMessage.parts))
       : null,
@@ -158,7 +179,8 @@ export async function taskView(view, taskId) {
   const tail = el("div");
   const live = el("span", { id: "live", class: "live" });
   const steerBox = el("div");
-  const box = el("div", { id: "task" }, head, steerBox, tail);
+  const treeBox = el("div");
+  const box = el("div", { id: "task" }, head, steerBox, treeBox, tail);
   view.append(el("p", {}, el("a", { href: "/console", "data-nav": true, text: "← all tasks" }), " ", live), box);
   let panelKey = null; // what the steering panel was built for: rebuilt only when that changes
   let pending = false;
@@ -224,6 +246,8 @@ export async function taskView(view, taskId) {
     watch();
   };
   render();
+  // The tree on its own loop: its children move without an event on this task's stream.
+  followTree(treeBox, task.id, () => ({ id: task.id, role: info.role, state: task.status?.state, title: titleOf(task) }));
   if (TERMINAL.has(task.status?.state)) live.textContent = "ended";
   else await watch();
 }

@@ -25,9 +25,19 @@ const USAGE_FIELDS = [
 export function renderUsage(usage) {
   // The task's summed usage (metadata key `usage`), then one row per model.
   const facts = el("dl", { class: "facts", id: "usage" });
-  for (const [key, label, format] of USAGE_FIELDS) {
+  // A parent whose own runs reported nothing has a sum only for the tasks it called: no row of zeros.
+  const own = usage.reports !== 0 ? USAGE_FIELDS : [];
+  if (!own.length) facts.append(el("dt", { text: "Its own runs" }), el("dd", { text: "none reported" }));
+  for (const [key, label, format] of own) {
     if (usage[key] === undefined || usage[key] === null) continue;
     facts.append(el("dt", { text: label }), el("dd", { "data-usage": key, text: format ? format(usage[key]) : String(usage[key]) }));
+  }
+  const children = usage.children;
+  if (children && typeof children === "object") {
+    // What the tasks it called (agents calling agents) used: counted in their own tasks, not in the above.
+    const count = Array.isArray(usage.childTasks) ? usage.childTasks.length : 0;
+    facts.append(el("dt", { text: "Tasks it called" }), el("dd", { "data-usage": "children",
+      text: `${usageCell(children) || "nothing reported"} (${count} task${count === 1 ? "" : "s"} it called, and theirs; not in its own sums)` }));
   }
   const models = Object.entries(usage.models || {});
   if (!models.length) return facts;

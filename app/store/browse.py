@@ -1,4 +1,5 @@
-"""The console's reads: every role's tasks in one list, filtered, a page at a time; one task with its role.
+"""The console's reads: every role's tasks in one list, filtered, a page at a time; one task with its role;
+a task's place in its task tree (agents calling agents: the tasks above it and the tasks it started).
 
 The task API sees one role's tasks at that role's endpoints; a person watching a team wants them together.
 These reads cross roles, never owners: `owner=None` (all owners) is only for the principals the edge lets
@@ -8,6 +9,10 @@ A page is the keyset ListTasks uses, newest status first on `(status_at, id)`, b
 `ix_tasks_status_at` for all owners). Filters the index does not serve (role, state, text) look at a bounded
 window of that order (`WINDOW` rows): a page never reads more than that, whatever the store holds, and a
 sparse filter answers a short page with a cursor to go on from.
+
+A tree is read by `parent_task_id` under the task's owner (a run's children are its principal's), on the
+index `(owner, parent_task_id)`, a level at a time: at most `TREE_LEVELS` levels up and down and
+`TREE_TASKS` tasks below, whatever the store holds.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from .tables import tasks as _tasks
 
 WINDOW = 2_000
 """Most rows one page looks at under a filter its index does not serve."""
+TREE_TASKS = 200
+"""Most tasks below a task that its tree read returns (`TaskTree.cut` says when more were left out)."""
+TREE_LEVELS = 16
+"""Most levels a tree read walks up or down (`AGENT_CALL_DEPTH` keeps a real tree far shallower)."""
 
 
 @dataclass(slots=True)
@@ -41,6 +50,28 @@ class TaskLine:
     created_at: str
     title: str | None
     metadata: dict[str, Any] | None
+    parent_task_id: str | None
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """A task below the one asked about, with the tasks it started in turn (oldest first)."""
+
+    line: TaskLine
+    children: list[TreeNode]
+
+
+@dataclass(slots=True)
+class TaskTree:
+    """Where a task stands in its tree."""
+
+    ancestors: list[TaskLine]
+    """From the tree's root down to the task's parent ([] for a task a client started); shorter when one
+    was pruned (retention) or the walk reached `TREE_LEVELS`."""
+    children: list[TreeNode]
+    """The tasks its run started, and theirs, oldest first."""
+    cut: bool
+    """More tasks lay below than `TREE_TASKS` or `TREE_LEVELS` let the read return."""
 
 
 @dataclass(slots=True)
@@ -156,6 +187,64 @@ class Browse:
             role = (await conn.execute(select(_tasks.c.role).where(_tasks.c.id == task_id))).scalar()
         # Deleted in between (retention pruning it): not found, as it would be a moment later.
         return None if role is None else (stored, role)
+
+    async def tree(self, task_id: str, owner: str | None) -> TaskTree | None:
+        """The tasks above and below `task_id`, if `owner` owns it (None: any); None when it is not found.
+        Every read is its owner's: a tree never crosses principals."""
+        c = _tasks.c
+        async with self._engine.connect() as conn:
+            where = [c.id == task_id] if owner is None else [c.id == task_id, c.owner == owner]
+            found = (await conn.execute(select(c.owner, c.parent_task_id).where(*where))).first()
+            if found is None:
+                return None
+            owner_of, parent = found
+            ancestors: list[TaskLine] = []
+            seen = {task_id}
+            while parent is not None and parent not in seen and len(ancestors) < TREE_LEVELS:
+                seen.add(parent)
+                row = (await conn.execute(select(*_LINE).where(c.id == parent, c.owner == owner_of))).first()
+                if row is None:
+                    break
+                ancestors.append(_line(row))
+                parent = row.parent_task_id
+            ancestors.reverse()
+            nodes: dict[str, TreeNode] = {}
+            roots: list[TreeNode] = []
+            level = [task_id]
+            cut = False
+            for _ in range(TREE_LEVELS):
+                room = TREE_TASKS - len(nodes)
+                rows = (
+                    await conn.execute(
+                        select(*_LINE)
+                        .where(c.owner == owner_of, c.parent_task_id.in_(level))
+                        .order_by(c.created_at, c.id)
+                        .limit(room + 1)
+                    )
+                ).all()
+                if len(rows) > room:
+                    rows, cut = rows[:room], True
+                level = []
+                for row in rows:
+                    if row.id in seen or row.id in nodes:
+                        continue
+                    node = TreeNode(_line(row), [])
+                    nodes[row.id] = node
+                    above = nodes.get(row.parent_task_id)
+                    (above.children if above is not None else roots).append(node)
+                    level.append(row.id)
+                if not level or cut:
+                    break
+            else:
+                cut = bool(
+                    level
+                    and (
+                        await conn.execute(
+                            select(c.id).where(c.owner == owner_of, c.parent_task_id.in_(level)).limit(1)
+                        )
+                    ).first()
+                )
+        return TaskTree(ancestors, roots, cut)
 
 
 def _loose(filters: Filters, c: Any) -> list[ColumnElement[bool]]:

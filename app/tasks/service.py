@@ -20,6 +20,7 @@ from app.protocol.errors import (
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
+    UnavailableError,
     UnsupportedOperationError,
 )
 from app.protocol.events import EventRecord, status_update
@@ -41,7 +42,7 @@ from app.protocol.model import (
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import InvalidPageToken, TaskPage
-from app.store.writer import ContextTakenError, DuplicateError
+from app.store.writer import ContextTakenError, DuplicateError, SeqTakenError
 from app.telemetry import logs
 
 from .control import Control, UnreachableHolderError
@@ -62,6 +63,8 @@ RUNNING_STATES = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 MAX_ROUNDS = 16
 STAGED_S = 0.05
 """How long a staged task (`_accept`) waits for its run's first step before its creation commits alone."""
+CANCEL_RACES = 3
+"""How many times a cancel is decided again when another writer's commit collides with its own."""
 CANCELED_BY_CLIENT = "Task canceled by the client"
 """The status message of a task canceled through the API."""
 
@@ -397,6 +400,12 @@ class TaskService:
         except _AlreadyApplied:
             await self._copies.remember(owner, idem, task_id=task.id)
             return task.id
+        except SeqTakenError:
+            # Another replica took the task over and wrote it: nothing was carried out here, and the next
+            # try finds the task where it now stands.
+            raise UnavailableError(
+                f"Task {task.id} was taken over by another replica while it was answered; send it again"
+            ) from None
         if not records:
             raise UnsupportedOperationError(
                 f"Task {task.id} has finished; it takes no more messages", {"taskId": task.id}
@@ -420,8 +429,28 @@ class TaskService:
         written: here, or forwarded to the replica holding it; the children its runs started that still
         run are canceled after it (`cascade`). With `take_over` (the admin command line,
         or a holder that did not answer, unless `take_over_unheard` is False) its lease is taken even from
-        a live holder, which stops its run at its next commit or heartbeat (`LiveTasks.writable`)."""
+        a live holder, which stops its run at its next commit or heartbeat (`LiveTasks.writable`).
+
+        Another writer may commit the task's next event between this replica's read and its write (the
+        holder it took the lease from, a reaper, the holder's next life ending what it left): the cancel is
+        then decided again on the task as it now stands, a few times at most."""
         logs.bind(task_id=task_id)
+        for _ in range(CANCEL_RACES):
+            try:
+                return await self._cancel(owner, task_id, hops, reason, take_over, take_over_unheard)
+            except SeqTakenError:
+                log.info("task %s was written elsewhere while it was canceled here; deciding again", task_id)
+        raise UnavailableError(f"Task {task_id} kept changing while it was canceled; send the cancel again")
+
+    async def _cancel(
+        self,
+        owner: str,
+        task_id: str,
+        hops: int,
+        reason: str | None,
+        take_over: bool,
+        take_over_unheard: bool,
+    ) -> Task:
         try:
             live = await self._tasks.writable(owner, task_id, take_over=take_over)
         except HeldElsewhereError as held:

@@ -22,7 +22,7 @@ from typing import Any
 
 from app.bus.base import Subscription
 from app.protocol.events import EventRecord, StatusUpdate, event_kind
-from app.protocol.model import Role, utcnow
+from app.protocol.model import Role, Task, utcnow
 from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
 from app.store.writer import SeqTakenError
@@ -102,13 +102,19 @@ class WorkerDesk:
     """What the workers of one role ask of this replica."""
 
     def __init__(
-        self, tasks: LiveTasks, announce: Announcer | None = None, contexts: Contexts | None = None
+        self,
+        tasks: LiveTasks,
+        announce: Announcer | None = None,
+        contexts: Contexts | None = None,
+        ended: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         """It reads, writes and leases through the role's parts (`tasks.parts`), its leases in each worker's
         name (`Leases.for_holder`); `contexts` answers a worker's workspace sweep (the wiring's, over the
-        store, of the role's tasks only)."""
+        store, of the role's tasks only); `ended(owner, task_id)` cancels the children a worker's task left
+        running when its events end it (the worker's own calls end with its hold of the task)."""
         self.announce = announce
         self.contexts = contexts
+        self._ended = ended
         self._tasks = tasks
         self._repo = tasks.parts.repo
         self._bus = tasks.parts.bus
@@ -173,6 +179,8 @@ class WorkerDesk:
             await self._tasks.apply(live, decoded[done:])
         except SeqTakenError:
             raise WorkerLostError(task_id) from None
+        if self._ended is not None and live.task.status.state.terminal:
+            await self._ended(stored.owner, task_id)
         return live.seq
 
     async def sync(self, holder: str, held: Mapping[str, Any], wait_s: float) -> dict[str, dict[str, Any]]:
@@ -226,6 +234,17 @@ class WorkerDesk:
 
     async def recorded(self, holder: str, task_id: str) -> tuple[int, str | None] | None:
         return await self._leases(holder).recorded(task_id)
+
+    async def running(self, holder: str, task_id: str) -> tuple[str, Task] | None:
+        """The task's owner and the task (no history), while the worker holds its lease and it has not
+        ended: a run's calls to other agents are the worker's only this long (None: not, or no more)."""
+        recorded = await self._leases(holder).recorded(task_id)
+        if recorded is None or recorded[1] != holder:
+            return None
+        stored = await self._repo.get_task(task_id, owner=None, history=0)
+        if stored is None or stored.task.status.state.terminal:
+            return None
+        return stored.owner, stored.task
 
     async def release(self, holder: str, task_ids: list[str]) -> None:
         await self._leases(holder).release(task_ids)

@@ -27,6 +27,7 @@ from app.api.deps import Components
 from app.api.edge.auth import Authenticator, AuthOptions
 from app.api.errors import http_headers
 from app.cli.admin import tasks_cancel
+from app.protocol.errors import UnavailableError, UnsupportedOperationError
 from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow
 from app.tasks.control import UnreachableHolderError
@@ -371,3 +372,69 @@ async def test_an_answer_the_holder_cannot_hear_is_a_503_to_send_again_not_an_in
         assert (err.code, err.http_status, err.grpc_status) == (-32603, 503, "UNAVAILABLE")
         assert http_headers(err) == {"Retry-After": "5"}
         assert (await r1.service.get(OWNER, task_id)).status.state is TaskState.INPUT_REQUIRED
+
+
+async def test_a_cancel_whose_write_collides_with_the_holders_is_decided_again_not_an_internal_error(
+    tmp_path, monkeypatch
+):
+    """`make soak` (fresh-clone run S): a client's CancelTask at the moment a replica was killed answered
+    -32603. The cancel was written over the lease of a holder that did not answer, and between reading the
+    task and writing the cancel another writer (the holder, or its next life's recovery) committed the
+    task's next event: the collision (`SeqTakenError`) reached the client. The cancel is decided again on the
+    task as it now stands."""
+    agent = Agent()
+    async with pair(tmp_path, agent, r2_ttl_s=60.0) as (r1, r2):
+        task_id = await start_on_r1(r1, agent)
+        taken = r2.tasks.writable
+
+        async def writable_then_the_holder_writes(*args: Any, **kwargs: Any) -> Any:
+            live = await taken(*args, **kwargs)
+            if kwargs.get("take_over") and not agent.speak.is_set():
+                before = await last_seq(r1, task_id)
+                agent.speak.set()  # r1's run commits its next event over the number r2 just read
+                async with asyncio.timeout(WAIT_S):
+                    while await last_seq(r1, task_id) == before:
+                        await asyncio.sleep(0.05)
+            return live
+
+        monkeypatch.setattr(r2.tasks, "writable", writable_then_the_holder_writes)
+        canceled = await r2.service.cancel(OWNER, task_id)
+        assert canceled.status.state is TaskState.CANCELED
+        assert (await lease(r2, task_id))[3] == "canceled"
+        await r1.runner._heartbeat()
+        await asyncio.wait_for(agent.stopped.wait(), WAIT_S)
+
+
+async def last_seq(c: Components, task_id: str) -> int:
+    async with c.engine.connect() as conn:
+        return (await conn.execute(select(TaskRow.last_seq).where(TaskRow.id == task_id))).scalar_one()
+
+
+async def test_an_answer_whose_write_collides_with_another_writers_is_a_503_to_send_again(tmp_path):
+    """An answer written here while another replica has taken the task over and written it (unheard yet:
+    another in-process bus) collides on the event number; it was not carried out, so the client is told to
+    send it again (503), never -32603 with a stack trace in the log, and the next try finds the task ended."""
+    db = tmp_path / "a2a.db"
+    await create_tables(db)
+    settings = {"agent_timeout_s": 600.0, "lease_ttl_s": 60.0}
+    async with (
+        wire(
+            settings_for(db, replica_id="r1", **settings),
+            ScriptAgent(Asker()),
+            Authenticator(AuthOptions.from_settings(settings_for(db))),
+        ) as r1,
+        wire(
+            settings_for(db, replica_id="r2", **settings),
+            ScriptAgent(Asker()),
+            Authenticator(AuthOptions.from_settings(settings_for(db))),
+        ) as r2,
+    ):
+        task_id = (await send(r1, "work", blocking=False)).id
+        await until(r1, task_id, TaskState.INPUT_REQUIRED)
+        await r2.service.cancel(OWNER, task_id, reason="by ops", take_over=True)
+        with pytest.raises(UnavailableError) as unheard:
+            await send(r1, "yes", task_id=task_id)
+        assert (unheard.value.http_status, unheard.value.grpc_status) == (503, "UNAVAILABLE")
+        with pytest.raises(UnsupportedOperationError):
+            await send(r1, "yes", task_id=task_id)
+        assert (await r2.service.get(OWNER, task_id)).status.state is TaskState.CANCELED

@@ -73,3 +73,65 @@ async def test_a_task_deleted_between_its_reads_is_not_found_not_an_error(backen
     finally:
         await writer.stop()
         await engine.dispose()
+
+
+def _child(task_id: str, parent: str | None, owner: str = OWNER) -> object:
+    """A task's first rows with `parent` as its parent (what a run's `send_to_agent` stores)."""
+    write = seeded_write(task_id, TaskState.COMPLETED, "r", 60)
+    assert write.new_task is not None
+    write.new_task["parent_task_id"] = parent
+    write.new_task["owner"] = owner
+    write.new_task["title"] = f"title of {task_id}"
+    return write
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_tree_reads_ancestors_and_descendants_of_its_owner_only(backend, tmp_path, monkeypatch):
+    """root → a → (a1 → a1x, a2), root → b: from `a` the read finds root above and a1, a1x, a2 below, in
+    order; another owner sees nothing; a cap on the tasks below says the tree was cut."""
+    engine = create_engine(await migrated_database_url(backend, tmp_path))
+    writer = Writer(engine)
+    writer.start()
+    try:
+        for task_id, parent in [
+            ("root", None),
+            ("a", "root"),
+            ("b", "root"),
+            ("a1", "a"),
+            ("a2", "a"),
+            ("a1x", "a1"),
+        ]:
+            await writer.commit(_child(task_id, parent))  # type: ignore[arg-type]
+        # Another principal's task that names `a` as its parent is not in alice's tree.
+        await writer.commit(_child("m1", "a", owner="mallory"))  # type: ignore[arg-type]
+        browse = Browse(engine)
+
+        tree = await browse.tree("a", OWNER)
+        assert tree is not None and not tree.cut
+        assert [t.id for t in tree.ancestors] == ["root"]
+        assert [(n.line.id, [c.line.id for c in n.children]) for n in tree.children] == [
+            ("a1", ["a1x"]),
+            ("a2", []),
+        ]
+        assert tree.children[0].line.parent_task_id == "a"
+        assert tree.children[0].line.title == "title of a1"
+
+        leaf = await browse.tree("a1x", None)  # an admin's read
+        assert leaf is not None and [t.id for t in leaf.ancestors] == ["root", "a", "a1"]
+        assert leaf.children == []
+        assert await browse.tree("a", "mallory") is None
+        alone = await browse.tree("m1", "mallory")
+        assert alone is not None and alone.ancestors == [] and alone.children == []
+
+        monkeypatch.setattr("app.store.browse.TREE_TASKS", 2)
+        capped = await browse.tree("root", OWNER)
+        assert capped is not None and capped.cut
+        assert [n.line.id for n in capped.children] == ["a", "b"]
+        monkeypatch.setattr("app.store.browse.TREE_TASKS", 200)
+        monkeypatch.setattr("app.store.browse.TREE_LEVELS", 2)
+        shallow = await browse.tree("root", OWNER)
+        assert shallow is not None and shallow.cut
+        assert [c.line.id for c in shallow.children[0].children] == ["a1", "a2"]
+    finally:
+        await writer.stop()
+        await engine.dispose()

@@ -38,6 +38,7 @@ CORS_HEADERS = [
     "X-A2A-Extensions",
     "Last-Event-ID",
     "Idempotency-Key",
+    "MCP-Protocol-Version",
 ]
 
 

@@ -30,7 +30,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..paths import CARD_PATHS, JSONRPC_PATHS, METRICS_PATH, OPS_PATHS, route_path
+from ..paths import CARD_PATHS, JSONRPC_PATHS, MCP_PATH, METRICS_PATH, OPS_PATHS, route_path
 from .asgi import HttpLayer
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -50,6 +50,8 @@ def binding_of(path: str) -> str:
         return "card"
     if path in OPS_PATHS:
         return "ops"
+    if path == MCP_PATH:
+        return "mcp"
     return "other"
 
 

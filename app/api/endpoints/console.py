@@ -23,8 +23,8 @@ from fastapi import APIRouter, Request, Response
 
 from app.protocol import protojson_v10
 from app.protocol.errors import A2AError, InvalidParamsError, TaskNotFoundError
-from app.protocol.model import TaskState, parse_iso
-from app.store.browse import BadCursor, Browse, Filters, TaskLine
+from app.protocol.model import DEPTH_KEY, PATH_KEY, TaskState, parse_iso
+from app.store.browse import BadCursor, Browse, Filters, TaskLine, TreeNode
 
 from ..deps import components, owner_of
 from ..edge.auth import PRINCIPAL_KEY
@@ -204,7 +204,14 @@ def _line(line: TaskLine) -> dict[str, Any]:
         "createdAt": line.created_at,
         "title": line.title,
         "usage": (line.metadata or {}).get("usage"),
+        "parentTaskId": line.parent_task_id,
+        "callDepth": (line.metadata or {}).get(DEPTH_KEY),
+        "callPath": (line.metadata or {}).get(PATH_KEY),
     }
+
+
+def _node(node: TreeNode) -> dict[str, Any]:
+    return {**_line(node.line), "children": [_node(c) for c in node.children]}
 
 
 @router.get(f"{API}tasks")
@@ -253,5 +260,26 @@ async def get_task(request: Request, task_id: str) -> Response:
             "owner": stored.owner,
             "own": stored.owner == owner,
             "endpoint": None if path is None else f"{path}/a2a/jsonrpc",
+        }
+    )
+
+
+@router.get(f"{API}tasks/{{task_id}}/tree")
+async def task_tree(request: Request, task_id: str) -> Response:
+    """Where the task stands among agents that called agents: the tasks above it (the root first, its
+    parent last) and the tasks its run started, and theirs (each a list line with `children`)."""
+    try:
+        found = await Browse(components(request).engine).tree(
+            task_id, None if _admin(request) else owner_of(request)
+        )
+        if found is None:
+            raise TaskNotFoundError(f"Task {task_id} was not found")
+    except Exception as exc:
+        return _error(request, exc, "GET /console/api/tasks/{id}/tree")
+    return _json(
+        {
+            "ancestors": [_line(x) for x in found.ancestors],
+            "children": [_node(x) for x in found.children],
+            "cut": found.cut,
         }
     )

@@ -13,6 +13,8 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
 - `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS}` (a worker calls at least
   every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
+- `POST /workers/v1/tasks/{id}/calls` `{role, instance, op, args}`: the run's calls to other agents
+  (`worker_calls.py`)
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
 """
