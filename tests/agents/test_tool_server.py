@@ -61,6 +61,9 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[ToolServer, Recorded]]:
     workspace.mkdir()
     (workspace / "notes.txt").write_text("+added\n")
     (tmp_path / "secret.txt").write_text("not yours")
+    (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (workspace / "inner").mkdir()
+    (workspace / "inner" / "up").symlink_to(tmp_path)
     server = await ToolServer(calls, workspace).start()
     try:
         yield server, calls
@@ -137,7 +140,14 @@ async def test_a_refusal_and_bad_arguments_are_tool_errors(served: tuple[ToolSer
 
         missing = await c.call_tool("send_to_agent", {"message": "no role"})
         assert missing.is_error and missing.content[0].text == "`role` must be a non-empty string"
-        for outside in ("../secret.txt", "/etc/passwd", "nothing-here.txt"):
+        for outside in (
+            "../secret.txt",
+            "/etc/passwd",
+            "nothing-here.txt",
+            "link.txt",
+            "inner/up/secret.txt",
+            "inner",
+        ):
             bad = await c.call_tool("send_to_agent", {"role": "reviewer", "message": "m", "files": [outside]})
             assert bad.is_error, outside
             assert outside in bad.content[0].text

@@ -32,6 +32,7 @@ from tests.support.clis import (
     install_clis,
     response_text,
     send_message,
+    status_text,
     wait_until_stopped,
 )
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -73,8 +74,8 @@ def cli_settings(name: str, fake: FakeServer | FakeAnthropic, tmp: Path) -> dict
 
 
 class Team:
-    def __init__(self, server: ServerProcess, client: httpx.AsyncClient) -> None:
-        self.server, self.client = server, client
+    def __init__(self, server: ServerProcess, client: httpx.AsyncClient, cli: str) -> None:
+        self.server, self.client, self.cli = server, client, cli
 
     async def rpc(self, role: str, method: str, params: Any, v10: bool = False) -> Any:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
@@ -90,7 +91,7 @@ class Team:
         return [t for t in page["tasks"] if (t.get("metadata") or {}).get("parentTaskId") == parent]
 
 
-async def _team(tmp: Path, agents: dict[str, Any], **settings: str) -> AsyncIterator[Team]:
+async def _team(tmp: Path, agents: dict[str, Any], cli: str = "", **settings: str) -> AsyncIterator[Team]:
     server = await make_server(
         "sqlite",
         tmp,
@@ -101,7 +102,7 @@ async def _team(tmp: Path, agents: dict[str, Any], **settings: str) -> AsyncIter
     )
     try:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=RUN_S) as client:
-            yield Team(server, client)
+            yield Team(server, client, cli)
     finally:
         server.stop()
 
@@ -117,7 +118,7 @@ async def team(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIt
     tmp = tmp_path_factory.mktemp(f"calls-{name}")
     agents = {"lead": {"adapter": ADAPTERS[name]}, "reviewer": REVIEWER}
     try:
-        async for served in _team(tmp, agents, **cli_settings(name, fake, tmp)):
+        async for served in _team(tmp, agents, name, **cli_settings(name, fake, tmp)):
             yield served
     finally:
         fake.stop() if isinstance(fake, FakeAnthropic) else fake.close()
@@ -158,6 +159,39 @@ async def test_a_child_that_asks_is_answered_by_the_lead_cli(team: Team) -> None
     history = await team.rpc("reviewer", "tasks/get", {"id": child["id"], "historyLength": 10})
     texts = [" ".join(p.get("text", "") for p in m["parts"]) for m in history["history"]]
     assert "ask:Which branch?" in texts and "main" in texts, texts
+
+
+@pytest.fixture(scope="module", params=list(ADAPTERS))
+async def asking(request: pytest.FixtureRequest, tmp_path_factory: Any) -> AsyncIterator[Team]:
+    """The CLI with AGENT_FORCE=false (Claude's permission prompts, `codex app-server`'s approvals, `gemini
+    --acp`): Claude and Codex ask before every tool but the run's own MCP tools; Gemini asks for those too."""
+    install_clis()
+    name = request.param
+    fake: FakeServer | FakeAnthropic = (
+        FakeAnthropic().start() if name == "claude" else OpenAIFake() if name == "codex" else GeminiFake()
+    )
+    tmp = tmp_path_factory.mktemp(f"calls-{name}-asking")
+    agents = {"lead": {"adapter": ADAPTERS[name]}, "reviewer": REVIEWER}
+    try:
+        async for served in _team(tmp, agents, name, AGENT_FORCE="false", **cli_settings(name, fake, tmp)):
+            yield served
+    finally:
+        fake.stop() if isinstance(fake, FakeAnthropic) else fake.close()
+
+
+async def test_the_run_tools_are_called_without_asking_for_permission(asking: Team) -> None:
+    call = json.dumps({"role": "reviewer", "message": "say:no questions asked"})
+    lead = await send_message(asking.client, f"CALL: send_to_agent {call}")
+    lead = await wait_until_stopped(asking.client, lead, within_s=RUN_S)
+    if asking.cli == "gemini":  # ACP asks for an MCP server's tools too; nothing ran before the answer
+        assert lead["status"]["state"] == "input-required", lead["status"]
+        assert "send_to_agent" in status_text(lead), status_text(lead)
+        assert await asking.children(lead["id"]) == []
+        lead = await send_message(asking.client, "y", taskId=lead["id"], contextId=lead["contextId"])
+        lead = await wait_until_stopped(asking.client, lead, within_s=RUN_S)
+    assert lead["status"]["state"] == "completed", lead["status"]  # Claude, Codex: never input-required
+    assert "no questions asked" in response_text(lead)
+    assert len(await asking.children(lead["id"])) == 1
 
 
 # ---- a hostile agent at its tool server --------------------------------------------------------------

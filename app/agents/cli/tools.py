@@ -25,7 +25,9 @@ import contextlib
 import json
 import logging
 import mimetypes
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -309,17 +311,28 @@ class ToolServer:
         return child_json(await self.calls.cancel_task(_text(args, "id")))
 
     def _file(self, name: str) -> Part:
-        """A file of the workspace as a file part; BadArguments for anything outside it or too large."""
+        """A file of the workspace as a file part; BadArguments for anything outside it or too large. The
+        check is made on the file opened (its /proc path), so a link swapped in meanwhile leads nowhere."""
         root = self.workspace.resolve()
-        path = (root / name).resolve()
-        if root != path and root not in path.parents:
-            raise BadArguments(f"{name}: not a file in your workspace")
-        if not path.is_file():
-            raise BadArguments(f"{name}: no such file in your workspace")
-        if path.stat().st_size > FILE_LIMIT:
-            raise BadArguments(f"{name}: larger than {FILE_LIMIT >> 20} MiB")
-        media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        return Part(raw=path.read_bytes(), media_type=media_type, filename=path.name)
+        try:
+            fd = os.open(root / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            raise BadArguments(f"{name}: no such file in your workspace") from None
+        try:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            if root not in opened.parents:
+                raise BadArguments(f"{name}: not a file in your workspace")
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise BadArguments(f"{name}: not a file")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                raw = f.read(FILE_LIMIT + 1)
+            if max(info.st_size, len(raw)) > FILE_LIMIT:
+                raise BadArguments(f"{name}: larger than {FILE_LIMIT >> 20} MiB")
+        finally:
+            os.close(fd)
+        media_type = mimetypes.guess_type(opened.name)[0] or "application/octet-stream"
+        return Part(raw=raw, media_type=media_type, filename=opened.name)
 
 
 def _refusal(line: bytes) -> bytes:
