@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.protocol.model import DEPTH_KEY, PARENT_KEY, PATH_KEY, TREE_KEYS, Part
+from app.protocol.model import DEPTH_KEY, INTERRUPTED_STATES, PARENT_KEY, PATH_KEY, TREE_KEYS, Part, Task
+from app.protocol.usage import USAGE_KEY
+
+from .emissions import response_artifact_id
 
 __all__ = [
     "DEPTH_KEY",
@@ -78,3 +81,39 @@ class AgentCalls(Protocol):
     async def answer_task(self, task_id: str, text: str, wait: bool = True) -> ChildTask: ...
 
     async def cancel_task(self, task_id: str) -> ChildTask: ...
+
+
+def child_task(task: Task, role: str) -> ChildTask:
+    """A child as a call returns it: its state, its answer or question, its usage and artifacts."""
+    state = task.status.state
+    usage = (task.metadata or {}).get(USAGE_KEY)
+    return ChildTask(
+        task_id=task.id,
+        context_id=task.context_id,
+        role=role,
+        state=state.value,
+        text=_said(task),
+        usage=usage if isinstance(usage, dict) else None,
+        artifacts=tuple(
+            {"name": a.name, "text": "\n".join(p.text for p in a.parts if p.text is not None)}
+            for a in task.artifacts
+        ),
+    )
+
+
+def _said(task: Task) -> str:
+    """The question of a task that asks; the answer of one that ended (its response artifact's text, else
+    its last status message's); nothing while it works."""
+    state = task.status.state
+    status_text = task.status.message.text() if task.status.message is not None else ""
+    if state in INTERRUPTED_STATES:
+        return status_text
+    if not state.terminal:
+        return ""
+    rid = response_artifact_id(task.id)
+    for a in task.artifacts:
+        if a.artifact_id == rid:
+            text = "".join(p.text for p in a.parts if p.text is not None).strip()
+            if text:
+                return text
+    return status_text

@@ -16,22 +16,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.agents.calls import AgentInfo, CallError, ChildTask
-from app.agents.emissions import response_artifact_id
+from app.agents.calls import AgentInfo, CallError, ChildTask, child_task
 from app.protocol.errors import A2AError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import (
     DEPTH_KEY,
-    INTERRUPTED_STATES,
     PARENT_KEY,
     PATH_KEY,
     Message,
     Part,
     Role,
     SendConfig,
-    Task,
     new_id,
 )
-from app.protocol.usage import USAGE_KEY
 
 if TYPE_CHECKING:
     from app.limits import Limits
@@ -195,39 +191,3 @@ class LocalCalls:
         if node is None or node.parent_task_id != self.task_id or service is None:
             raise CallError(f"Task {task_id!r} is {NOT_MINE}")
         return node.role, service
-
-
-def child_task(task: Task, role: str) -> ChildTask:
-    """A child as a call returns it: its state, its answer or question, its usage and artifacts."""
-    state = task.status.state
-    usage = (task.metadata or {}).get(USAGE_KEY)
-    return ChildTask(
-        task_id=task.id,
-        context_id=task.context_id,
-        role=role,
-        state=state.value,
-        text=_said(task),
-        usage=usage if isinstance(usage, dict) else None,
-        artifacts=tuple(
-            {"name": a.name, "text": "\n".join(p.text for p in a.parts if p.text is not None)}
-            for a in task.artifacts
-        ),
-    )
-
-
-def _said(task: Task) -> str:
-    """The question of a task that asks; the answer of one that ended (its response artifact's text, else
-    its last status message's); nothing while it works."""
-    state = task.status.state
-    status_text = task.status.message.text() if task.status.message is not None else ""
-    if state in INTERRUPTED_STATES:
-        return status_text
-    if not state.terminal:
-        return ""
-    rid = response_artifact_id(task.id)
-    for a in task.artifacts:
-        if a.artifact_id == rid:
-            text = "".join(p.text for p in a.parts if p.text is not None).strip()
-            if text:
-                return text
-    return status_text

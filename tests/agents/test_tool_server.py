@@ -98,7 +98,9 @@ async def test_tools_are_listed_and_called_through_the_relay(served: tuple[ToolS
                 "role": "reviewer",
                 "name": "Reviewer",
                 "description": "Reviews diffs.",
-                "skills": [{"id": "review", "name": "Review", "description": "Reviews a diff."}],
+                "skills": [
+                    {"id": "review", "name": "Review", "description": "Reviews a diff.", "tags": ["x"]}
+                ],
                 "available": True,
             }
         ]
@@ -115,6 +117,7 @@ async def test_tools_are_listed_and_called_through_the_relay(served: tuple[ToolS
             "state": "completed",
             "text": "looks good",
             "usage": {"turns": 1},
+            "artifacts": [],
         }
         [(role, text, files, wait)] = calls.sent
         assert (role, text, wait) == ("reviewer", "review this", False)

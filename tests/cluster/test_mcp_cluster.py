@@ -15,10 +15,10 @@ async def test_any_replica_serves_any_call(cluster: Cluster):
     assert asked["state"] == "input-required" and "Ship it?" in asked["text"], asked
     for url in cluster.urls:
         async with mcp_client(url) as client:
-            seen = answer(await client.call_tool("get_task", {"task_id": asked["task_id"]}))
+            seen = answer(await client.call_tool("get_task", {"task_id": asked["taskId"]}))
         assert seen == asked, url
     async with mcp_client(cluster.urls[-1]) as client:
-        done = answer(await client.call_tool("answer_task", {"task_id": asked["task_id"], "message": "y"}))
+        done = answer(await client.call_tool("answer_task", {"task_id": asked["taskId"], "message": "y"}))
     assert done["state"] == "completed" and "answer:y" in done["text"], done
 
     async with mcp_client(cluster.urls[0]) as client:
@@ -26,8 +26,8 @@ async def test_any_replica_serves_any_call(cluster: Cluster):
             await client.call_tool("run_task", {"role": role, "message": "sleep:60", "wait": False})
         )
     async with mcp_client(cluster.urls[1]) as client:
-        canceled = answer(await client.call_tool("cancel_task", {"task_id": started["task_id"]}))
+        canceled = answer(await client.call_tool("cancel_task", {"task_id": started["taskId"]}))
     assert canceled["state"] == "canceled"
     async with mcp_client(cluster.nginx_url) as client:
         listed = answer(await client.call_tool("list_tasks", {"limit": 10}))
-    assert {asked["task_id"], started["task_id"]} <= {t["task_id"] for t in listed["tasks"]}
+    assert {asked["taskId"], started["taskId"]} <= {t["taskId"] for t in listed["tasks"]}

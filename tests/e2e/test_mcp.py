@@ -96,19 +96,19 @@ async def test_tools_and_the_task_template_are_listed(team: ServerProcess, mode:
 async def test_a_task_run_over_mcp_is_an_ordinary_task(team: ServerProcess, mode: str):
     async with mcp(team, key_of("alice"), mode) as client:
         done = answer(await client.call_tool("run_task", {"role": "reviewer", "message": "say:looks good"}))
-        again = answer(await client.call_tool("get_task", {"task_id": done["task_id"]}))
-        read = await client.read_resource(f"task://{done['task_id']}")
+        again = answer(await client.call_tool("get_task", {"task_id": done["taskId"]}))
+        read = await client.read_resource(f"task://{done['taskId']}")
         listed = answer(await client.call_tool("list_tasks", {"role": "reviewer", "state": "completed"}))
     assert done["role"] == "reviewer" and done["state"] == "completed"
     assert done["text"] == "looks good"
     assert again == done
     content = read.contents[0]
     assert isinstance(content, TextResourceContents) and content.mime_type == "application/json"
-    assert json.loads(content.text)["id"] == done["task_id"]
-    assert done["task_id"] in [t["task_id"] for t in listed["tasks"]]
-    got = await rpc_task(team, "reviewer", done["task_id"])
-    assert got["result"]["id"] == done["task_id"]
-    assert got["result"]["contextId"] == done["context_id"]
+    assert json.loads(content.text)["id"] == done["taskId"]
+    assert done["taskId"] in [t["taskId"] for t in listed["tasks"]]
+    got = await rpc_task(team, "reviewer", done["taskId"])
+    assert got["result"]["id"] == done["taskId"]
+    assert got["result"]["contextId"] == done["contextId"]
     assert got["result"]["status"]["state"] == "completed"
 
 
@@ -118,19 +118,19 @@ async def test_a_task_that_asks_is_answered(team: ServerProcess, mode: str):
         asked = answer(await client.call_tool("run_task", {"role": "lead", "message": "ask:Merge it?"}))
         assert asked["state"] == "input-required", asked
         assert "Merge it?" in asked["text"]
-        waiting = await rpc_task(team, "lead", asked["task_id"])
+        waiting = await rpc_task(team, "lead", asked["taskId"])
         assert waiting["result"]["status"]["state"] == "input-required"
-        done = answer(await client.call_tool("answer_task", {"task_id": asked["task_id"], "message": "y"}))
-    assert done["task_id"] == asked["task_id"] and done["state"] == "completed"
+        done = answer(await client.call_tool("answer_task", {"task_id": asked["taskId"], "message": "y"}))
+    assert done["taskId"] == asked["taskId"] and done["state"] == "completed"
     assert "answer:y" in done["text"]
-    assert (await rpc_task(team, "lead", asked["task_id"]))["result"]["status"]["state"] == "completed"
+    assert (await rpc_task(team, "lead", asked["taskId"]))["result"]["status"]["state"] == "completed"
 
 
 async def test_the_a2a_stream_follows_a_task_started_over_mcp(team: ServerProcess):
     async with mcp(team, key_of("alice")) as client:
         asked = answer(await client.call_tool("run_task", {"role": "reviewer", "message": "ask:Approve?"}))
         assert asked["state"] == "input-required", asked
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe", "params": {"id": asked["task_id"]}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe", "params": {"id": asked["taskId"]}}
         states: list[str] = []
         async with (
             httpx.AsyncClient(base_url=team.base_url, timeout=30) as http,
@@ -140,10 +140,10 @@ async def test_the_a2a_stream_follows_a_task_started_over_mcp(team: ServerProces
         ):
             events = src.aiter_sse()
             first = json.loads((await anext(events)).data)["result"]
-            assert first["id"] == asked["task_id"] and first["status"]["state"] == "input-required"
+            assert first["id"] == asked["taskId"] and first["status"]["state"] == "input-required"
             # Subscribed: the answer over MCP moves the task the stream follows.
             answering = asyncio.ensure_future(
-                client.call_tool("answer_task", {"task_id": asked["task_id"], "message": "y", "wait": False})
+                client.call_tool("answer_task", {"task_id": asked["taskId"], "message": "y", "wait": False})
             )
             async for sse in events:
                 event = json.loads(sse.data)["result"]
@@ -182,20 +182,20 @@ async def test_a_task_is_canceled(team: ServerProcess):
             await client.call_tool("run_task", {"role": "reviewer", "message": "sleep:60", "wait": False})
         )
         assert started["state"] in ("submitted", "working"), started
-        canceled = answer(await client.call_tool("cancel_task", {"task_id": started["task_id"]}))
-        again = refusal(await client.call_tool("cancel_task", {"task_id": started["task_id"]}))
-        late = refusal(await client.call_tool("answer_task", {"task_id": started["task_id"], "message": "y"}))
+        canceled = answer(await client.call_tool("cancel_task", {"task_id": started["taskId"]}))
+        again = refusal(await client.call_tool("cancel_task", {"task_id": started["taskId"]}))
+        late = refusal(await client.call_tool("answer_task", {"task_id": started["taskId"], "message": "y"}))
     assert canceled["state"] == "canceled"
-    assert again == f"Task {started['task_id']} is already canceled and cannot be canceled"
-    assert late == f"Task {started['task_id']} is canceled; a finished task takes no more messages"
-    assert (await rpc_task(team, "reviewer", started["task_id"]))["result"]["status"]["state"] == "canceled"
+    assert again == f"Task {started['taskId']} is already canceled and cannot be canceled"
+    assert late == f"Task {started['taskId']} is canceled; a finished task takes no more messages"
+    assert (await rpc_task(team, "reviewer", started["taskId"]))["result"]["status"]["state"] == "canceled"
 
 
 async def test_another_principals_task_is_not_found(team: ServerProcess, key: SigningKey):
     async with mcp(team, key_of("alice")) as alice:
         mine = answer(await alice.call_tool("run_task", {"role": "lead", "message": "ask:Deploy?"}))
     assert mine["state"] == "input-required"
-    tid = mine["task_id"]
+    tid = mine["taskId"]
     for headers in (key_of("bob"), bearer(key.sign("dave"))):
         async with mcp(team, headers) as other:
             refused = [
@@ -208,7 +208,7 @@ async def test_another_principals_task_is_not_found(team: ServerProcess, key: Si
             with pytest.raises(MCPError) as read:
                 await other.read_resource(f"task://{tid}")
         assert refused == [f"Task {tid} not found"] * 3 + ["Task no-such-task not found"]
-        assert tid not in [t["task_id"] for t in listed["tasks"]]
+        assert tid not in [t["taskId"] for t in listed["tasks"]]
         assert "not found" in read.value.error.message
     # Untouched: still asking, and still its owner's to answer.
     assert (await rpc_task(team, "lead", tid))["result"]["status"]["state"] == "input-required"
@@ -222,7 +222,7 @@ async def test_a_jwt_principal_sees_its_own_tasks(team: ServerProcess, key: Sign
         done = answer(await client.call_tool("run_task", {"role": "lead", "message": "say:hi"}))
         listed = answer(await client.call_tool("list_tasks", {}))
     assert done["state"] == "completed"
-    assert [t["task_id"] for t in listed["tasks"]] == [done["task_id"]]
+    assert [t["taskId"] for t in listed["tasks"]] == [done["taskId"]]
 
 
 @pytest.mark.parametrize(
@@ -281,7 +281,7 @@ async def test_a_file_reaches_the_agent(team: ServerProcess):
             await client.call_tool("run_task", {"role": "lead", "message": "say:ok", "files": files})
         )
     assert done["state"] == "completed"
-    history = (await rpc_task(team, "lead", done["task_id"]))["result"]["history"]
+    history = (await rpc_task(team, "lead", done["taskId"]))["result"]["history"]
     parts = history[0]["parts"]
     assert any(p.get("kind") == "file" and p["file"]["name"] == "change.diff" for p in parts), parts
 

@@ -41,7 +41,8 @@ from mcp.shared.message import SessionMessage
 
 from app.protocol.model import Part
 
-from ..calls import AgentCalls, AgentInfo, CallError, ChildTask
+from ..calls import AgentCalls, CallError
+from ..calls_wire import agents_to_wire, child_to_wire
 from ..jail.sandbox import IN_JAIL_TOOLS, IN_JAIL_TOOLS_RELAY, TOOLS_RELAY, relay_python
 
 log = logging.getLogger(__name__)
@@ -109,35 +110,6 @@ TOOLS = (
 
 class BadArguments(Exception):
     """A tool's arguments are not what its schema asks for; the text says what is wrong."""
-
-
-def child_json(child: ChildTask) -> dict[str, Any]:
-    """A child task as a tool returns it."""
-    out: dict[str, Any] = {
-        "taskId": child.task_id,
-        "contextId": child.context_id,
-        "role": child.role,
-        "state": child.state,
-        "text": child.text,
-    }
-    if child.artifacts:
-        out["artifacts"] = list(child.artifacts)
-    if child.usage:
-        out["usage"] = child.usage
-    return out
-
-
-def agent_json(info: AgentInfo) -> dict[str, Any]:
-    skills = [
-        {k: s[k] for k in ("id", "name", "description") if k in s} for s in info.skills if isinstance(s, dict)
-    ]
-    return {
-        "role": info.role,
-        "name": info.name,
-        "description": info.description,
-        "skills": skills,
-        "available": info.available,
-    }
 
 
 def _text(args: dict[str, Any], name: str) -> str:
@@ -290,7 +262,7 @@ class ToolServer:
         }
 
     async def _list_agents(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        return [agent_json(a) for a in await self.calls.list_agents()]
+        return agents_to_wire(await self.calls.list_agents())
 
     async def _send(self, args: dict[str, Any]) -> dict[str, Any]:
         role, text, wait = _text(args, "role"), _text(args, "message"), _wait(args)
@@ -298,17 +270,17 @@ class ToolServer:
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise BadArguments("`files` must be a list of paths in your workspace")
         parts = [self._file(f) for f in files]
-        return child_json(await self.calls.send_to_agent(role, text, parts, wait))
+        return child_to_wire(await self.calls.send_to_agent(role, text, parts, wait))
 
     async def _get(self, args: dict[str, Any]) -> dict[str, Any]:
-        return child_json(await self.calls.get_task(_text(args, "id")))
+        return child_to_wire(await self.calls.get_task(_text(args, "id")))
 
     async def _answer(self, args: dict[str, Any]) -> dict[str, Any]:
         task_id, text, wait = _text(args, "id"), _text(args, "message"), _wait(args)
-        return child_json(await self.calls.answer_task(task_id, text, wait))
+        return child_to_wire(await self.calls.answer_task(task_id, text, wait))
 
     async def _cancel(self, args: dict[str, Any]) -> dict[str, Any]:
-        return child_json(await self.calls.cancel_task(_text(args, "id")))
+        return child_to_wire(await self.calls.cancel_task(_text(args, "id")))
 
     def _file(self, name: str) -> Part:
         """A file of the workspace as a file part; BadArguments for anything outside it or too large. The

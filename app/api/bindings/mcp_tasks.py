@@ -14,16 +14,15 @@ import asyncio
 import base64
 import binascii
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.requests import Request
 
-from app.agents.calls import AgentInfo, ChildTask
+from app.agents.calls import AgentInfo, ChildTask, child_task
+from app.agents.calls_wire import agents_to_wire, child_to_wire
 from app.agents.repos.policy import METADATA_KEY
-from app.agents.sdk import RESPONSE_ARTIFACT
 from app.protocol.errors import InvalidParamsError, TaskNotFoundError
 from app.protocol.events import EventRecord, StatusUpdate
 from app.protocol.model import (
@@ -143,7 +142,7 @@ class Host:
 
     async def get(self, task_id: str) -> ChildTask:
         c, task = await self.find(task_id)
-        return child(task, c.role)
+        return child_task(task, c.role)
 
     async def list(self, role: str | None, state: TaskState | None, limit: int) -> list[ChildTask]:
         """The caller's newest tasks (of one role, or of all), newest status first."""
@@ -155,7 +154,7 @@ class Host:
             )
             found.extend((t, c.role) for t in page.tasks)
         found.sort(key=lambda tr: tr[0].status.timestamp, reverse=True)
-        return [child(t, r) for t, r in found[:limit]]
+        return [child_task(t, r) for t, r in found[:limit]]
 
     # ---- writes ---------------------------------------------------------------------------------
 
@@ -195,14 +194,14 @@ class Host:
 
     async def cancel(self, task_id: str) -> ChildTask:
         c, _ = await self.find(task_id)
-        return child(await c.service.cancel(self.owner, task_id), c.role)
+        return child_task(await c.service.cancel(self.owner, task_id), c.role)
 
     async def _send(self, c: Components, message: Message, wait: bool, progress: Progress) -> ChildTask:
         call = self.call(c)
         if not wait:
             config = SendConfig(blocking=False, history_length=0)
             made = await c.service.send(self.owner, await admit(message, call), config)
-            return direct(made, c.role) if isinstance(made, Message) else child(made, c.role)
+            return direct(made, c.role) if isinstance(made, Message) else child_task(made, c.role)
 
         async def start() -> tuple[AsyncIterator[Item], Callable[[Item], Any]]:
             admitted = await admit(message, call)
@@ -219,7 +218,7 @@ class Host:
                 await _follow(items, progress, c.service.blocking_timeout_s)
         finally:
             await items.aclose()  # type: ignore[attr-defined]
-        return child(await c.service.get(self.owner, task_id, 0), c.role)
+        return child_task(await c.service.get(self.owner, task_id, 0), c.role)
 
 
 def _same(item: Item) -> Item:
@@ -249,20 +248,6 @@ async def _follow(items: AsyncIterator[Item], progress: Progress, timeout_s: flo
         return
 
 
-def child(task: Task, role: str) -> ChildTask:
-    """A task as the tools answer with it: the shape a run's own calls get (`app/agents/calls.py`)."""
-    usage = (task.metadata or {}).get("usage")
-    return ChildTask(
-        task_id=task.id,
-        context_id=task.context_id,
-        role=role,
-        state=task.status.state.value,
-        text=text_of(task),
-        usage=usage if isinstance(usage, dict) else None,
-        artifacts=tuple({"name": a.name or a.artifact_id, "text": _text(a.parts)} for a in task.artifacts),
-    )
-
-
 def direct(message: Message, role: str) -> ChildTask:
     """An agent's direct reply (a message, no task): no task id, completed with the reply's text."""
     return ChildTask(
@@ -270,25 +255,11 @@ def direct(message: Message, role: str) -> ChildTask:
     )
 
 
-def text_of(task: Task) -> str:
-    """Its answer once it ended (the response artifact's text, else the last status message), its question
-    while it asks, empty while it works."""
-    state = task.status.state
-    said = task.status.message.text() if task.status.message is not None else ""
-    if state in INTERRUPTED_STATES:
-        return said
-    if state not in TERMINAL_STATES:
-        return ""
-    response = next((a for a in task.artifacts if a.name == RESPONSE_ARTIFACT), None)
-    return _text(response.parts) if response is not None and _text(response.parts) else said
-
-
-def _text(parts: Sequence[Part]) -> str:
-    return "".join(p.text for p in parts if p.text is not None)
-
-
 def as_json(found: ChildTask | AgentInfo | Sequence[ChildTask] | Sequence[AgentInfo]) -> Any:
-    """The tools' answers as plain JSON values."""
-    if isinstance(found, ChildTask | AgentInfo):
-        return asdict(found)
-    return [asdict(f) for f in found]
+    """The tools' answers as plain JSON values: the forms a run's own calls travel in (`calls_wire.py`), so
+    an MCP host and an agent in its jail read the same keys (`taskId`, `contextId`, ...)."""
+    if isinstance(found, ChildTask):
+        return child_to_wire(found)
+    if isinstance(found, AgentInfo):
+        return agents_to_wire([found])[0]
+    return [child_to_wire(f) if isinstance(f, ChildTask) else agents_to_wire([f])[0] for f in found]

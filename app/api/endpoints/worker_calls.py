@@ -20,10 +20,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.agents.calls import CallError, ChildTask
+from app.agents.calls import CallError, ChildTask, child_task
 from app.agents.calls_wire import agents_to_wire, child_to_wire
 from app.protocol.model import INTERRUPTED_STATES, Part, TaskState
-from app.runner.calls import CallsFactory, LocalCalls, child_task
+from app.runner.calls import CallsFactory, LocalCalls
 
 from ..deps import components
 from .workers import _answers, _Ask, _error, _json, _open, _Refused
