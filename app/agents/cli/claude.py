@@ -43,9 +43,9 @@ from app.protocol.model import Message
 from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 
 from ..events import AgentEvent, count
+from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
-from .tools import SERVER_NAME
 
 
 def _result_text(content: Any) -> str:
@@ -129,8 +129,8 @@ class ClaudeRun(CliRun):
             argv += ["--resume", session]
         if tools := self.tools_command():
             server = {"type": "stdio", "command": tools[0], "args": tools[1:]}
-            config = json.dumps({"mcpServers": {SERVER_NAME: server}})
-            argv += ["--mcp-config", config, "--allowedTools", f"mcp__{SERVER_NAME}"]
+            config = json.dumps({"mcpServers": {TOOLS_SERVER_NAME: server}})
+            argv += ["--mcp-config", config, "--allowedTools", f"mcp__{TOOLS_SERVER_NAME}"]
         return argv
 
     def environment(self) -> dict[str, str]:

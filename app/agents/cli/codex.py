@@ -29,11 +29,11 @@ from typing import Any
 from app.protocol.model import Message
 
 from ..events import AgentEvent, AgentEventKind
+from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
 from .run import approval_decision, describe_tool
-from .tools import SERVER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def tools_config(tools: list[str] | None) -> list[str]:
     approved without asking; none without it. TOML values: a JSON string or array of strings is one."""
     if not tools:
         return []
-    key = f"mcp_servers.{SERVER_NAME}"
+    key = f"mcp_servers.{TOOLS_SERVER_NAME}"
     return [
         "-c",
         f"{key}.command={json.dumps(tools[0])}",

@@ -26,11 +26,11 @@ from typing import Any
 from app.protocol.model import Message
 
 from ..events import AgentEvent
+from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
 from .run import approval_decision, describe_tool
-from .tools import SERVER_NAME
 
 ACP_VERSION = 1
 SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
@@ -71,7 +71,7 @@ class GeminiHeadlessRun(HeadlessRun):
         if not tools:
             return {}
         server = {"command": tools[0], "args": tools[1:], "trust": True}
-        settings = json.dumps({"mcpServers": {SERVER_NAME: server}})
+        settings = json.dumps({"mcpServers": {TOOLS_SERVER_NAME: server}})
         return {SYSTEM_SETTINGS_ENV: self.tools_file("gemini-settings.json", settings)}
 
     def command(self) -> list[str]:
@@ -115,7 +115,7 @@ class GeminiAcpRun(RpcRun):
     async def _open_session(self) -> None:
         servers = []
         if tools := self.tools_command():
-            servers.append({"name": SERVER_NAME, "command": tools[0], "args": tools[1:], "env": []})
+            servers.append({"name": TOOLS_SERVER_NAME, "command": tools[0], "args": tools[1:], "env": []})
         await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": servers})
 
     async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:

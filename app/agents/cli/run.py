@@ -33,7 +33,7 @@ import signal
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
@@ -50,7 +50,9 @@ from .folders import ledger_file, load_session, load_session_data, save_session,
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
 from .sweep import in_use
-from .tools import ToolServer
+
+if TYPE_CHECKING:
+    from .tools import ToolServer
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -176,7 +178,8 @@ class CliRun(AgentRun):
 
     def tools_command(self) -> list[str] | None:
         """The argv of the stdio MCP server that gives the CLI this run's tools (`tools.py`); None when the
-        run has none. An adapter puts it in its CLI's MCP configuration as the server `tools.SERVER_NAME`."""
+        run has none. An adapter puts it in its CLI's MCP configuration as the server `TOOLS_SERVER_NAME`
+        (`jail/sandbox.py`)."""
         if self.tools is None:
             return None
         return self.tools.relay(jailed=self.options.sandbox == "bwrap")
@@ -263,6 +266,10 @@ class CliRun(AgentRun):
     async def _run(self) -> AsyncIterator[AgentEvent]:
         calls = getattr(self.request, "calls", None)
         if calls is not None and self.takes_tools:
+            # The mcp SDK costs a server process most of a second to import: only a run that serves tools
+            # loads it, not every start of every server.
+            from .tools import ToolServer
+
             self.tools = await ToolServer(calls, self.workspace).start()
         try:
             async with contextlib.aclosing(self._process()) as events:

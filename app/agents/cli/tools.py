@@ -43,12 +43,10 @@ from app.protocol.model import Part
 
 from ..calls import AgentCalls, CallError
 from ..calls_wire import agents_to_wire, child_to_wire
-from ..jail.sandbox import IN_JAIL_TOOLS, IN_JAIL_TOOLS_RELAY, TOOLS_RELAY, relay_python
+from ..jail.sandbox import IN_JAIL_TOOLS, IN_JAIL_TOOLS_RELAY, TOOLS_RELAY, TOOLS_SERVER_NAME, relay_python
 
 log = logging.getLogger(__name__)
 
-SERVER_NAME = "a2a"
-"""The MCP server's name in each CLI's configuration: Claude Code calls its tools `mcp__a2a__<tool>`."""
 MAX_LINE = 16 << 20
 """The longest JSON-RPC message a connection takes (a call's files travel as paths, not bytes)."""
 FILE_LIMIT = 10 << 20
@@ -138,7 +136,7 @@ class ToolServer:
         self._listener: asyncio.AbstractServer | None = None
         self._sessions: set[asyncio.Task[None]] = set()
         self._mcp: Server[Any] = Server(
-            SERVER_NAME,
+            TOOLS_SERVER_NAME,
             version="1",
             instructions="Hand work to the other agents of this server: list_agents, then send_to_agent.",
             on_list_tools=self._list_tools,

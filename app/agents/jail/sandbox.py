@@ -41,6 +41,8 @@ IN_JAIL_SOCKET = "/run/a2a/egress.sock"
 IN_JAIL_BRIDGE = "/run/a2a/bridge.py"
 BRIDGE = Path(str(resources.files("app.agents.jail") / "bridge.py"))
 """The relay run inside the jail (standard library only), a resource of this package bound in read-only."""
+TOOLS_SERVER_NAME = "a2a"
+"""The run's tool server in each CLI's MCP configuration: Claude Code calls its tools `mcp__a2a__<tool>`."""
 IN_JAIL_TOOLS = "/run/a2a/tools"
 """Where a jail shows its run's tool folder (`cli/tools.py`: the socket, a CLI's settings naming it)."""
 IN_JAIL_TOOLS_RELAY = "/run/a2a/tools_relay.py"
