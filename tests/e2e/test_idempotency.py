@@ -83,8 +83,11 @@ async def test_retry_of_a_running_message_attaches_and_any_other_reuse_is_new(cl
 
 
 async def test_concurrent_copies_of_a_blocking_send_run_once(client):
-    # The task waits on its user: both copies find it open, however late the second one arrives.
-    msg = text_message("ask:Go?;chunks:3")
+    # A copy attaches while its task runs (submitted, working); once the task asks, the same first message is
+    # a new one. Fresh-clone run T (two runs beside a CPU hog) had the second copy conflict with the first's
+    # retry key and look it up only after the task asked (its key cleared): a new task. The run now works for
+    # a while first, so the copies sent together meet it running on any machine.
+    msg = text_message("sleep:10;ask:Go?;chunks:3")
     a, b = await asyncio.gather(*(result(client, "message/send", {"message": msg}) for _ in range(2)))
     assert a["id"] == b["id"]
     assert a["status"]["state"] == b["status"]["state"] == "input-required", "the retry waited for the task"
