@@ -71,7 +71,9 @@ class Agent:
 
 
 @asynccontextmanager
-async def replica(db: Path, agent: Agent, replica_id: str, **overrides: Any) -> AsyncIterator[Components]:
+async def replica(
+    db: Path, agent: Agent | Asker, replica_id: str, **overrides: Any
+) -> AsyncIterator[Components]:
     # No agent timeout within the test: only what the test is about may stop a run.
     settings = settings_for(db, replica_id=replica_id, agent_timeout_s=600.0, **overrides)
     async with wire(settings, ScriptAgent(agent), Authenticator(AuthOptions.from_settings(settings))) as c:
@@ -346,24 +348,23 @@ class Asker:
         await task.complete(f"got {answer.text()}")
 
 
+@asynccontextmanager
+async def askers(tmp_path: Path) -> AsyncIterator[tuple[Components, Components]]:
+    """Two replicas (long lease TTLs: neither reaps) running `Asker`, each on its own in-process bus, so
+    neither hears what the other forwards or writes."""
+    db = tmp_path / "a2a.db"
+    await create_tables(db)
+    async with (
+        replica(db, Asker(), "r1", lease_ttl_s=60.0) as r1,
+        replica(db, Asker(), "r2", lease_ttl_s=60.0) as r2,
+    ):
+        yield r1, r2
+
+
 async def test_an_answer_the_holder_cannot_hear_is_a_503_to_send_again_not_an_internal_error(tmp_path):
     """An answer does need the holder (its run waits for it): one forwarded to a holder that does not answer
     is 503 with Retry-After, UNAVAILABLE, and changes nothing."""
-    db = tmp_path / "a2a.db"
-    await create_tables(db)
-    settings = {"agent_timeout_s": 600.0, "lease_ttl_s": 60.0}
-    async with (
-        wire(
-            settings_for(db, replica_id="r1", **settings),
-            ScriptAgent(Asker()),
-            Authenticator(AuthOptions.from_settings(settings_for(db))),
-        ) as r1,
-        wire(
-            settings_for(db, replica_id="r2", **settings),
-            ScriptAgent(Asker()),
-            Authenticator(AuthOptions.from_settings(settings_for(db))),
-        ) as r2,
-    ):
+    async with askers(tmp_path) as (r1, r2):
         task_id = (await send(r1, "work", blocking=False)).id
         await until(r1, task_id, TaskState.INPUT_REQUIRED)
         with pytest.raises(UnreachableHolderError) as unheard:
@@ -414,21 +415,7 @@ async def test_an_answer_whose_write_collides_with_another_writers_is_a_503_to_s
     """An answer written here while another replica has taken the task over and written it (unheard yet:
     another in-process bus) collides on the event number; it was not carried out, so the client is told to
     send it again (503), never -32603 with a stack trace in the log, and the next try finds the task ended."""
-    db = tmp_path / "a2a.db"
-    await create_tables(db)
-    settings = {"agent_timeout_s": 600.0, "lease_ttl_s": 60.0}
-    async with (
-        wire(
-            settings_for(db, replica_id="r1", **settings),
-            ScriptAgent(Asker()),
-            Authenticator(AuthOptions.from_settings(settings_for(db))),
-        ) as r1,
-        wire(
-            settings_for(db, replica_id="r2", **settings),
-            ScriptAgent(Asker()),
-            Authenticator(AuthOptions.from_settings(settings_for(db))),
-        ) as r2,
-    ):
+    async with askers(tmp_path) as (r1, r2):
         task_id = (await send(r1, "work", blocking=False)).id
         await until(r1, task_id, TaskState.INPUT_REQUIRED)
         await r2.service.cancel(OWNER, task_id, reason="by ops", take_over=True)
