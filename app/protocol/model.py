@@ -371,6 +371,9 @@ class SendConfig:
     blocking: bool = True
     history_length: int | None = None
     accepted_output_modes: list[str] = field(default_factory=list)
+    task_id: str | None = None
+    """The id a legacy `tasks/send` names its task by: it continues the caller's task of that id, or a new
+    task takes it."""
 
 
 @dataclass(slots=True)
