@@ -256,14 +256,20 @@ async def test_an_answer_naming_only_the_context_completes_the_waiting_task(clie
     assert again["result"]["id"] != task["id"] and again["result"]["status"]["state"] == "completed"
 
 
-async def test_an_answer_naming_only_the_context_on_v10_and_rest(client):
-    for via in ("jsonrpc", "rest"):
+async def test_an_answer_naming_only_the_context_on_v10_and_both_rest_bindings(client):
+    for via in ("jsonrpc", "rest", "rest v0.3"):
         task = await send(client, "ask:Merge?")
-        message = {"contextId": task["contextId"], "parts": [{"text": "ok"}]}
         if via == "jsonrpc":
+            message = {"contextId": task["contextId"], "parts": [{"text": "ok"}]}
             done = (await post(client, "SendMessage", {"message": message}, V10))["result"]["task"]
         else:
-            resp = await client.post("/a2a/rest/message:send", json={"message": message}, headers=V10)
+            path, parts = (
+                ("/a2a/rest/message:send", "parts")
+                if via == "rest"
+                else ("/a2a/rest/v1/message:send", "content")
+            )
+            message = {"contextId": task["contextId"], parts: [{"text": "ok"}]}
+            resp = await client.post(path, json={"message": message}, headers=V10 if via == "rest" else {})
             assert resp.status_code == 200, resp.text
             done = resp.json()["task"]
-        assert (done["id"], done["status"]["state"]) == (task["id"], "TASK_STATE_COMPLETED"), done
+        assert (done["id"], done["status"]["state"]) == (task["id"], "TASK_STATE_COMPLETED"), (via, done)
