@@ -245,6 +245,7 @@ def _send_of(p: _SendParamsIn) -> tuple[Message, SendConfig, dict[str, Any] | No
         blocking=cfg.blocking is not False if cfg else True,
         history_length=cfg.historyLength if cfg else None,
         accepted_output_modes=(cfg.acceptedOutputModes or []) if cfg else [],
+        made_message_id=m.messageId is None,
     )
     push = cfg.pushNotificationConfig if cfg else None
     return message, config, push

@@ -231,6 +231,7 @@ def decode_send(body: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
         blocking=cfg is None or cfg.blocking,
         history_length=(cfg.historyLength or None) if cfg else None,
         accepted_output_modes=cfg.acceptedOutputModes if cfg else [],
+        made_message_id=p.message.messageId is None,
     )
     return decode_message(p.message), config, cfg.pushNotification if cfg else None
 

@@ -222,6 +222,7 @@ def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None
         blocking=not cfg.returnImmediately,
         history_length=cfg.historyLength,
         accepted_output_modes=cfg.acceptedOutputModes,
+        made_message_id=p.message.messageId is None,
     )
     return decode_message(p.message), config, cfg.taskPushNotificationConfig
 

@@ -183,6 +183,24 @@ async def test_a_text_part_written_with_type_and_content(client):
     assert first["content"] == [{"text": "say:hi"}] and first["role"] == "ROLE_USER"
 
 
+async def test_a_retry_without_messageId_under_one_idempotency_key_is_the_same_request(client):
+    """The server makes each copy's messageId anew; the key's fingerprint leaves it out, so the copy gets the
+    first copy's task instead of a refusal for a different body."""
+    for via in ("jsonrpc", "rest"):
+        key = {"Idempotency-Key": f"shapes-{uuid.uuid4()}"}
+        tasks = []
+        for _ in range(2):
+            if via == "jsonrpc":
+                message = {"parts": [{"type": "text", "content": "say:once"}]}
+                tasks.append((await post(client, "message/send", {"message": message}, key))["result"])
+            else:
+                body = {"message": {"parts": [{"text": "say:once"}]}}
+                resp = await client.post("/a2a/rest/message:send", json=body, headers={**V10, **key})
+                assert resp.status_code == 200, resp.text
+                tasks.append(resp.json()["task"])
+        assert tasks[0]["id"] == tasks[1]["id"], (via, tasks)
+
+
 @pytest.mark.parametrize(
     ("method", "message", "headers"),
     [
