@@ -14,7 +14,8 @@ The text is a `;`-separated list of steps, run in order:
                     table's)
 - `stop`            end the event stream without done or error
 
-After the last step, `done` is emitted. Any other text is echoed like the echo agent does.
+After the last step, `done` is emitted. Any other text is echoed like the echo agent does. The session it
+reports names the model the task chose (`metadata.model`), else `scripted`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .sdk import Request, Skill
 
 class ScriptedRun(AgentRun):
     async def events(self) -> AsyncIterator[AgentEvent]:
-        yield AgentEvent.init(model="scripted", session_id=f"session-{self.request.task_id}")
+        model = self.request.model or "scripted"
+        yield AgentEvent.init(model=model, session_id=f"session-{self.request.task_id}")
         summary: str | None = None
         stats: dict[str, int] | None = None
         for step in self.request.message.text().split(";"):
