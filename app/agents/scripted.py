@@ -30,12 +30,16 @@ from .sdk import Request, Skill
 
 
 class ScriptedRun(AgentRun):
+    def script(self) -> str:
+        """The steps to run: the message's text (a demo's agent may take them from elsewhere)."""
+        return self.request.message.text()
+
     async def events(self) -> AsyncIterator[AgentEvent]:
         model = self.request.model or "scripted"
         yield AgentEvent.init(model=model, session_id=f"session-{self.request.task_id}")
         summary: str | None = None
         stats: dict[str, int] | None = None
-        for step in self.request.message.text().split(";"):
+        for step in self.script().split(";"):
             verb, _, arg = step.strip().partition(":")
             if verb == "say":
                 yield AgentEvent.thinking(arg)
