@@ -202,3 +202,22 @@ async def test_a_lower_timeout_ends_the_run_as_the_roles_timeout_would(http: htt
     task = await wait_until_stopped(http, task, within_s=60)
     assert task["status"]["state"] == "failed"
     assert "did not finish within 2 s and was stopped" in status_text(task)
+
+
+async def test_a_run_started_again_after_a_restart_keeps_the_tasks_model(
+    options_server: ServerProcess,
+) -> None:
+    """Last in the file: it restarts the module's server. The answer to a task that waited through a restart
+    starts a new run, which reads the task's model from the task: its session report (the last one is
+    kept) names it, where a run given none would name `scripted`."""
+    async with httpx.AsyncClient(base_url=options_server.base_url, timeout=30) as http:
+        task = await result(
+            http, "message/send", {"message": text_message("ask:Go on?", metadata={"model": "small-model"})}
+        )
+        assert task["status"]["state"] == "input-required"
+        options_server.kill()
+        options_server.start()
+        answer = text_message("y", taskId=task["id"], contextId=task["contextId"])
+        done = await wait_until_stopped(http, await result(http, "message/send", {"message": answer}))
+    assert done["status"]["state"] == "completed"
+    assert _session_model(done) == "small-model"
