@@ -46,16 +46,15 @@ class TaskLimits:
                     else f"the role {self.role!r} offers no choice of model (its `models` lists none)"
                 )
                 raise InvalidParamsError(
-                    f"metadata.model {model!r} is not allowed: {why}",
+                    f"metadata.model {_shown(model)} is not allowed: {why}",
                     {"field": f"metadata.{MODEL_KEY}", "allowedModels": ",".join(self.models)},
                 )
         if TIMEOUT_KEY in metadata:
             value = metadata[TIMEOUT_KEY]
-            number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or not 0 < value <= self.timeout_s:
+            if not _seconds(value) or not 0 < value <= self.timeout_s:
                 raise InvalidParamsError(
                     f"metadata.timeoutS must be a number of seconds above 0 and at most {self.timeout_s:g}, "
-                    f"the role {self.role!r}'s timeout; it is {value!r}",
+                    f"the timeout of the role {self.role!r}; it is {_shown(value)}",
                     {"field": f"metadata.{TIMEOUT_KEY}", "maxTimeoutS": self.timeout_s},
                 )
 
@@ -70,6 +69,22 @@ class TaskLimits:
                     "start a new task for another",
                     {"field": f"metadata.{key}"},
                 )
+
+
+def _seconds(value: Any) -> bool:
+    """A JSON number (not a boolean, not NaN or infinite; an integer of any size)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an error, cut short."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's limit on digits
+        return "a number too long to show"
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def kept_options(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -88,6 +103,6 @@ def chosen_model(metadata: dict[str, Any] | None) -> str | None:
 def run_timeout(metadata: dict[str, Any] | None, limit: float) -> float:
     """How long a run of the task may take: its own timeout when it chose one below `limit`, else `limit`."""
     value = (metadata or {}).get(TIMEOUT_KEY)
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < limit:
+    if _seconds(value) and 0 < value < limit:
         return float(value)
     return limit

@@ -37,8 +37,8 @@ BINDINGS = ("jsonrpc-0.3", "jsonrpc-1.0", "rest-0.3", "rest-1.0", "grpc-0.3", "g
 REFUSED = {
     "an unlisted model": ({"model": "gpt-9"}, "allows the models big-model, small-model"),
     "a model of the wrong type": ({"model": ["small-model"]}, "allows the models big-model, small-model"),
-    "a timeout above the role's": ({"timeoutS": 61}, "at most 60, the role 'coder''s timeout"),
-    "a timeout of 0": ({"timeoutS": 0}, "at most 60, the role 'coder''s timeout"),
+    "a timeout above the role's": ({"timeoutS": 61}, "at most 60, the timeout of the role 'coder'"),
+    "a timeout of 0": ({"timeoutS": 0}, "at most 60, the timeout of the role 'coder'"),
     "a timeout as text": ({"timeoutS": "30"}, "must be a number of seconds"),
     "a timeout as a boolean": ({"timeoutS": True}, "must be a number of seconds"),
 }
