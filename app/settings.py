@@ -198,6 +198,9 @@ class Settings(BaseSettings):
     through input-required where the CLI has a channel for them."""
     agent_model: str | None = None
     """Passed to the CLI as its model (`--model`); unset: the CLI's default."""
+    agent_models: str = ""
+    """Comma-separated models a task may choose instead (`metadata.model`); AGENT_MODEL is always one of
+    them. Empty: a task runs on AGENT_MODEL and may name no other."""
     agent_command: str | None = None
     """The `ndjson` adapter's command line (shell-like quoting), e.g. `/usr/bin/python3 /srv/my_agent.py`
     (it starts in the task's workspace)."""

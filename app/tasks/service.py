@@ -39,6 +39,7 @@ from app.protocol.model import (
     tree_of,
     utcnow,
 )
+from app.protocol.task_options import kept_options
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import InvalidPageToken, TaskPage
@@ -351,7 +352,7 @@ class TaskService:
             context_id=context_id,
             status=status,
             history=[message],
-            metadata=tree_of(message.metadata),
+            metadata={**(tree_of(message.metadata) or {}), **kept_options(message.metadata)} or None,
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))
