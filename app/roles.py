@@ -70,6 +70,8 @@ class RoleEntry(BaseModel):
     slots: int | None = Field(default=None, ge=1)
     """Agent runs of this role one process runs at once (as MAX_CONCURRENT_TASKS)."""
     timeout_s: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    """The most a task of the role may spend, in US dollars (as BUDGET_TASK_USD); a task may ask less."""
     idle_timeout_s: float | None = Field(default=None, gt=0)
     repository: RepositoryEntry | None = None
     """The repository a task naming none works on (a coding-agent CLI's role only)."""
@@ -94,6 +96,8 @@ class Role:
     """Whether this process runs the role's agents (`AGENT_ROLES`); it serves calls for it either way."""
     models: tuple[str, ...] = ()
     """The models a task of the role may choose (`metadata.model`): its `models` and its own `model`."""
+    budget_usd: float | None = None
+    """The most a task of the role may spend (`budget_usd`, else BUDGET_TASK_USD; None: no cap)."""
     path: str = field(default="")
     """The URL prefix of its endpoints: empty for the default role's root ones."""
 
@@ -139,6 +143,7 @@ def load(settings: Settings) -> dict[str, Role]:
             timeout_s=entry.timeout_s or settings.agent_timeout_s,
             runs_here=not running or name in running,
             models=_models(entry, settings),
+            budget_usd=entry.budget_usd or settings.budget_task_usd,
             path="" if name == default else f"/agents/{name}",
         )
     return roles

@@ -324,6 +324,10 @@ class Settings(BaseSettings):
     stream_slot_ttl_s: float = Field(default=30.0, gt=0)
     """With Redis: a replica refreshes its open streams' entries every TTL/3, so a crashed replica's
     streams stop counting against the cap within this time."""
+    budget_task_usd: float | None = Field(default=None, gt=0)
+    """The most one task may spend, in US dollars (a role's `budget_usd` overrides it; unset: no cap)."""
+    budget_day_usd: float | None = Field(default=None, gt=0)
+    """The most one principal may spend in a UTC day, in US dollars (unset: no cap); a send past it is 429."""
 
     # ---- Checks (app/settings_checks.py), each applied to the settings it names ----
     _blank_is_unset = field_validator(
@@ -335,6 +339,7 @@ class Settings(BaseSettings):
         "repo_push_username",
         "repo_push_ssh_key_file",
     )(checks.blank_is_unset)
+    _no_budget = field_validator("budget_task_usd", "budget_day_usd", mode="before")(checks.blank_is_unset)
     _known_driver = field_validator("database_url")(checks.database_url)
     _redis_scheme = field_validator("redis_url")(checks.redis_url)
     _http_url = field_validator("public_url")(checks.public_url)

@@ -123,11 +123,12 @@ def role_stack(
     push_ring: Callable[[], None] | None = None,
     exclusive: bool = False,
     cascade: Callable[[str, str], Awaitable[None]] | None = None,
+    budget_usd: float | None = None,
 ) -> tuple[LiveTasks, E, TaskService]:
     """The role's live tasks on its parts, its executor made on them (a `Runner`, `Idle`, or the admin
     command line's bystander), and its task service over both, as the settings say. `push_ring` wakes the
     local push deliverer; `exclusive`: the role's agent has effects (`LiveTasks`); `cascade`: cancels a
-    canceled task's children (`TaskService`)."""
+    canceled task's children (`TaskService`); `budget_usd`: the role's cap on a task's spend."""
     tasks = LiveTasks(parts, settings.db_outage_grace_s, push_ring, exclusive)
     run = executor(tasks)
     service = TaskService(
@@ -140,6 +141,7 @@ def role_stack(
         keys=IdempotencyKeys(engine, settings.idempotency_ttl_s),
         stream_until=settings.send_stream_until,
         cascade=cascade,
+        budget_usd=budget_usd,
     )
     return tasks, run, service
 
@@ -322,7 +324,14 @@ async def _role(
     ring = shared.deliverer.ring if settings.push_deliver else None
     cascade = partial(_cascade, shared.every, shared.tree)
     tasks, runner, service = role_stack(
-        parts, executor, settings, shared.engine, push_ring=ring, exclusive=effects, cascade=cascade
+        parts,
+        executor,
+        settings,
+        shared.engine,
+        push_ring=ring,
+        exclusive=effects,
+        cascade=cascade,
+        budget_usd=role.budget_usd,
     )
     reaper = Reaper(
         parts.leases,
@@ -368,7 +377,8 @@ async def _role(
         sweep=shared.sweep,
         repos=repo_policy(agent),
         calls=shared.calls,
-        task_limits=TaskLimits(role.models, role.timeout_s, name),
+        task_limits=TaskLimits(role.models, role.timeout_s, name, role.budget_usd),
+        day_budget_usd=settings.budget_day_usd,
     )
 
 

@@ -90,6 +90,8 @@ class Components:
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
     task_limits: TaskLimits = field(default_factory=TaskLimits)
     """What a task of the role may choose (`metadata.model`, `metadata.timeoutS`): its models, its timeout."""
+    day_budget_usd: float | None = None
+    """BUDGET_DAY_USD: what one principal may spend in a UTC day (read from `usage`); None: no cap."""
 
     @property
     def running(self) -> int:

@@ -1,5 +1,6 @@
 """A task's own options within its role's limits: the model it runs on (`metadata.model`, one of the role's
-`models`) and how long its run may take (`metadata.timeoutS`, in seconds, at most the role's timeout).
+`models`), how long its run may take (`metadata.timeoutS`, in seconds, at most the role's timeout) and what
+it may spend (`metadata.budgetUsd`, at most the role's budget: `protocol/budget.py`).
 
 A client names them in the metadata of a task's first message. The edge checks them against the role's
 `TaskLimits` before anything is stored (`api/ops/admission.py`: -32602 naming the limit), the new task keeps
@@ -13,11 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import BUDGET_KEY, is_amount
 from .errors import InvalidParamsError
 
 MODEL_KEY = "model"
 TIMEOUT_KEY = "timeoutS"
-OPTION_KEYS = (MODEL_KEY, TIMEOUT_KEY)
+OPTION_KEYS = (MODEL_KEY, TIMEOUT_KEY, BUDGET_KEY)
 SKILL_KEY = "skill"
 """The skill a first message asks for (routing by skill): its task keeps it too, for the console's lists."""
 
@@ -31,6 +33,8 @@ class TaskLimits:
     timeout_s: float = 3600.0
     """The role's run timeout (its `timeout_s`, AGENT_TIMEOUT_S): the most a task may ask for."""
     role: str = "default"
+    budget_usd: float | None = None
+    """The role's cap on a task's spend (its `budget_usd`, BUDGET_TASK_USD): a task may ask a lower one."""
 
     def check(self, metadata: dict[str, Any] | None) -> None:
         """Refuse (-32602, naming the limit) a model outside `models` or a timeout that is not a number of
@@ -57,6 +61,25 @@ class TaskLimits:
                     f"the timeout of the role {self.role!r}; it is {_shown(value)}",
                     {"field": f"metadata.{TIMEOUT_KEY}", "maxTimeoutS": self.timeout_s},
                 )
+        if BUDGET_KEY in metadata:
+            self._check_budget(metadata[BUDGET_KEY])
+
+    def _check_budget(self, value: Any) -> None:
+        """A task's cap: dollars above 0, at most the role's (a task may spend less, never more)."""
+        cap = self.budget_usd
+        if not is_amount(value) or (cap is not None and value > cap):
+            limit = (
+                f"at most {cap:g}, the budget of the role {self.role!r}"
+                if cap is not None
+                else "with no upper limit (the role has no budget)"
+            )
+            data: dict[str, Any] = {"field": f"metadata.{BUDGET_KEY}"}
+            if cap is not None:
+                data["maxBudgetUsd"] = cap
+            raise InvalidParamsError(
+                f"metadata.budgetUsd must be a number of US dollars above 0, {limit}; it is {_shown(value)}",
+                data,
+            )
 
     def same(self, kept: dict[str, Any] | None, metadata: dict[str, Any] | None) -> None:
         """A later message of a task may repeat its options, never change them (-32602 naming the task's)."""

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.agents.calls import AgentInfo, CallError, ChildTask, child_task
+from app.protocol.budget import BUDGET_KEY, left as budget_left
 from app.protocol.errors import A2AError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import (
     DEPTH_KEY,
@@ -116,7 +117,10 @@ class LocalCalls:
         if not parts:
             raise CallError("A task needs a message: give it text or files")
         await self._within_limits(role, parts)
-        tree = {PARENT_KEY: self.task_id, DEPTH_KEY: depth, PATH_KEY: [*self.path, role]}
+        tree: dict[str, Any] = {PARENT_KEY: self.task_id, DEPTH_KEY: depth, PATH_KEY: [*self.path, role]}
+        share = await self._budget_left()
+        if share is not None:
+            tree[BUDGET_KEY] = share
         message = Message(
             message_id=new_id(),
             role=Role.USER,
@@ -183,6 +187,21 @@ class LocalCalls:
             await limits.rate.take(self.owner)
         except A2AError as exc:
             raise CallError(f"Role {role!r} did not take the task: {exc.message}") from None
+
+    async def _budget_left(self) -> float | None:
+        """What the parent may still spend (None: it has no budget), the most its new child may: a child's
+        spend counts against its parent's once it rolls up (`RunCalls`). CallError when none is left."""
+        service = self._f.services(self.path[-1])
+        if service is None:
+            return None
+        try:
+            parent = await service.get(self.owner, self.task_id, history_length=0)
+        except TaskNotFoundError:
+            return None
+        share = budget_left(parent.metadata)
+        if share is not None and share <= 0:
+            raise CallError("This task's budget is spent: it cannot start another task")
+        return share
 
     async def _mine(self, task_id: str) -> tuple[str, TaskService]:
         """The child's role and its service; CallError for any task that is not a child of this run's."""

@@ -97,6 +97,13 @@ class UsageReads:
         groups, more = await self._groups(q, by, limit)
         return groups, await self._total(q), more
 
+    async def day_cost(self, owner: str, day: str) -> float:
+        """What `owner`'s runs cost on `day` (`YYYY-MM-DD`, UTC), its rows' known costs (BUDGET_DAY_USD)."""
+        stmt = select(func.sum(_u.cost_usd)).where(_u.owner == owner, _u.day == day)
+        async with self._engine.connect() as conn:
+            total = (await conn.execute(stmt)).scalar()
+        return round(float(total or 0.0), 10)
+
     async def _groups(self, query: UsageQuery, by: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
         keys = group_keys(query, by)
         names = [k.name for k in keys]

@@ -12,8 +12,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from app import ssrf
+from app.protocol.budget import BUDGET_KEY, cap_of, lowest
 from app.protocol.errors import (
     ContextBusyError,
     InternalError,
@@ -104,12 +106,15 @@ class TaskService:
         keys: IdempotencyKeys | None = None,
         stream_until: str = "interrupted",
         cascade: Callable[[str, str], Awaitable[None]] | None = None,
+        budget_usd: float | None = None,
     ):
         """It reads, writes and forwards through the repository, writer, bus and leases of its `tasks` (whose
         role is its role). `stream_until` (`SEND_STREAM_UNTIL`): where a send's stream ends, at the first
         `interrupted` state (input-required, auth-required) or a terminal one, or only at a `terminal`
         one; a subscriber's stream always follows the task to its end. `cascade(owner, task_id)`: cancels
-        the children a canceled task's runs started (on any role, through their own `cancel`)."""
+        the children a canceled task's runs started (on any role, through their own `cancel`). `budget_usd`:
+        the role's cap on a task's spend, which a new task keeps unless its message asks a lower one."""
+        self.budget_usd = budget_usd
         self._tasks = tasks
         self._cascade = cascade
         self._executor = executor
@@ -328,6 +333,15 @@ class TaskService:
             )
         return waiting[0] if waiting else None
 
+    def _metadata(self, asked: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A new task's own metadata: its place in the tree, its options, and its budget (the lowest of its
+        role's and the one its message asks, a child's parent's share included)."""
+        metadata = {**(tree_of(asked) or {}), **kept_options(asked)}
+        cap = lowest(cap_of(asked), self.budget_usd)
+        if cap is not None:
+            metadata[BUDGET_KEY] = cap
+        return metadata or None
+
     async def _accept(self, s: _Send) -> str | LiveTask:
         """Store the message as a new task and start the agent; returns the task's id.
 
@@ -352,7 +366,7 @@ class TaskService:
             context_id=context_id,
             status=status,
             history=[message],
-            metadata={**(tree_of(message.metadata) or {}), **kept_options(message.metadata)} or None,
+            metadata=self._metadata(message.metadata),
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))

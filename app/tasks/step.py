@@ -16,8 +16,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate, fold_artifact
-from app.protocol.model import INTERRUPTED_STATES, SESSION_KEY, TERMINAL_STATES, StateTransition, session_of
+from app.protocol.budget import over_budget
+from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate, fold_artifact, status_update
+from app.protocol.model import (
+    INTERRUPTED_STATES,
+    SESSION_KEY,
+    TERMINAL_STATES,
+    StateTransition,
+    TaskState,
+    session_of,
+)
 from app.protocol.usage import CHILD_USAGE_KEY, USAGE_KEY, Usage, UsageError, add_child, add_to_summary
 from app.push import payloads
 from app.push.configs import new_row
@@ -105,42 +113,55 @@ class Step:
 def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
     """Number `events` after `seq` and check each status change against the state machine; sum the usage
     the status events report into the task's metadata (an ended child's into its `children`, once per
-    child), and keep the last session one reports there."""
+    child), and keep the last session one reports there.
+
+    The status event whose usage takes the task's spend past its budget (`protocol/budget.py`) while the
+    task is open ends it: `events` is cut after it and a `failed` status naming the budget and the spend is
+    added to them, so whoever writes the task (a replica for its own run or a remote worker's, the worker
+    itself) stops it at the same event."""
     state = task.status.state
     status = task.status
     transitions = list(task.transitions)
     history_add = list(messages or ())
     records: list[EventRecord] = []
     usage: list[tuple[int, Usage]] = []
-    session: dict[str, str] | None = None
-    children: list[tuple[str, dict[str, Any]]] = []
-    for ev in events:
+    metadata: dict[str, Any] | None = None
+    for i, ev in enumerate(events):
         seq += 1
         records.append(EventRecord(seq, ev))
-        if isinstance(ev, StatusUpdate):
-            check_transition(state, ev.status.state)
-            if ev.status.state != state:
-                transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
-            state = ev.status.state
-            status = ev.status
-            if status.message is not None:
-                history_add.append(status.message)
-            if (report := reported_usage(ev)) is not None:
-                usage.append((seq, report))
-            if (reported := session_of(ev.metadata)) is not None:
-                session = reported
-            if (child := child_usage(ev)) is not None:
-                children.append(child)
-    metadata = None
-    if usage or session is not None or children:
-        metadata = dict(task.metadata or {})
-        for _, report in usage:
+        if not isinstance(ev, StatusUpdate):
+            continue
+        check_transition(state, ev.status.state)
+        if ev.status.state != state:
+            transitions.append(StateTransition(ev.status.state, ev.status.timestamp))
+        state = ev.status.state
+        status = ev.status
+        if status.message is not None:
+            history_add.append(status.message)
+        report, child, session = reported_usage(ev), child_usage(ev), session_of(ev.metadata)
+        if report is None and child is None and session is None:
+            continue
+        metadata = dict(task.metadata or {}) if metadata is None else metadata
+        if report is not None:
+            usage.append((seq, report))
             metadata[USAGE_KEY] = add_to_summary(metadata.get(USAGE_KEY), report)
-        for child_id, summary in children:
-            if (added := add_child(metadata.get(USAGE_KEY), child_id, summary)) is not None:
-                metadata[USAGE_KEY] = added
+        if child is not None and (added := add_child(metadata.get(USAGE_KEY), *child)) is not None:
+            metadata[USAGE_KEY] = added
         if session is not None:
             metadata[SESSION_KEY] = session
+        why = None if state.terminal else over_budget(metadata)
+        if why is not None:
+            failed = status_update(task.id, task.context_id, TaskState.FAILED, why)
+            check_transition(state, TaskState.FAILED)
+            del events[i + 1 :]
+            events.append(failed)
+            seq += 1
+            records.append(EventRecord(seq, failed))
+            transitions.append(StateTransition(TaskState.FAILED, failed.status.timestamp))
+            status = failed.status
+            if failed.status.message is not None:
+                history_add.append(failed.status.message)
+            break
     return Step(records, status, transitions, history_add, seq, usage, metadata)
 
 

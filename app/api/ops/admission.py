@@ -1,5 +1,6 @@
-"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; a
-task's own options within its role's (`metadata.model`, `metadata.timeoutS`: `protocol.task_options`); and a
+"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams, the
+day's budget (BUDGET_DAY_USD, `protocol.budget`); a task's own options within its role's (`metadata.model`,
+`metadata.timeoutS`, `metadata.budgetUsd`: `protocol.task_options`); and a
 coding agent's repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
 
 The per-principal limits live in `app.limits`: in memory for one process, in Redis when `REDIS_URL` is set,
@@ -14,8 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
+from app.protocol.budget import day_of, day_spent
 from app.protocol.errors import InvalidParamsError
-from app.protocol.model import TREE_KEYS, Message
+from app.protocol.model import TREE_KEYS, Message, utcnow
 from app.protocol.task_options import OPTION_KEYS
 
 from .calls import Call, Item, Stream, accept_message
@@ -40,9 +42,23 @@ async def admit(message: Message, call: Call) -> Message:
         )
     await options(message, call)
     await repository(message, call)
+    await day_budget(call)
     if not message.task_id:
         await limits.rate.take(call.owner)
     return message
+
+
+async def day_budget(call: Call) -> None:
+    """Refuse any send (a new task or an answer) while the caller's spend today (UTC) has reached
+    BUDGET_DAY_USD: -32092, 429 with `Retry-After` until midnight. The spend is the database's, so every
+    replica reads the same."""
+    cap, usage = call.c.day_budget_usd, call.c.usage
+    if cap is None or usage is None:
+        return
+    now = utcnow()
+    spent = await usage.day_cost(call.owner, day_of(now))
+    if spent >= cap:
+        raise day_spent(spent, cap, now)
 
 
 def tree(message: Message) -> None:

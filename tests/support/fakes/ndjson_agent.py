@@ -2,8 +2,9 @@
 """A fake `ndjson` agent: reads the prompt line from stdin and prints AgentEvents, one JSON per line.
 
 The prompt decides: `ASK` asks for approval and reports the answer; `SLEEP <marker>` starts `sleep <marker>`
-and waits (for cancel); `CRASH` writes to stderr and exits 3; `SILENT` exits 0 without done; `BIG` sends a
-2 MB chunk; anything else says hello in two chunks. It ends with done (summary, stats and usage; `ASK` also
+and waits (for cancel); `SPEND <usd> <marker>` starts `sleep <marker>`, reports ten turns of `<usd>` each
+(a `usage` line per turn) and waits (for its budget to stop it); `CRASH` writes to stderr and exits 3;
+`SILENT` exits 0 without done; `BIG` sends a 2 MB chunk; anything else says hello in two chunks. It ends with done (summary, stats and usage; `ASK` also
 reports usage before it asks, without a cost). Its session names the prompt's `model` (the task's), else
 `fake-ndjson`.
 """
@@ -35,6 +36,14 @@ if text == "ASK":
 elif text.startswith("SLEEP "):
     subprocess.Popen(["sleep", text.split()[1]])
     out({"kind": "tool_use", "tool_name": "shell", "tool_input": {"command": "sleep"}})
+    time.sleep(600)
+elif text.startswith("SPEND "):
+    _, usd, marker = text.split()
+    subprocess.Popen(["sleep", marker])
+    out({"kind": "thinking", "text": "started sleep "})
+    for turn in range(10):
+        out({"kind": "thinking", "text": f"turn {turn} "})
+        out({"kind": "usage", "usage": {"model": "fake-ndjson", "output_tokens": 10, "cost_usd": float(usd)}})
     time.sleep(600)
 elif text == "BIG":
     out({"kind": "thinking", "text": "x" * 2_000_000})
