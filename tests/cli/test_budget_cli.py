@@ -57,9 +57,7 @@ async def test_a_run_past_its_budget_fails_at_that_report_and_its_process_tree_i
     spender: httpx.AsyncClient,
 ) -> None:
     marker = f"300.{uuid.uuid4().int % 10_000_000:07d}"
-    task = await send_message(
-        spender, f"SPEND 0.02 {marker}", blocking=False, metadata={"budgetUsd": 0.05}
-    )
+    task = await send_message(spender, f"SPEND 0.02 {marker}", blocking=False, metadata={"budgetUsd": 0.05})
     task = await wait_until_stopped(spender, task)
     assert task["status"]["state"] == "failed", status_text(task)
     text = status_text(task)

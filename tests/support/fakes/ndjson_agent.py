@@ -4,9 +4,9 @@
 The prompt decides: `ASK` asks for approval and reports the answer; `SLEEP <marker>` starts `sleep <marker>`
 and waits (for cancel); `SPEND <usd> <marker>` starts `sleep <marker>`, reports ten turns of `<usd>` each
 (a `usage` line per turn) and waits (for its budget to stop it); `CRASH` writes to stderr and exits 3;
-`SILENT` exits 0 without done; `BIG` sends a 2 MB chunk; anything else says hello in two chunks. It ends with done (summary, stats and usage; `ASK` also
-reports usage before it asks, without a cost). Its session names the prompt's `model` (the task's), else
-`fake-ndjson`.
+`SILENT` exits 0 without done; `BIG` sends a 2 MB chunk; anything else says hello in two chunks. It ends
+with done (summary, stats and usage; `ASK` also reports usage before it asks, without a cost). Its session
+names the prompt's `model` (the task's), else `fake-ndjson`.
 """
 
 import json
