@@ -8,7 +8,7 @@ anyone else naming another owner gets 403. The sums come from `task_usage` (`sto
 
 Query: `by` (`context`, `role`, `model`, `day`; default `day`), `since` and `until` (UTC days `YYYY-MM-DD`,
 inclusive), `contextId`, `role`, `owner`, `limit` (groups, 1-1000, default 100). docs/protocol.md "Usage and
-cost".
+cost". For one owner the answer also holds `budget`: its spend today (UTC) against BUDGET_DAY_USD.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from app.protocol.budget import day_of, day_reset
 from app.protocol.errors import A2AError, InvalidParamsError, PermissionDeniedError
+from app.protocol.model import utcnow
 
-from ..deps import components, owner_of
+from ..deps import Components, components, owner_of
 from ..errors import status_error
 from ..faults import unexpected
 
@@ -62,6 +64,19 @@ def whose(caller: str, asked: str | None, admins: frozenset[str]) -> str | None:
     return None if asked == ALL_OWNERS else asked
 
 
+async def _day_budget(c: Components, owner: str) -> dict[str, Any]:
+    """The owner's spend today (UTC) against BUDGET_DAY_USD (`dayBudgetUsd` null: no cap), and when the
+    day resets."""
+    now = utcnow()
+    day = day_of(now)
+    return {
+        "day": day,
+        "spentUsd": await c.usage.day_cost(owner, day) if c.usage is not None else 0.0,
+        "dayBudgetUsd": c.day_budget_usd,
+        "resetsAt": day_reset(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
 @router.get("/usage", include_in_schema=False)
 async def usage(request: Request) -> Response:
     c = components(request)
@@ -85,9 +100,11 @@ async def usage(request: Request) -> Response:
         groups, total, truncated = await c.usage.sums(
             by, limit, owner=owner, since=since, until=until, context_id=context_id, role=role
         )
+        budget = None if owner is None else await _day_budget(c, owner)
     except Exception as exc:
         return status_error(request, unexpected(exc, "GET /usage"))
     body: dict[str, Any] = {
+        "budget": budget,
         "by": by,
         "owner": ALL_OWNERS if owner is None else owner,
         "since": since,

@@ -1,0 +1,251 @@
+"""Budgets over real server processes (SQLite): the principal's day (BUDGET_DAY_USD) and a task's children.
+
+`day`: the scripted agent with BUDGET_DAY_USD 0.05. Once a task has reported 0.06 USD today, the next send
+is refused at once on every binding and both versions (JSON-RPC, HTTP+JSON, gRPC; a stream too; an answer
+to a waiting task too; the MCP host endpoint's `run_task`) with the task-rate code (-32092, HTTP 429 with
+`Retry-After`, gRPC RESOURCE_EXHAUSTED) and a message saying when the day resets; nothing is stored.
+
+`tree`: the caller agent (tests/support/agents/caller.py) as `lead` with `budget_usd` 0.05 and the scripted
+agent as `worker`. A child gets what its parent has left as its own budget, and its spend rolls up into
+its parent's: past the parent's cap the parent fails naming its budget, and a child it left running is
+canceled. A task's own cap stopping a real CLI: tests/cli/test_budget_cli.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from tests.conftest import make_server
+from tests.support.clis import status_text, wait_until_stopped
+from tests.support.mcp import mcp_client, refusal
+from tests.support.rpc import result, text_message
+from tests.support.server import ServerProcess, free_port
+
+CALLER = "tests.support.agents.caller:CallerAgent"
+BINDINGS = (
+    "jsonrpc-0.3",
+    "jsonrpc-0.3-stream",
+    "jsonrpc-1.0",
+    "rest-0.3",
+    "rest-1.0",
+    "grpc-0.3",
+    "grpc-1.0",
+    "mcp",
+)
+
+
+@pytest.fixture(scope="module")
+async def day(tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    """A server whose one principal (anonymous) has spent its day: a task reported 0.06 of 0.05."""
+    port = free_port()
+    srv = await make_server(
+        "sqlite", tmp_path_factory.mktemp("budget-day"), BUDGET_DAY_USD="0.05", GRPC_PORT=str(port)
+    )
+    srv.grpc_port = port  # type: ignore[attr-defined]
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        waiting = await result(http, "message/send", {"message": text_message("ask:Go on?")})
+        srv.waiting = await wait_until_stopped(http, waiting)  # type: ignore[attr-defined]
+        spent = await result(http, "message/send", {"message": text_message("usage:m:10:10:0.06")})
+        assert (await wait_until_stopped(http, spent))["status"]["state"] == "completed"
+    yield srv
+    srv.stop()
+
+
+def _reset_in(text: str) -> None:
+    """The refusal names the budget, the spend and the next UTC midnight."""
+    midnight = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+    just_after = (datetime.now(UTC) + timedelta(days=1, minutes=1)).strftime("%Y-%m-%dT00:00:00Z")
+    assert "daily budget is spent: $0.06 of $0.05" in text, text
+    assert midnight in text or just_after in text, text
+
+
+async def _refused(srv: ServerProcess, http: httpx.AsyncClient, binding: str, ctx: str) -> str:
+    """Send a new message in `ctx` by `binding`; the refusal's text, after checking its code and status."""
+    mid = str(uuid.uuid4())
+    if binding.startswith("grpc"):
+        return await _grpc_refused(srv, binding.endswith("1.0"), ctx, mid)
+    if binding == "mcp":
+        async with mcp_client(srv.base_url) as client:
+            return refusal(await client.call_tool("run_task", {"role": "default", "message": "say:hi"}))
+    v03_message = text_message("say:hi", messageId=mid, contextId=ctx)
+    if binding.startswith("jsonrpc-0.3"):
+        method = "message/stream" if binding.endswith("stream") else "message/send"
+        resp = await http.post(
+            "/a2a/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": v03_message}},
+        )
+        error = resp.json()["error"]
+        assert error["code"] == -32092 and error["data"]["retryAfter"] >= 1, resp.text
+        return error["message"]
+    v10 = {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "say:hi"}], "contextId": ctx}
+    if binding == "jsonrpc-1.0":
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": v10}}
+        resp = await http.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+        error = resp.json()["error"]
+        assert error["code"] == -32092 and error["data"][0]["reason"] == "RATE_LIMITED", resp.text
+        return error["message"]
+    if binding == "rest-1.0":
+        resp = await http.post(
+            "/a2a/rest/message:send", json={"message": v10}, headers={"A2A-Version": "1.0"}
+        )
+        assert resp.status_code == 429 and int(resp.headers["Retry-After"]) >= 1, resp.text
+        assert resp.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        return resp.json()["error"]["message"]
+    v03 = {"messageId": mid, "role": "ROLE_USER", "content": [{"text": "say:hi"}], "contextId": ctx}
+    resp = await http.post("/a2a/rest/v1/message:send", json={"message": v03})
+    assert resp.status_code == 429 and int(resp.headers["Retry-After"]) >= 1, resp.text
+    assert resp.json()["code"] == -32092
+    return resp.json()["message"]
+
+
+async def _grpc_refused(srv: ServerProcess, v10: bool, ctx: str, mid: str) -> str:
+    if v10:
+        message = a2a_pb2.Message(
+            message_id=mid, context_id=ctx, role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="say:hi")]
+        )
+        request: Any = a2a_pb2.SendMessageRequest(message=message)
+    else:
+        message3 = a2a_v0_3_pb2.Message(
+            message_id=mid,
+            context_id=ctx,
+            role=a2a_v0_3_pb2.ROLE_USER,
+            content=[a2a_v0_3_pb2.Part(text="say:hi")],
+        )
+        request = a2a_v0_3_pb2.SendMessageRequest(request=message3)
+    stub_of = a2a_pb2_grpc.A2AServiceStub if v10 else a2a_v0_3_pb2_grpc.A2AServiceStub
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:  # type: ignore[attr-defined]
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub_of(channel).SendMessage(request)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    return caught.value.details() or ""
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_spent_day_refuses_the_next_send_on_every_binding_and_stores_nothing(
+    day: ServerProcess, binding: str
+) -> None:
+    ctx = str(uuid.uuid4())
+    async with httpx.AsyncClient(base_url=day.base_url, timeout=30) as http:
+        _reset_in(await _refused(day, http, binding, ctx))
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"contextId": ctx}}
+        listed = (await http.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})).json()
+        assert listed["result"]["tasks"] == [], "a refused message starts no task"
+
+
+async def test_a_spent_day_refuses_an_answer_to_a_waiting_task_too(day: ServerProcess) -> None:
+    waiting = day.waiting  # type: ignore[attr-defined]
+    assert waiting["status"]["state"] == "input-required"
+    answer = text_message("y", taskId=waiting["id"], contextId=waiting["contextId"])
+    async with httpx.AsyncClient(base_url=day.base_url, timeout=30) as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": answer}}
+        refused = (await http.post("/a2a/jsonrpc", json=body)).json()
+        assert refused["error"]["code"] == -32092, refused
+        _reset_in(refused["error"]["message"])
+        still = await result(http, "tasks/get", {"id": waiting["id"]})
+        assert still["status"]["state"] == "input-required"
+
+
+async def test_usage_shows_the_days_spend_against_its_cap(day: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=day.base_url, timeout=30) as http:
+        budget = (await http.get("/usage")).json()["budget"]
+    assert budget["dayBudgetUsd"] == 0.05 and budget["spentUsd"] == pytest.approx(0.06)
+    assert budget["day"] == datetime.now(UTC).date().isoformat() or budget["resetsAt"].endswith("T00:00:00Z")
+    assert budget["resetsAt"].endswith("T00:00:00Z")
+
+
+# ---- children count against their parent ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def tree(tmp_path_factory: Any) -> AsyncIterator[httpx.AsyncClient]:
+    agents = {"lead": {"adapter": CALLER, "budget_usd": 0.05}, "worker": {"adapter": "scripted"}}
+    srv = await make_server("sqlite", tmp_path_factory.mktemp("budget-tree"), AGENTS=json.dumps(agents))
+    try:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+            yield http
+    finally:
+        srv.stop()
+
+
+async def _lead(http: httpx.AsyncClient, plan: list[dict[str, Any]]) -> dict[str, Any]:
+    sent = await result(http, "message/send", {"message": text_message(json.dumps(plan))})
+    return await wait_until_stopped(http, sent)
+
+
+WORKER = "/agents/worker/a2a/jsonrpc"
+
+
+async def _get(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+    return (await http.post(WORKER, json=body)).json()["result"]
+
+
+async def _children(http: httpx.AsyncClient, parent_id: str) -> list[dict[str, Any]]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    listed = (await http.post(WORKER, json=body, headers={"A2A-Version": "1.0"})).json()["result"]
+    return [t for t in listed["tasks"] if (t.get("metadata") or {}).get("parentTaskId") == parent_id]
+
+
+async def _ended(http: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    """The child once it has ended (its cancel follows its parent's end)."""
+    async with asyncio.timeout(30):
+        while (task := await _get(http, task_id))["status"]["state"] not in (
+            "canceled",
+            "failed",
+            "completed",
+        ):
+            await asyncio.sleep(0.1)
+    return task
+
+
+async def test_a_child_gets_its_parents_budget_and_its_spend_fails_the_parent(
+    tree: httpx.AsyncClient,
+) -> None:
+    spend = "usage:m:1:1:0.02;usage:m:1:1:0.02;usage:m:1:1:0.02;sleep:60"
+    parent = await _lead(tree, [{"send": "worker", "text": spend, "wait": True}])
+    assert parent["status"]["state"] == "failed", status_text(parent)
+    assert "spent $0.06 against its budget of $0.05" in status_text(parent)
+    usage = parent["metadata"]["usage"]
+    assert usage["costUsd"] is None and usage["children"]["costUsd"] == pytest.approx(0.06)
+    (child_id,) = usage["childTasks"]
+    child = await _get(tree, child_id)
+    assert child["metadata"]["budgetUsd"] == pytest.approx(0.05), "the child got what its parent had left"
+    assert child["status"]["state"] == "failed"
+    assert "spent $0.06 against its budget of $0.05" in status_text(child)
+
+
+async def test_a_child_within_its_share_and_its_parent_fail_on_their_sum(tree: httpx.AsyncClient) -> None:
+    spend = "usage:m:1:1:0.02;usage:m:1:1:0.02"
+    plan = [{"send": "worker", "text": spend, "wait": True}, {"usage": ["m", 1, 1, 0.02]}, {"sleep": 60}]
+    parent = await _lead(tree, plan)
+    assert parent["status"]["state"] == "failed", status_text(parent)
+    assert "spent $0.06 against its budget of $0.05" in status_text(parent)
+    usage = parent["metadata"]["usage"]
+    assert usage["costUsd"] == pytest.approx(0.02) and usage["children"]["costUsd"] == pytest.approx(0.04)
+    (child_id,) = usage["childTasks"]
+    assert (await _get(tree, child_id))["status"]["state"] == "completed"
+
+
+async def test_a_parent_past_its_budget_cancels_the_child_it_left_running(tree: httpx.AsyncClient) -> None:
+    plan = [
+        {"send": "worker", "text": "say:working;sleep:60", "wait": False},
+        {"usage": ["m", 1, 1, 0.06]},
+        {"sleep": 60},
+    ]
+    parent = await _lead(tree, plan)
+    assert parent["status"]["state"] == "failed", status_text(parent)
+    assert "spent $0.06 against its budget of $0.05" in status_text(parent)
+    (child,) = await _children(tree, parent["id"])
+    child = await _ended(tree, child["id"])
+    assert child["status"]["state"] == "canceled", status_text(child)
