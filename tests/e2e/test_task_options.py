@@ -1,13 +1,13 @@
-"""A task's own model and timeout within its role's limits (`metadata.model`, `metadata.timeoutS`), over a
-real server process.
+"""A task's own model, timeout and budget within its role's limits (`metadata.model`, `metadata.timeoutS`,
+`metadata.budgetUsd`), over a real server process.
 
-Two roles of the scripted agent: `coder` (the default) with `model` big-model, `models` [small-model] and a
-60 s timeout, and `reviewer`, which offers no choice of model. A model outside the role's list, a timeout
-above the role's and a value of the wrong type are refused with -32602 naming the limit on every binding
-(JSON-RPC and HTTP+JSON in both versions, gRPC in both) and nothing is stored; a task keeps its choice for
-every turn (the scripted agent's session names the model its run was given), a later message may repeat it
-but not change it; and a task's lower timeout ends its run as the role's timeout would. The model reaching
-a real CLI: tests/cli/test_task_options_cli.py.
+Two roles of the scripted agent: `coder` (the default) with `model` big-model, `models` [small-model], a 60 s
+timeout and a budget of 1 USD, and `reviewer`, which offers no choice of model. A model outside the role's
+list, a timeout or budget above the role's and a value of the wrong type are refused with -32602 naming the
+limit on every binding (JSON-RPC and HTTP+JSON in both versions, gRPC in both) and nothing is stored; a task
+keeps its choice for every turn (the scripted agent's session names the model its run was given), a later
+message may repeat it but not change it; and a task's lower timeout ends its run as the role's timeout would.
+The model reaching a real CLI: tests/cli/test_task_options_cli.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from tests.support.rpc import call, result, text_message
 from tests.support.server import ServerProcess, free_port
 
 AGENTS = {
-    "coder": {"adapter": "scripted", "model": "big-model", "models": ["small-model"], "timeout_s": 60},
+    "coder": {
+        "adapter": "scripted",
+        "model": "big-model",
+        "models": ["small-model"],
+        "timeout_s": 60,
+        "budget_usd": 1,
+    },
     "reviewer": {"adapter": "scripted"},
 }
 BINDINGS = ("jsonrpc-0.3", "jsonrpc-1.0", "rest-0.3", "rest-1.0", "grpc-0.3", "grpc-1.0")
@@ -41,6 +47,9 @@ REFUSED = {
     "a timeout of 0": ({"timeoutS": 0}, "at most 60, the timeout of the role 'coder'"),
     "a timeout as text": ({"timeoutS": "30"}, "must be a number of seconds"),
     "a timeout as a boolean": ({"timeoutS": True}, "must be a number of seconds"),
+    "a budget above the role's": ({"budgetUsd": 2}, "at most 1, the budget of the role 'coder'"),
+    "a budget of 0": ({"budgetUsd": 0}, "at most 1, the budget of the role 'coder'"),
+    "a budget as text": ({"budgetUsd": "0.5"}, "must be a number of US dollars above 0"),
 }
 
 
