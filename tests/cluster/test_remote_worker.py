@@ -207,7 +207,8 @@ async def test_the_worker_runs_its_roles_tasks_streams_answers_and_cancels(
 
 async def test_the_workers_usage_is_recorded_priced_and_summed(team: tuple[Cluster, WorkerProcess, str]):
     """A worker's run reports usage on its events (priced by the worker's own price table, the built-in
-    one here); the replica that takes them records the rows and sums the task's metadata as for its own."""
+    one here); the replica that takes them records the rows and sums the task's metadata as for its own,
+    and a task's budget ends it at the report that passes it."""
     cl, _, pg = team
     base = cl.nginx_url
     asked = await rpc(
@@ -237,6 +238,13 @@ async def test_the_workers_usage_is_recorded_priced_and_summed(team: tuple[Clust
     async with httpx.AsyncClient(base_url=base, timeout=30) as c:
         by_role = (await c.get("/usage", params={"by": "role"}, headers=key_of("alice"))).json()
     assert {g["role"]: g["inputTokens"] for g in by_role["groups"]}["triager"] >= 1001
+
+    # A budget holds for the worker's runs: the report that passes it ends the task.
+    spend = ";".join(["usage:m:1:1:0.02"] * 3 + ["sleep:60"])
+    spent = await rpc(base, "message/send", {"message": msg(spend, metadata={"budgetUsd": 0.05})})
+    assert spent["status"]["state"] == "failed", spent["status"]
+    assert "spent $0.06 against its budget of $0.05" in spent["status"]["message"]["parts"][0]["text"]
+    assert spent["metadata"]["usage"]["reports"] == 3
 
 
 async def test_a_killed_worker_ends_its_task_with_a_reason_naming_it(
