@@ -7,7 +7,7 @@
 //   page.js    elements, the status line, task states, moving between views (imports nothing)
 //   api.js     the calls to this origin, the credential, who it is, reading an event stream
 //   render.js  agent output, as text
-//   usage.js   usage and cost
+//   usage.js   usage and cost, spend against the budgets (a task's, the day's)
 //   lists.js   the task list (kept live) and the agents
 //   task.js    one task's page: snapshot, live stream
 //   tree.js    a task's tree: the tasks above it (agents that called it) and those its agent called
@@ -19,6 +19,7 @@ import { agentsView, tasksView } from "./lists.js";
 import { $, navigate, newView, say, setRouter } from "./page.js";
 import { newTaskView } from "./steer.js";
 import { taskView } from "./task.js";
+import { usageView } from "./usage.js";
 
 // ---- sign-in ------------------------------------------------------------------------------------------
 
@@ -72,12 +73,15 @@ async function route() {
   if (!me && !(await signedIn())) return;
   const path = location.pathname.replace(/\/+$/, "");
   const match = path.match(/^\/console\/tasks\/([^/]+)$/);
-  for (const id of ["nav-tasks", "nav-new", "nav-agents"]) $(id).classList.remove("active");
+  for (const id of ["nav-tasks", "nav-new", "nav-agents", "nav-usage"]) $(id).classList.remove("active");
   try {
     if (match) await taskView(view, decodeURIComponent(match[1]));
     else if (path === "/console/new") {
       $("nav-new").classList.add("active");
       newTaskView(view);
+    } else if (path === "/console/usage") {
+      $("nav-usage").classList.add("active");
+      await usageView(view);
     } else if (path === "/console/agents") {
       $("nav-agents").classList.add("active");
       await agentsView(view);

@@ -8,7 +8,7 @@ import { $, TERMINAL, WAITING, el, navigate, sleep, stateLabel, viewToken, when 
 import { renderParts, textOf } from "./render.js";
 import { steerPanel } from "./steer.js";
 import { followTree } from "./tree.js";
-import { renderUsage } from "./usage.js";
+import { renderUsage, taskSpend } from "./usage.js";
 
 const TASK_REFRESH_MS = 1500;
 const RESUBSCRIBE_MS = 500;
@@ -88,6 +88,7 @@ function optionFacts(task) {
     skill ? [el("dt", { text: "Skill" }), el("dd", { id: "task-skill", text: skill })] : [],
     model ? [el("dt", { text: "Model" }), el("dd", { id: "task-model", text: model })] : [],
     timeout ? [el("dt", { text: "Timeout" }), el("dd", { id: "task-timeout", text: timeout })] : [],
+    taskSpend(task) ? [el("dt", { text: "Spend / budget" }), taskSpend(task)] : [],
   ].flat();
 }
 

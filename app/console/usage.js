@@ -1,6 +1,45 @@
-// What a task cost: its usage sum in a list's row, and in full (then one row per model) on its page.
+// What a task cost: its usage sum in a list's row, and in full (then one row per model) on its page; its spend
+// against its budget; and the usage page: the principal's spend today against the day's budget, and its days.
 
+import { api } from "./api.js";
 import { el } from "./page.js";
+
+const usd = (v) => `$${Number(v).toFixed(v >= 0.01 || v === 0 ? 2 : 4)}`;
+
+export function taskSpend(task) {
+  // What the task spent (its own runs and the ended tasks it called) against its budget (metadata.budgetUsd).
+  const meta = task.metadata || {};
+  if (typeof meta.budgetUsd !== "number") return null;
+  const cost = (sum) => (typeof sum?.costUsd === "number" ? sum.costUsd : 0);
+  const spent = cost(meta.usage) + cost(meta.usage?.children);
+  const over = spent > meta.budgetUsd;
+  return el("dd", { id: "task-budget", class: over ? "over-budget" : "",
+    text: `${usd(spent)} of ${usd(meta.budgetUsd)}${over ? " (over budget)" : ""}` });
+}
+
+export async function usageView(view) {
+  // GET /usage by day: the caller's spend today (UTC) against BUDGET_DAY_USD, then each day's sums.
+  const body = await api("/usage?by=day");
+  const budget = body.budget || {};
+  const cap = typeof budget.dayBudgetUsd === "number" ? budget.dayBudgetUsd : null;
+  const spent = Number(budget.spentUsd || 0);
+  const today = el("dl", { class: "facts", id: "day-budget" },
+    el("dt", { text: "Principal" }), el("dd", { text: body.owner }),
+    el("dt", { text: `Today (${budget.day || "UTC"})` }),
+    el("dd", { id: "day-spend", class: cap !== null && spent >= cap ? "over-budget" : "",
+      text: cap === null ? `${usd(spent)} (no daily budget)` : `${usd(spent)} of ${usd(cap)}` }),
+    el("dt", { text: "Resets" }), el("dd", { text: budget.resetsAt ? `${budget.resetsAt} (midnight UTC)` : "" }));
+  const meter = cap ? el("progress", { id: "day-meter", max: String(cap), value: String(Math.min(spent, cap)) }) : null;
+  const days = (body.groups || []).slice().reverse();
+  const table = el("table", { class: "tasks", id: "usage-days" },
+    el("thead", {}, el("tr", {}, ["Day (UTC)", "Cost (USD)", "Tasks", "Input tokens", "Output tokens"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, days.map((d) => el("tr", { "data-day": d.day },
+      el("td", { text: d.day }), el("td", { text: typeof d.costUsd === "number" ? usd(d.costUsd) : "" }),
+      el("td", { text: String(d.tasks) }), el("td", { text: String(d.inputTokens) }),
+      el("td", { text: String(d.outputTokens) })))));
+  view.replaceChildren(...[el("h1", { text: "Usage" }), today, meter,
+    el("h2", { text: "By day" }), days.length ? table : el("p", { text: "Nothing reported yet." })].filter((n) => n !== null));
+}
 
 export function usageCell(usage) {
   if (!usage) return "";

@@ -112,6 +112,7 @@ async def asset(name: str) -> Response:
 @router.get(f"{PREFIX}/tasks/{{rest:path}}")
 @router.get(f"{PREFIX}/agents")
 @router.get(f"{PREFIX}/new")
+@router.get(f"{PREFIX}/usage")
 async def page() -> Response:
     """The one page; the path (a task's id in `/console/tasks/<id>`) picks the view, so links are deep."""
     resp = Response(_ASSETS["index.html"].body, media_type=MEDIA_TYPES[".html"])
