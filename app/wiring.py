@@ -40,6 +40,7 @@ from app.api.paths import CARD_PATH
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
+from app.protocol.budget import check_day
 from app.protocol.errors import A2AError, InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
 from app.protocol.task_options import TaskLimits
@@ -236,6 +237,8 @@ async def wire(
             _instances(settings, roles, cards, every),
         )
         tree = Tree(engine)
+        usage = UsageReads(engine)
+        day = settings.budget_day_usd
         calls = CallsFactory(
             partial(_service, every),
             {name: _agent_info(name, cards[name]) for name in roles},
@@ -244,6 +247,7 @@ async def wire(
             depth_limit=settings.agent_call_depth,
             wait_s=settings.agent_call_wait_s,
             limits=partial(_limits, every),
+            day_budget=None if day is None else partial(_day_budget, usage, day),
         )
         shared = _Shared(
             settings,
@@ -253,7 +257,7 @@ async def wire(
             deliverer,
             discovery,
             instances,
-            UsageReads(engine),
+            usage,
             Retention(
                 Pruning(engine, settings.retention_batch),
                 partial(_expire, every),
@@ -434,6 +438,11 @@ def _run_calls(calls: CallsFactory, role: str, live: LiveTask) -> AgentCalls:
 def _service(every: Mapping[str, Components], role: str) -> TaskService | None:
     c = every.get(role)
     return c.service if c is not None else None
+
+
+async def _day_budget(usage: UsageReads, cap: float, owner: str) -> None:
+    """Raises while `owner`'s spend today has reached BUDGET_DAY_USD (a run's new child meets it)."""
+    await check_day(usage.day_cost, owner, cap)
 
 
 def _limits(every: Mapping[str, Components], role: str) -> limits.Limits | None:

@@ -12,7 +12,7 @@ spend read from the usage rows (`store/usage.py`), and refused with `day_spent`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,3 +107,15 @@ def day_spent(owner_spent: float, cap: float, now: datetime) -> RateLimitedError
         f"it resets at {at}, in {wait} s",
         {"retryAfter": wait, "resetsAt": at, "spentUsd": round(owner_spent, 6), "budgetUsd": cap},
     )
+
+
+async def check_day(
+    day_cost: Callable[[str, str], Awaitable[float]], owner: str, cap: float, now: datetime | None = None
+) -> None:
+    """Raise `day_spent` when `owner`'s spend on the UTC day of `now` (`day_cost(owner, day)`, the usage rows'
+    sum) has reached `cap`: a client's send (`api/ops/admission.py`) and a run's new child (`runner/calls.py`)
+    both meet it."""
+    now = now or datetime.now(UTC)
+    spent_today = await day_cost(owner, day_of(now))
+    if spent_today >= cap:
+        raise day_spent(spent_today, cap, now)

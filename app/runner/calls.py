@@ -54,12 +54,14 @@ class CallsFactory:
         depth_limit: int,
         wait_s: float,
         limits: Callable[[str], Limits | None] = lambda _role: None,
+        day_budget: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """`services(role)`: the role's task service (None: no such role); `agents`: every role a call may
         reach, in the order `GET /agents` lists them, as its card describes it; `live()`: the instances
         live now (discovery); `limits(role)`: the role's limits, which a child's message meets as a client's
         does (parts, text, the principal's task rate): an agent in a loop cannot start tasks faster than
-        its principal may."""
+        its principal may; `day_budget(owner)`: raises while the principal's day is spent (BUDGET_DAY_USD),
+        which a child's creation meets too."""
         self.services = services
         self.agents = agents
         self.live = live
@@ -67,6 +69,7 @@ class CallsFactory:
         self.depth_limit = depth_limit
         self.wait_s = wait_s
         self.limits = limits
+        self.day_budget = day_budget
 
     def for_parent(
         self, owner: str, task_id: str, role: str, metadata: Mapping[str, Any] | None
@@ -172,7 +175,13 @@ class LocalCalls:
         return child_task(task, role)
 
     async def _within_limits(self, role: str, parts: Sequence[Part]) -> None:
-        """The checks a client's new task on `role` meets: its parts, its text, the principal's task rate."""
+        """The checks a client's new task on `role` meets: the principal's day (BUDGET_DAY_USD), its parts,
+        its text, the principal's task rate."""
+        if self._f.day_budget is not None:
+            try:
+                await self._f.day_budget(self.owner)
+            except A2AError as exc:
+                raise CallError(f"Role {role!r} did not take the task: {exc.message}") from None
         limits = self._f.limits(role)
         if limits is None:
             return

@@ -45,21 +45,61 @@ BINDINGS = (
 )
 
 
+LEAD_PLAN = [
+    {"send": "default", "text": "ask:Go on?", "wait": True},
+    {"poll": "canceled"},
+    {"send": "default", "text": "say:another", "wait": True},
+]
+"""The `lead`'s run: a child that waits, then (once the test has spent the day and canceled it) another."""
+
+
 @pytest.fixture(scope="module")
 async def day(tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
-    """A server whose one principal (anonymous) has spent its day: a task reported 0.06 of 0.05."""
+    """A server whose one principal (anonymous) has spent its day: a task reported 0.06 of 0.05. Before
+    that, a task waits for input and a `lead` (the caller agent) started a child; the child is canceled once
+    the day is spent, and the lead's run goes on to start another."""
     port = free_port()
+    agents = {"default": {"adapter": "scripted"}, "lead": {"adapter": CALLER}}
     srv = await make_server(
-        "sqlite", tmp_path_factory.mktemp("budget-day"), BUDGET_DAY_USD="0.05", GRPC_PORT=str(port)
+        "sqlite",
+        tmp_path_factory.mktemp("budget-day"),
+        AGENTS=json.dumps(agents),
+        BUDGET_DAY_USD="0.05",
+        GRPC_PORT=str(port),
     )
     srv.grpc_port = port  # type: ignore[attr-defined]
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        body = {"message": text_message(json.dumps(LEAD_PLAN))}
+        lead = await _rpc(
+            http, "/agents/lead/a2a/jsonrpc", "message/send", {**body, "configuration": {"blocking": False}}
+        )
+        child = await _first_child(http, lead["id"])
         waiting = await result(http, "message/send", {"message": text_message("ask:Go on?")})
         srv.waiting = await wait_until_stopped(http, waiting)  # type: ignore[attr-defined]
         spent = await result(http, "message/send", {"message": text_message("usage:m:10:10:0.06")})
         assert (await wait_until_stopped(http, spent))["status"]["state"] == "completed"
+        await result(http, "tasks/cancel", {"id": child["id"]})
+        srv.lead = lead  # type: ignore[attr-defined]
     yield srv
     srv.stop()
+
+
+async def _rpc(http: httpx.AsyncClient, path: str, method: str, params: dict[str, Any]) -> Any:
+    resp = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    return resp.json()["result"]
+
+
+async def _first_child(http: httpx.AsyncClient, parent_id: str) -> dict[str, Any]:
+    """The lead's child, once it waits for input."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    async with asyncio.timeout(60):
+        while True:
+            listed = (await http.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})).json()
+            for t in listed["result"]["tasks"]:
+                mine = (t.get("metadata") or {}).get("parentTaskId") == parent_id
+                if mine and t["status"]["state"] == "TASK_STATE_INPUT_REQUIRED":
+                    return t
+            await asyncio.sleep(0.1)
 
 
 def _reset_in(text: str) -> None:
@@ -154,6 +194,20 @@ async def test_a_spent_day_refuses_an_answer_to_a_waiting_task_too(day: ServerPr
         _reset_in(refused["error"]["message"])
         still = await result(http, "tasks/get", {"id": waiting["id"]})
         assert still["status"]["state"] == "input-required"
+
+
+async def test_a_spent_day_refuses_a_running_agents_next_child(day: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=day.base_url, timeout=30) as http:
+        lead = day.lead  # type: ignore[attr-defined]
+        async with asyncio.timeout(60):
+            while (lead := await _rpc(http, "/agents/lead/a2a/jsonrpc", "tasks/get", {"id": lead["id"]}))[
+                "status"
+            ]["state"] not in ("completed", "failed"):
+                await asyncio.sleep(0.1)
+    assert lead["status"]["state"] == "completed", status_text(lead)
+    first, canceled, refused = json.loads(status_text(lead))
+    assert first["state"] == "input-required" and canceled["state"] == "canceled"
+    assert "did not take the task: The daily budget is spent: $0.06 of $0.05" in refused["error"], refused
 
 
 async def test_usage_shows_the_days_spend_against_its_cap(day: ServerProcess) -> None:

@@ -87,6 +87,7 @@ async def calls(task_id: str, request: Request) -> Response:
         factory.tree,
         depth_limit=factory.depth_limit,
         wait_s=min(factory.wait_s, CALL_WAIT_S),
+        day_budget=factory.day_budget,
     )
     parent = bounded.for_parent(owner, task_id, ask.role, task.metadata)
     try:

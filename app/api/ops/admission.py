@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
-from app.protocol.budget import day_of, day_spent
+from app.protocol.budget import check_day
 from app.protocol.errors import InvalidParamsError
-from app.protocol.model import TREE_KEYS, Message, utcnow
+from app.protocol.model import TREE_KEYS, Message
 from app.protocol.task_options import OPTION_KEYS
 
 from .calls import Call, Item, Stream, accept_message
@@ -55,10 +55,7 @@ async def day_budget(call: Call) -> None:
     cap, usage = call.c.day_budget_usd, call.c.usage
     if cap is None or usage is None:
         return
-    now = utcnow()
-    spent = await usage.day_cost(call.owner, day_of(now))
-    if spent >= cap:
-        raise day_spent(spent, cap, now)
+    await check_day(usage.day_cost, call.owner, cap)
 
 
 def tree(message: Message) -> None:
