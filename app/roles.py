@@ -2,8 +2,9 @@
 
 `AGENTS` (a JSON object) or `AGENTS_FILE` (YAML or JSON) maps a role name to its adapter, the adapter's
 options and card overrides. Without either, today's `AGENT_ADAPTER` and `AGENT_*` settings are the one role
-`default`. The default role (the one named `default`, else the first listed) also answers at the root
-endpoints. `AGENT_ROLES` says which roles this process runs agents for; every process serves calls for all.
+`default`. Every role answers under `/agents/{role}/`, whatever its place in the file; the default role
+(the one named `default`, else the first listed) also answers at the root endpoints. `AGENT_ROLES` says
+which roles this process runs agents for; every process serves calls for all.
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class Role:
     runs_here: bool
     """Whether this process runs the role's agents (`AGENT_ROLES`); it serves calls for it either way."""
     path: str = field(default="")
-    """The URL prefix of its endpoints: empty for the default role's root ones."""
+    """The URL prefix of its endpoints, `/agents/{role}` for every role (the default one's root endpoints
+    are an alias); empty only for a role built outside `load`."""
+    default: bool = False
+    """Whether the root endpoints are this role's."""
 
 
 def load(settings: Settings) -> dict[str, Role]:
@@ -133,7 +137,8 @@ def load(settings: Settings) -> dict[str, Role]:
             slots=entry.slots or settings.max_concurrent_tasks,
             timeout_s=entry.timeout_s or settings.agent_timeout_s,
             runs_here=not running or name in running,
-            path="" if name == default else f"/agents/{name}",
+            path=f"/agents/{name}",
+            default=name == default,
         )
     return roles
 

@@ -12,6 +12,7 @@ outside `app/cli/` and this module assembles roles or stores.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -275,7 +276,26 @@ async def wire(
                 else None
             )
             every[name] = await _role(shared, stack, role, agents[name], (cards[name], extended), several)
-        components = next(iter(every.values()))
+        default = next(iter(roles.values()))
+        root_cards = (
+            build_card(
+                card_options,
+                agents[default.name],
+                built_at,
+                has_extended=has_extended,
+                role=default,
+                at_root=True,
+            ),
+            build_card(
+                card_options, agents[default.name], built_at, extra_skills, True, default, at_root=True
+            )
+            if has_extended
+            else None,
+        )
+        # The root endpoints: the default role's components with the root card (its root URLs).
+        components = dataclasses.replace(
+            every[default.name], card=root_cards[0], extended_card=root_cards[1], at_root=True
+        )
         await _start(shared, stack, components, authenticator)
         yield components
 
@@ -367,6 +387,8 @@ async def _role(
         sweep=shared.sweep,
         repos=repo_policy(agent),
         calls=shared.calls,
+        skills=tuple(s["id"] for s in orjson.loads(cards[0].hybrid.body)["skills"]),
+        task_role=partial(_task_role, shared.tree) if several else None,
     )
 
 
@@ -422,6 +444,12 @@ def _run_calls(calls: CallsFactory, role: str, live: LiveTask) -> AgentCalls:
 def _service(every: Mapping[str, Components], role: str) -> TaskService | None:
     c = every.get(role)
     return c.service if c is not None else None
+
+
+async def _task_role(tree: Tree, owner: str, task_id: str) -> str | None:
+    """The role of the owner's task (None: no such task of this owner)."""
+    node = await tree.node(owner, task_id)
+    return node.role if node is not None else None
 
 
 def _limits(every: Mapping[str, Components], role: str) -> limits.Limits | None:

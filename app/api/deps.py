@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,13 @@ class Components:
     calls: CallsFactory | None = None
     """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
+    skills: tuple[str, ...] = ()
+    """The ids of the skills the role's public card declares: what a send's `metadata.skill` may name."""
+    at_root: bool = False
+    """Whether these are the root endpoints' components (the default role's, with the root card): a send
+    there is routed by its skill, and a task id finds the task on whichever role it is (`ops/routing.py`)."""
+    task_role: Callable[[str, str], Awaitable[str | None]] | None = None
+    """The role of an owner's task (`store.tree`), given by the wiring with several roles; None: one role."""
 
     @property
     def running(self) -> int:

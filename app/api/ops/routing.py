@@ -1,0 +1,87 @@
+"""Which role a call at the root endpoints runs on: by the skill a send names, or by the task a call names.
+
+The root endpoints are the default role's alias. A send there naming a skill (`metadata.skill` of the
+message or of the request) runs on the first role whose card declares it (the default role first, then
+the order of AGENTS); a skill no role declares is -32602 listing every role's skills. At a role's own
+endpoints (`/agents/{role}/`, and gRPC with `a2a-role`) the skill must be one of that role's, or -32602.
+A2A (v1.0, and the v1.1 candidates) has no field of its own for it yet: `metadata.skill` is this server's.
+
+A task id at the root (get, cancel, subscribe, push configs, a send continuing a task) finds the caller's
+task on whichever role it runs, so a task a skill sent elsewhere is followed where it was sent. A role's
+own endpoints see only that role's tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from app.protocol.errors import InvalidParamsError
+from app.protocol.model import Message
+
+from .calls import Call
+
+SKILL_KEY = "skill"
+
+
+async def by_task(call: Call, task_id: str | None) -> Call:
+    """The call on the role of the caller's task `task_id` when made at the root of several roles; else
+    `call` as it is (an unknown task is then not found by the default role, as before)."""
+    c = call.c
+    if not task_id or not c.at_root or c.task_role is None:
+        return call
+    role = await c.task_role(call.owner, task_id)
+    if role is None or role == c.role or role not in c.roles:
+        return call
+    return dataclasses.replace(call, c=c.roles[role])
+
+
+async def for_send(params: Any, message: Message, call: Call) -> Call:
+    """The call a send runs as: on its task's role when it continues one at the root, else on the role
+    declaring its skill; refused (-32602) when that role does not declare the skill it names. The skill
+    given in the request's metadata alone is copied into the message's, so the task keeps it."""
+    skill = skill_of(params, message)
+    call = await by_task(call, message.task_id)
+    if skill is None:
+        return call
+    if message.metadata is None or SKILL_KEY not in message.metadata:
+        message.metadata = {**(message.metadata or {}), SKILL_KEY: skill}
+    c = call.c
+    if skill in c.skills:
+        return call
+    if c.at_root and not message.task_id:
+        for role in c.roles.values():
+            if skill in role.skills:
+                return dataclasses.replace(call, c=role)
+        every = {name: list(role.skills) for name, role in (c.roles or {c.role: c}).items()}
+        known = sorted({s for skills in every.values() for s in skills})
+        raise InvalidParamsError(
+            f"No agent here declares the skill {skill!r} (metadata.skill); the skills are: "
+            f"{', '.join(known) or 'none'}",
+            {"skill": skill, "skills": known, "roles": every},
+        )
+    raise InvalidParamsError(
+        f"The role {c.role!r} does not declare the skill {skill!r} (metadata.skill); its skills are: "
+        f"{', '.join(c.skills) or 'none'}",
+        {"skill": skill, "role": c.role, "skills": list(c.skills)},
+    )
+
+
+def skill_of(params: Any, message: Message) -> str | None:
+    """The skill a send names: `metadata.skill` of its message or of the request (both: the same one)."""
+    given = [
+        m[SKILL_KEY]
+        for m in (message.metadata, params.get("metadata") if isinstance(params, dict) else None)
+        if isinstance(m, dict) and m.get(SKILL_KEY) is not None
+    ]
+    for value in given:
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidParamsError(
+                "metadata.skill must be a skill id: a non-empty string", {"field": "metadata.skill"}
+            )
+    if len(set(given)) > 1:
+        raise InvalidParamsError(
+            f"The message's metadata.skill {given[0]!r} and the request's {given[1]!r} differ",
+            {"field": "metadata.skill"},
+        )
+    return given[0] if given else None
