@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 router = APIRouter()
 
 ROUTING_NOTE = (
-    "Send to a role's endpoints (its card URL); any instance of the role may run the task. "
-    "Instance names are for discovery only."
+    "Send to a role's endpoints (its card URL), or to the root ones with metadata.skill naming a skill the "
+    "role declares; any instance of the role may run the task. Instance names are for discovery only."
 )
 
 
