@@ -497,8 +497,18 @@ def test_a_bad_entry_stops_start_up_with_one_line_naming_role_and_field(
 
 
 JS_STEPS = ("send", "stream", "get", "cancel", "not_found", "multi_turn")
+JS_AGENTS = {"coder": {"adapter": "scripted"}, "builder": {"adapter": "scripted"}}
+"""`coder` is the default role: its /agents/coder/ endpoints are tested like `builder`'s."""
 
 
+@pytest.fixture(scope="module")
+async def js_team(tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
+    srv = await make_server("sqlite", tmp_path_factory.mktemp("js-team"), AGENTS=json.dumps(JS_AGENTS))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("role", list(JS_AGENTS))
 @pytest.mark.parametrize(
     "variant",
     [
@@ -508,21 +518,16 @@ JS_STEPS = ("send", "stream", "get", "cancel", "not_found", "multi_turn")
     ],
     ids=["v10-jsonrpc", "v10-rest", "v03-jsonrpc"],
 )
-async def test_the_official_js_sdk_reaches_a_role_from_its_card(tmp_path: Path, node: str, variant: Variant):
-    """@a2a-js/sdk's client, built from the role's card URL, stays on the role's endpoints for every step."""
-    srv = await make_server(
-        "sqlite",
-        tmp_path,
-        AGENTS=json.dumps({"default": {"adapter": "echo"}, "coder": {"adapter": "scripted"}}),
-    )
-    try:
-        variant = Variant((*variant.args, "--steps", ",".join(JS_STEPS)), variant.transport, variant.version)
-        # A base URL with its trailing slash, as URL resolution (and so the JS SDK's card resolver) needs it.
-        run = await run_interop(node, srv.base_url + "/agents/coder/", variant)
-        for name in JS_STEPS:
-            step = run.step(name)
-            paths = [call["path"] for call in step["wire"]]
-            assert paths and all(p.startswith("/agents/coder/") for p in paths), (name, paths)
-        assert run.client["transport"] == variant.transport
-    finally:
-        srv.stop()
+async def test_the_official_js_sdk_reaches_each_role_from_its_card(
+    js_team: ServerProcess, node: str, variant: Variant, role: str
+):
+    """@a2a-js/sdk's client, built from the role's card URL (the default role's included), stays on the
+    role's endpoints for every step."""
+    variant = Variant((*variant.args, "--steps", ",".join(JS_STEPS)), variant.transport, variant.version)
+    # A base URL with its trailing slash, as URL resolution (and so the JS SDK's card resolver) needs it.
+    run = await run_interop(node, js_team.base_url + f"/agents/{role}/", variant)
+    for name in JS_STEPS:
+        step = run.step(name)
+        paths = [call["path"] for call in step["wire"]]
+        assert paths and all(p.startswith(f"/agents/{role}/") for p in paths), (name, paths)
+    assert run.client["transport"] == variant.transport
