@@ -19,6 +19,7 @@ from typing import Any
 from app.protocol.errors import InvalidParamsError
 from app.protocol.model import Message
 
+from ..deps import Components
 from .calls import Call
 
 SKILL_KEY = "skill"
@@ -33,7 +34,13 @@ async def by_task(call: Call, task_id: str | None) -> Call:
     role = await c.task_role(call.owner, task_id)
     if role is None or role == c.role or role not in c.roles:
         return call
-    return dataclasses.replace(call, c=c.roles[role])
+    return on(call, c.roles[role])
+
+
+def on(call: Call, c: Components) -> Call:
+    """`call` on the role of `c`: the extensions it activates are that role's card's (refused, -32008, when
+    the role requires one the call does not name)."""
+    return dataclasses.replace(call, c=c, active=c.card.extensions.activate(call.extensions))
 
 
 async def for_send(params: Any, message: Message, call: Call) -> Call:
@@ -52,7 +59,7 @@ async def for_send(params: Any, message: Message, call: Call) -> Call:
     if c.at_root and not message.task_id:
         for role in c.roles.values():
             if skill in role.skills:
-                return dataclasses.replace(call, c=role)
+                return on(call, role)
         every = {name: list(role.skills) for name, role in (c.roles or {c.role: c}).items()}
         known = sorted({s for skills in every.values() for s in skills})
         raise InvalidParamsError(
