@@ -43,6 +43,7 @@ from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
 from app.protocol.errors import A2AError, InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
+from app.protocol.task_options import TaskLimits
 from app.push.configs import PushConfigs
 from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
 from app.roles import Role
@@ -387,6 +388,7 @@ async def _role(
         sweep=shared.sweep,
         repos=repo_policy(agent),
         calls=shared.calls,
+        task_limits=TaskLimits(role.models, role.timeout_s, name),
         skills=tuple(s["id"] for s in orjson.loads(cards[0].hybrid.body)["skills"]),
         task_role=partial(_task_role, shared.tree) if several else None,
     )

@@ -11,6 +11,7 @@ from fastapi import Request
 from app.agents.repos.policy import RepoPolicy
 from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
+from app.protocol.task_options import TaskLimits
 from app.tasks.service import TaskService
 from app.tasks.workers import WorkerDesk
 
@@ -88,6 +89,8 @@ class Components:
     calls: CallsFactory | None = None
     """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
+    task_limits: TaskLimits = field(default_factory=TaskLimits)
+    """What a task of the role may choose (`metadata.model`, `metadata.timeoutS`): its models, its timeout."""
     skills: tuple[str, ...] = ()
     """The ids of the skills the role's public card declares: what a send's `metadata.skill` may name."""
     at_root: bool = False

@@ -1,4 +1,5 @@
-"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; and a
+"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; a
+task's own options within its role's (`metadata.model`, `metadata.timeoutS`: `protocol.task_options`); and a
 coding agent's repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
 
 The per-principal limits live in `app.limits`: in memory for one process, in Redis when `REDIS_URL` is set,
@@ -15,6 +16,7 @@ from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
 from app.protocol.errors import InvalidParamsError
 from app.protocol.model import TREE_KEYS, Message
+from app.protocol.task_options import OPTION_KEYS
 
 from .calls import Call, Item, Stream, accept_message
 
@@ -36,6 +38,7 @@ async def admit(message: Message, call: Call) -> Message:
             f"A message may carry at most {limits.max_text} characters of text; this one has {text}",
             {"maxTextChars": limits.max_text},
         )
+    await options(message, call)
     await repository(message, call)
     if not message.task_id:
         await limits.rate.take(call.owner)
@@ -52,6 +55,16 @@ def tree(message: Message) -> None:
                 "may not carry it",
                 {"field": f"metadata.{key}"},
             )
+
+
+async def options(message: Message, call: Call) -> None:
+    """The model and timeout a message names, within its role's limits; a later message of a task may only
+    repeat its task's (read only when it names one)."""
+    metadata = message.metadata or {}
+    call.c.task_limits.check(metadata)
+    if message.task_id and any(k in metadata for k in OPTION_KEYS):
+        task = await call.c.service.get(call.owner, message.task_id, history_length=0)
+        call.c.task_limits.same(task.metadata, metadata)
 
 
 async def repository(message: Message, call: Call) -> None:
