@@ -391,6 +391,7 @@ async def _role(
         task_limits=TaskLimits(role.models, role.timeout_s, name),
         skills=tuple(s["id"] for s in orjson.loads(cards[0].hybrid.body)["skills"]),
         task_role=partial(_task_role, shared.tree) if several else None,
+        waiting_roles=shared.tree.waiting_roles if several else None,
     )
 
 

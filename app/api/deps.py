@@ -98,6 +98,9 @@ class Components:
     there is routed by its skill, and a task id finds the task on whichever role it is (`ops/routing.py`)."""
     task_role: Callable[[str, str], Awaitable[str | None]] | None = None
     """The role of an owner's task (`store.tree`), given by the wiring with several roles; None: one role."""
+    waiting_roles: Callable[[str, str], Awaitable[list[str]]] | None = None
+    """The roles of an owner's tasks waiting for input in a context (`store.tree`), given by the wiring with
+    several roles; None: one role."""
 
     @property
     def running(self) -> int:

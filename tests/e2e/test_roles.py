@@ -405,6 +405,30 @@ async def test_a_routed_task_is_followed_at_the_root(team: ServerProcess):
         assert (await rpc(c, "tasks/get", {"id": oid}, "/agents/builder"))["result"]["status"][
             "state"
         ] == "canceled"
+        # An answer naming only its context, and a legacy tasks/send naming the task by its id, reach it.
+        build = {"skill": "build"}
+        third = (await rpc(c, "message/send", {"message": message("ask:Third?", metadata=build)}))["result"]
+        by_context = await rpc(c, "message/send", {"message": message("ok", contextId=third["contextId"])})
+        assert by_context["result"]["id"] == third["id"], by_context
+        assert by_context["result"]["status"]["state"] == "completed", by_context
+        fourth = (await rpc(c, "message/send", {"message": message("ask:Fourth?", metadata=build)}))["result"]
+        legacy = await rpc(c, "tasks/send", {"id": fourth["id"], "message": message("ok")})
+        assert legacy["result"]["id"] == fourth["id"], legacy
+        assert legacy["result"]["status"]["state"] == "completed", legacy
+        # Tasks of one context waiting on two roles: naming only the context is ambiguous at the root.
+        fifth = (await rpc(c, "message/send", {"message": message("ask:Fifth?", metadata=build)}))["result"]
+        ctx = fifth["contextId"]
+        mine = await rpc(
+            c, "message/send", {"message": message("ask:Mine?", contextId=ctx)}, "/agents/reviewer"
+        )
+        assert mine["result"]["status"]["state"] == "input-required", mine
+        both = await rpc(c, "message/send", {"message": message("ok", contextId=ctx)})
+        assert both["error"]["code"] == -32602 and both["error"]["data"]["roles"] == [
+            "builder",
+            "reviewer",
+        ], both
+        for tid in (fifth["id"], mine["result"]["id"]):
+            assert (await rpc(c, "tasks/cancel", {"id": tid}))["result"]["status"]["state"] == "canceled"
 
 
 async def test_an_unknown_skill_is_refused_listing_the_skills(team: ServerProcess):

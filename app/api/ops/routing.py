@@ -7,8 +7,9 @@ endpoints (`/agents/{role}/`, and gRPC with `a2a-role`) the skill must be one of
 A2A (v1.0, and the v1.1 candidates) has no field of its own for it yet: `metadata.skill` is this server's.
 
 A task id at the root (get, cancel, subscribe, push configs, a send continuing a task) finds the caller's
-task on whichever role it runs, so a task a skill sent elsewhere is followed where it was sent. A role's
-own endpoints see only that role's tasks.
+task on whichever role it runs, so a task a skill sent elsewhere is followed where it was sent; so does a
+message naming only the context of a task waiting for input. A role's own endpoints see only that role's
+tasks.
 """
 
 from __future__ import annotations
@@ -37,20 +38,40 @@ async def by_task(call: Call, task_id: str | None) -> Call:
     return on(call, c.roles[role])
 
 
+async def by_context(call: Call, message: Message) -> Call:
+    """At the root of several roles, a message naming only its context goes to the role its context's
+    waiting task is on (that role's service then answers it); tasks waiting on several roles are -32602."""
+    c = call.c
+    if message.task_id or not message.context_id or not c.at_root or c.waiting_roles is None:
+        return call
+    roles = await c.waiting_roles(call.owner, message.context_id)
+    if len(roles) > 1:
+        raise InvalidParamsError(
+            f"Context {message.context_id} has tasks waiting for input on the roles {', '.join(roles)}; name "
+            "the one this message answers in message.taskId",
+            {"contextId": message.context_id, "roles": roles},
+        )
+    if not roles or roles[0] == c.role or roles[0] not in c.roles:
+        return call
+    return on(call, c.roles[roles[0]])
+
+
 def on(call: Call, c: Components) -> Call:
     """`call` on the role of `c`: the extensions it activates are that role's card's (refused, -32008, when
     the role requires one the call does not name)."""
     return dataclasses.replace(call, c=c, active=c.card.extensions.activate(call.extensions))
 
 
-async def for_send(params: Any, message: Message, call: Call) -> Call:
-    """The call a send runs as: on its task's role when it continues one at the root, else on the role
-    declaring its skill; refused (-32602) when that role does not declare the skill it names. The skill
-    given in the request's metadata alone is copied into the message's, so the task keeps it."""
+async def for_send(params: Any, message: Message, call: Call, named: str | None = None) -> Call:
+    """The call a send runs as: on its task's role when it continues one at the root (`message.taskId`, or
+    a legacy `tasks/send`'s `id`: `named`), else on the role declaring its skill; refused (-32602) when that
+    role does not declare the skill it names. The skill given in the request's metadata alone is copied into
+    the message's, so the task keeps it."""
     skill = skill_of(params, message)
-    call = await by_task(call, message.task_id)
+    task_id = message.task_id or named
+    call = await by_task(call, task_id)
     if skill is None:
-        return call
+        return call if named else await by_context(call, message)
     if message.metadata is None or SKILL_KEY not in message.metadata:
         message.metadata = {**(message.metadata or {}), SKILL_KEY: skill}
     c = call.c

@@ -65,7 +65,7 @@ StreamHandler = Callable[[Any, Call, Wire], Awaitable[Stream]]
 async def send(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     message, config, push = wire.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
-    call = await for_send(params, message, call)
+    call = await for_send(params, message, call, config.task_id)
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
@@ -75,7 +75,7 @@ async def send(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
 async def stream(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
     message, config, push = wire.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
-    call = await for_send(params, message, call)
+    call = await for_send(params, message, call, config.task_id)
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )

@@ -30,7 +30,7 @@ REPLIES = Replies(
 async def send(params: Any, call: Call) -> Any:
     message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    call = await for_send(params, message, call)
+    call = await for_send(params, message, call, config.task_id)
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
@@ -40,7 +40,7 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
-    call = await for_send(params, message, call)
+    call = await for_send(params, message, call, config.task_id)
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
