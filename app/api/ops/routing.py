@@ -19,11 +19,10 @@ from typing import Any
 
 from app.protocol.errors import InvalidParamsError
 from app.protocol.model import Message
+from app.protocol.task_options import SKILL_KEY
 
 from ..deps import Components
 from .calls import Call
-
-SKILL_KEY = "skill"
 
 
 async def by_task(call: Call, task_id: str | None) -> Call:
