@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
 from a2a.helpers import new_text_message
 from a2a.types import GetTaskRequest, Role, SendMessageRequest, Task, a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
@@ -160,9 +161,9 @@ def pb_send(text: str, **metadata: Any) -> a2a_pb2.SendMessageRequest:
 
 @pytest.mark.parametrize("role", ROLES)
 async def test_every_binding_answers_for_every_role_under_its_path(team: ServerProcess, role: str):
-    """JSON-RPC (v0.3, v1.0), SSE, REST (v0.3, v1.0), the /a2a/tasks alias and gRPC (a2a-role: the role,
-    the default one included) each reach the role's agent at /agents/{role}/: the task it makes is the
-    role's, not found on another role's endpoints."""
+    """JSON-RPC (v0.3, v1.0), SSE, REST (v0.3, v1.0), the /a2a/tasks alias and gRPC of both protos
+    (a2a-role: the role, the default one included) each reach the role's agent at /agents/{role}/: the task
+    it makes is the role's, not found on another role's endpoints."""
     base = f"/agents/{role}"
     other = next(r for r in ROLES if r != role)
     h, v10 = key_of("alice"), {**key_of("alice"), "A2A-Version": "1.0"}
@@ -218,6 +219,23 @@ async def test_every_binding_answers_for_every_role_under_its_path(team: ServerP
             made.append(by_grpc.task.id)
             again = await stub.GetTask(a2a_pb2.GetTaskRequest(id=by_grpc.task.id), metadata=auth, timeout=30)
             assert again.id == by_grpc.task.id
+            old = a2a_v0_3_pb2_grpc.A2AServiceStub(ch)
+            v03_send = json_format.ParseDict(
+                {
+                    "request": {
+                        "messageId": f"g03-{free_port()}",
+                        "role": "ROLE_USER",
+                        "content": [{"text": "g03"}],
+                    }
+                },
+                a2a_v0_3_pb2.SendMessageRequest(),
+            )
+            by_v03 = await old.SendMessage(v03_send, metadata=auth, timeout=30)
+            made.append(by_v03.task.id)
+            got03 = await old.GetTask(
+                a2a_v0_3_pb2.GetTaskRequest(name=f"tasks/{by_v03.task.id}"), metadata=auth
+            )
+            assert got03.id == by_v03.task.id
         for tid in made:
             here = await c.post(f"{base}/a2a/jsonrpc", json=rpc_body("tasks/get", {"id": tid}), headers=h)
             assert here.json()["result"]["id"] == tid, here.text
@@ -225,7 +243,7 @@ async def test_every_binding_answers_for_every_role_under_its_path(team: ServerP
                 f"/agents/{other}/a2a/jsonrpc", json=rpc_body("tasks/get", {"id": tid}), headers=h
             )
             assert there.json()["error"]["code"] == -32001, (tid, there.text)
-    assert len(set(made)) == 6
+    assert len(set(made)) == 7
 
 
 @pytest.mark.parametrize("protocol", ["1.0", "0.3"])
