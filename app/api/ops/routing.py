@@ -48,7 +48,7 @@ async def by_context(call: Call, message: Message) -> Call:
         raise InvalidParamsError(
             f"Context {message.context_id} has tasks waiting for input on the roles {', '.join(roles)}; name "
             "the one this message answers in message.taskId",
-            {"contextId": message.context_id, "roles": roles},
+            {"contextId": message.context_id, "roles": ",".join(roles)},
         )
     if not roles or roles[0] == c.role or roles[0] not in c.roles:
         return call
@@ -80,17 +80,16 @@ async def for_send(params: Any, message: Message, call: Call, named: str | None 
         for role in c.roles.values():
             if skill in role.skills:
                 return on(call, role)
-        every = {name: list(role.skills) for name, role in (c.roles or {c.role: c}).items()}
-        known = sorted({s for skills in every.values() for s in skills})
+        known = sorted({s for role in (c.roles or {c.role: c}).values() for s in role.skills})
         raise InvalidParamsError(
             f"No agent here declares the skill {skill!r} (metadata.skill); the skills are: "
             f"{', '.join(known) or 'none'}",
-            {"skill": skill, "skills": known, "roles": every},
+            {"skill": skill, "skills": ",".join(known)},
         )
     raise InvalidParamsError(
         f"The role {c.role!r} does not declare the skill {skill!r} (metadata.skill); its skills are: "
         f"{', '.join(c.skills) or 'none'}",
-        {"skill": skill, "role": c.role, "skills": list(c.skills)},
+        {"skill": skill, "role": c.role, "skills": ",".join(c.skills)},
     )
 
 
