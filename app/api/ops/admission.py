@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from app.agents.approvals import OPTIONS, answer_error, force_error
 from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
@@ -24,6 +25,7 @@ async def admit(message: Message, call: Call) -> Message:
     (the server's own), and the task rate."""
     accept_message(message, call)
     tree(message)
+    approvals(message, call)
     limits: Limits = call.c.limits
     if len(message.parts) > limits.max_parts:
         raise InvalidParamsError(
@@ -52,6 +54,16 @@ def tree(message: Message) -> None:
                 "may not carry it",
                 {"field": f"metadata.{key}"},
             )
+
+
+def approvals(message: Message, call: Call) -> None:
+    """A task may ask a stricter approval mode than its role's (`metadata.force: false`), never a looser
+    one; an approval answer's data part names a call and one of the options."""
+    if (why := force_error(message.metadata, call.c.force)) is not None:
+        raise InvalidParamsError(why, {"field": "metadata.force", "roleForce": call.c.force})
+    for i, part in enumerate(message.parts):
+        if (why := answer_error(part.data)) is not None:
+            raise InvalidParamsError(why, {"field": f"parts[{i}].data", "options": list(OPTIONS)})
 
 
 async def repository(message: Message, call: Call) -> None:

@@ -1,0 +1,212 @@
+"""Approvals with choices, with the real Claude Code CLI against the fake Anthropic API (docs/approvals.md).
+
+One server (SQLite) with two Claude Code roles: `gated` sets no `force`, so it takes the server's
+AGENT_FORCE=false and asks before tools run; `trusted` sets `force: true` and asks nothing. The fake model
+asks for `Bash` twice in a row (`RUNS:`) or twice at once (`PARALLEL:`), and the input-required carries the
+approval data part that every answer below names a call of.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.agents.jail.sandbox import principal_key
+from app.api.edge.auth import ANONYMOUS
+from tests.cli.test_cli_claude import CLAUDE_ENV
+from tests.conftest import make_server
+from tests.support.clis import (
+    CLI_BIN,
+    install_clis,
+    response_text,
+    send_message,
+    status_text,
+    wait_until_stopped,
+)
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.rpc import call, result, text_message
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def fake_api() -> Any:
+    install_clis()
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+class Served:
+    def __init__(
+        self, server: ServerProcess, gated: httpx.AsyncClient, trusted: httpx.AsyncClient, root: Path
+    ):
+        self.server, self.gated, self.trusted, self.root = server, gated, trusted, root
+
+    def workspace(self, task: dict) -> Path:
+        return self.root / "ws" / principal_key(ANONYMOUS) / task["contextId"]
+
+
+@pytest.fixture(scope="module")
+async def served(fake_api: FakeAnthropic, tmp_path_factory: Any) -> AsyncIterator[Served]:
+    tmp = tmp_path_factory.mktemp("claude-approvals-roles")
+    claude = {"adapter": "claude-code", "bin": str(CLI_BIN / "claude")}
+    settings = {
+        "AGENTS": json.dumps({"gated": claude, "trusted": {**claude, "force": True}}),
+        "AGENT_FORCE": "false",
+        "AGENT_WORKSPACE_ROOT": str(tmp / "ws"),
+        **CLAUDE_ENV,
+        "ANTHROPIC_BASE_URL": fake_api.url,
+        "AGENT_ENV_PASSTHROUGH": ",".join(CLAUDE_ENV),
+        "AGENT_EGRESS_ALLOW": fake_api.url.removeprefix("http://"),
+        "CANCEL_GRACE_S": "2",
+    }
+    server = await make_server("sqlite", tmp, **settings)
+    try:
+        async with (
+            httpx.AsyncClient(base_url=server.base_url, timeout=60) as gated,
+            httpx.AsyncClient(base_url=server.base_url + "/agents/trusted", timeout=60) as trusted,
+        ):
+            yield Served(server, gated, trusted, tmp)
+    finally:
+        server.stop()
+
+
+def approval(task: dict) -> dict:
+    """The approval data part of the task's question."""
+    parts = (task["status"].get("message") or {}).get("parts", [])
+    found = [p["data"] for p in parts if p.get("kind") == "data" and p["data"].get("kind") == "approval"]
+    assert len(found) == 1, task["status"]
+    return found[0]
+
+
+def commands(task: dict) -> list[str]:
+    return [c["input"]["command"] for c in approval(task)["calls"]]
+
+
+async def decide(client: httpx.AsyncClient, task: dict, call_id: str, option: str) -> dict:
+    answer = text_message("", taskId=task["id"], contextId=task["contextId"])
+    answer["parts"] = [{"kind": "data", "data": {"kind": "approval", "callId": call_id, "option": option}}]
+    return await wait_until_stopped(client, await result(client, "message/send", {"message": answer}))
+
+
+async def asked(client: httpx.AsyncClient, text: str, **fields: Any) -> dict:
+    task = await wait_until_stopped(client, await send_message(client, text, **fields))
+    assert task["status"]["state"] == "input-required", status_text(task)
+    return task
+
+
+def input_required_count(task: dict) -> int:
+    """How many questions the task asked: its agent messages that carry an approval data part."""
+    return sum(
+        1
+        for m in task.get("history", [])
+        if m["role"] == "agent" and any(p.get("data", {}).get("kind") == "approval" for p in m["parts"])
+    )
+
+
+async def test_the_question_carries_the_call_and_the_options(served: Served) -> None:
+    task = await asked(served.gated, "RUN: echo shown > shown.txt")
+    data = approval(task)
+    assert data["options"] == ["allow_once", "allow_always", "deny"]
+    (only,) = data["calls"]
+    assert only["name"] == "Bash" and only["input"]["command"] == "echo shown > shown.txt"
+    assert only["id"].startswith("toolu_") and only["always"]["tool"] == "Bash"
+    assert "Bash" in status_text(task)  # the text question is still there, for text-only clients
+    done = await decide(served.gated, task, only["id"], "allow_once")
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (served.workspace(task) / "shown.txt").read_text() == "shown\n"
+
+
+async def test_allow_always_on_the_first_bash_means_no_second_question(served: Served) -> None:
+    c = served.gated
+    task = await asked(c, "RUNS: echo ran one >> ran.txt | echo ran two >> ran.txt")
+    assert commands(task) == ["echo ran one >> ran.txt"]
+    (first,) = approval(task)["calls"]
+    assert first["always"] == {"tool": "Bash", "pattern": "echo ran *"}
+    done = await decide(c, task, first["id"], "allow_always")
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (served.workspace(task) / "ran.txt").read_text() == "ran one\nran two\n"
+    assert input_required_count(await result(c, "tasks/get", {"id": task["id"]})) == 1
+    # The rule holds for the rest of the context's session: the next task of the context asks nothing for
+    # the same pattern, and still asks for another command.
+    again = await send_message(c, "RUN: echo ran three >> ran.txt", contextId=task["contextId"])
+    again = await wait_until_stopped(c, again)
+    assert again["status"]["state"] == "completed", status_text(again)
+    assert (served.workspace(task) / "ran.txt").read_text() == "ran one\nran two\nran three\n"
+    other = await asked(c, "RUN: touch other.txt", contextId=task["contextId"])
+    assert commands(other) == ["touch other.txt"]
+    await decide(c, other, approval(other)["calls"][0]["id"], "deny")
+
+
+async def test_deny_on_one_of_two_open_calls_leaves_the_other_open(served: Served) -> None:
+    c = served.gated
+    task = await asked(c, "PARALLEL: ls /usr | ls /bin")
+    assert commands(task) == ["ls /usr", "ls /bin"]
+    first, second = approval(task)["calls"]
+    task = await decide(c, task, first["id"], "deny")
+    assert task["status"]["state"] == "input-required", status_text(task)
+    assert [call["id"] for call in approval(task)["calls"]] == [second["id"]]
+    done = await decide(c, task, second["id"], "allow_once")
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert response_text(done).endswith("Done: 1 ran, 1 failed.")
+
+
+async def test_y_still_decides_every_open_call(served: Served) -> None:
+    c = served.gated
+    task = await asked(c, "PARALLEL: ls /usr | ls /bin")
+    assert len(approval(task)["calls"]) == 2
+    assert status_text(task).startswith("2 tool calls wait for approval")
+    done = await wait_until_stopped(
+        c, await send_message(c, "y", taskId=task["id"], contextId=task["contextId"])
+    )
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert response_text(done).endswith("Done: 2 ran, 0 failed.")
+
+
+async def test_an_edit_asks_with_the_diff_it_would_make(served: Served) -> None:
+    c = served.gated
+    task = await asked(c, "WRITE: notes.txt | hello there")
+    (write,) = approval(task)["calls"]
+    assert write["name"] == "Write" and "+hello there" in write["diff"], write
+    done = await decide(c, task, write["id"], "allow_once")
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (served.workspace(task) / "notes.txt").read_text() == "hello there\n"
+
+
+async def test_a_role_with_force_asks_nothing_while_the_other_asks(served: Served) -> None:
+    done = await wait_until_stopped(
+        served.trusted, await send_message(served.trusted, "RUN: echo free > f.txt")
+    )
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (served.workspace(done) / "f.txt").read_text() == "free\n"
+    task = await asked(served.gated, "RUN: echo gated > g.txt")
+    assert not (served.workspace(task) / "g.txt").exists()
+    await decide(served.gated, task, approval(task)["calls"][0]["id"], "deny")
+
+
+async def test_a_task_may_ask_a_stricter_mode_never_a_looser_one(served: Served) -> None:
+    stricter = await asked(served.trusted, "RUN: echo strict > s.txt", metadata={"force": False})
+    assert commands(stricter) == ["echo strict > s.txt"]
+    await decide(served.trusted, stricter, approval(stricter)["calls"][0]["id"], "deny")
+    looser = await call(
+        served.gated, "message/send", {"message": text_message("hi", metadata={"force": True})}
+    )
+    assert looser["error"]["code"] == -32602, looser
+    assert "stricter" in looser["error"]["message"] and "force=false" in looser["error"]["message"]
+
+
+async def test_a_malformed_approval_answer_is_refused(served: Served) -> None:
+    task = await asked(served.gated, "RUN: echo later > later.txt")
+    answer = text_message("", taskId=task["id"], contextId=task["contextId"])
+    answer["parts"] = [{"kind": "data", "data": {"kind": "approval", "callId": "x", "option": "sometimes"}}]
+    refused = await call(served.gated, "message/send", {"message": answer})
+    assert refused["error"]["code"] == -32602 and "allow_once" in refused["error"]["message"], refused
+    assert (await result(served.gated, "tasks/get", {"id": task["id"]}))["status"][
+        "state"
+    ] == "input-required"
+    await decide(served.gated, task, approval(task)["calls"][0]["id"], "deny")
