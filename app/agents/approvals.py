@@ -20,8 +20,9 @@ true|false}`) decide every open call at once, once.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import json
+import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +37,17 @@ DENY = "deny"
 OPTIONS = (ALLOW_ONCE, ALLOW_ALWAYS, DENY)
 EVERY_CALL = "*"
 """The call id of a decision that decides every open call (a `y`/`n` text answer)."""
+_SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\n*?\\]")
+"""What a word after a rule's prefix may not hold: a second command, a redirection, a substitution, a glob."""
 _YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """What an `allow_always` allows for the rest of the context's session: a tool, and when set only the
-    commands that match `pattern` (Claude's `prefix *` or `prefix:*`: a prefix; else the whole command)."""
+    commands `pattern` matches, word by word as a shell splits them: `git init *` (or Claude's `git init:*`)
+    the commands that start with those words and go on with plain words (no `;`, `&&`, `|`, redirection or
+    substitution after them), anything else that command alone."""
 
     tool: str
     pattern: str | None = None
@@ -54,12 +59,17 @@ class Rule:
             return True
         if command is None:
             return False
-        pattern = self.pattern
+        prefix, exact = self.pattern, True
         for tail in (":*", " *"):
-            if pattern.endswith(tail):
-                prefix = pattern[: -len(tail)]
-                return command == prefix or command.startswith(prefix + " ")
-        return fnmatch.fnmatchcase(command, pattern) if "*" in pattern else command == pattern
+            if prefix.endswith(tail):
+                prefix, exact = prefix[: -len(tail)], False
+        try:
+            want, have = shlex.split(prefix), shlex.split(command)
+        except ValueError:
+            return False
+        if exact or len(have) < len(want) or have[: len(want)] != want:
+            return have == want
+        return not any(_SHELL_SYNTAX.search(word) for word in have[len(want) :])
 
     def wire(self) -> dict[str, str]:
         return {"tool": self.tool, **({"pattern": self.pattern} if self.pattern else {})}

@@ -124,23 +124,28 @@ async def test_the_question_carries_the_call_and_the_options(served: Served) -> 
 
 async def test_allow_always_on_the_first_bash_means_no_second_question(served: Served) -> None:
     c = served.gated
-    task = await asked(c, "RUNS: echo ran one >> ran.txt | echo ran two >> ran.txt")
-    assert commands(task) == ["echo ran one >> ran.txt"]
+    task = await asked(c, "RUNS: git init -q one | git init -q two")
+    assert commands(task) == ["git init -q one"]
     (first,) = approval(task)["calls"]
-    assert first["always"] == {"tool": "Bash", "pattern": "echo ran *"}
+    assert first["always"] == {"tool": "Bash", "pattern": "git init *"}
     done = await decide(c, task, first["id"], "allow_always")
     assert done["status"]["state"] == "completed", status_text(done)
-    assert (served.workspace(task) / "ran.txt").read_text() == "ran one\nran two\n"
+    assert (served.workspace(task) / "one" / ".git").is_dir() and (
+        served.workspace(task) / "two" / ".git"
+    ).is_dir()
     assert input_required_count(await result(c, "tasks/get", {"id": task["id"]})) == 1
-    # The rule holds for the rest of the context's session: the next task of the context asks nothing for
-    # the same pattern, and still asks for another command.
-    again = await send_message(c, "RUN: echo ran three >> ran.txt", contextId=task["contextId"])
+    # The rule holds for the rest of the context's session: the next task of the context (a new CLI process)
+    # asks nothing for the same pattern, and still asks for another command, or the pattern followed by a
+    # second command.
+    again = await send_message(c, "RUN: git init -q three", contextId=task["contextId"])
     again = await wait_until_stopped(c, again)
     assert again["status"]["state"] == "completed", status_text(again)
-    assert (served.workspace(task) / "ran.txt").read_text() == "ran one\nran two\nran three\n"
-    other = await asked(c, "RUN: touch other.txt", contextId=task["contextId"])
-    assert commands(other) == ["touch other.txt"]
-    await decide(c, other, approval(other)["calls"][0]["id"], "deny")
+    assert (served.workspace(task) / "three" / ".git").is_dir()
+    for other in ("touch other.txt", "git init -q four && touch other.txt"):
+        asking = await asked(c, f"RUN: {other}", contextId=task["contextId"])
+        assert commands(asking) == [other]
+        await decide(c, asking, approval(asking)["calls"][0]["id"], "deny")
+    assert not (served.workspace(task) / "other.txt").exists()
 
 
 async def test_deny_on_one_of_two_open_calls_leaves_the_other_open(served: Served) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -124,7 +125,7 @@ def codex_call(request_id: Any, name: str, tool_input: Any, params: dict[str, An
         and prefix
         and all(isinstance(p, str) for p in prefix)
     ):
-        pattern = " ".join(prefix) + " *"
+        pattern = shlex.join(prefix) + " *"
     changes = tool_input.get("changes") if isinstance(tool_input, dict) else None
     diffs = [c["diff"] for c in changes or () if isinstance(c, dict) and isinstance(c.get("diff"), str)]
     call_id = params.get("approvalId") or params.get("itemId") or request_id
