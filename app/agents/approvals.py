@@ -1,5 +1,6 @@
 """Approvals with choices: the data part of an `input-required` that asks for tool permission, the answers it
-takes, and the rules `allow_always` leaves. One schema for every adapter and the console (docs/approvals.md).
+takes, and the rules `allow_always` leaves. One schema for every adapter and the console
+(docs/agents.md#approvals).
 
 The question (a data part beside the text question, in the status message):
 

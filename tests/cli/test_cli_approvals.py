@@ -1,4 +1,4 @@
-"""Approvals with choices, with the real Claude Code CLI against the fake Anthropic API (docs/approvals.md).
+"""Approvals with choices (docs/agents.md#approvals), the real Claude Code CLI against the fake Anthropic API.
 
 One server (SQLite) with two Claude Code roles: `gated` sets no `force`, so it takes the server's
 AGENT_FORCE=false and asks before tools run; `trusted` sets `force: true` and asks nothing. The fake model
