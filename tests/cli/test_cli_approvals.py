@@ -9,12 +9,17 @@ approval data part that every answer below names a call of.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
+from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import struct_pb2
 
 from app.agents.jail.sandbox import principal_key
 from app.api.edge.auth import ANONYMOUS
@@ -30,7 +35,7 @@ from tests.support.clis import (
 )
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.rpc import call, result, text_message
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, free_port
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +69,10 @@ async def served(fake_api: FakeAnthropic, tmp_path_factory: Any) -> AsyncIterato
         "AGENT_ENV_PASSTHROUGH": ",".join(CLAUDE_ENV),
         "AGENT_EGRESS_ALLOW": fake_api.url.removeprefix("http://"),
         "CANCEL_GRACE_S": "2",
+        "GRPC_PORT": str(grpc_port := free_port()),
     }
     server = await make_server("sqlite", tmp, **settings)
+    server.grpc_port = grpc_port  # type: ignore[attr-defined]
     try:
         async with (
             httpx.AsyncClient(base_url=server.base_url, timeout=60) as gated,
@@ -215,3 +222,71 @@ async def test_a_malformed_approval_answer_is_refused(served: Served) -> None:
         "state"
     ] == "input-required"
     await decide(served.gated, task, approval(task)["calls"][0]["id"], "deny")
+
+
+LOOSER = {"force": True}
+
+
+def _http_send(binding: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """Path, body and headers of a send to the gated role asking for a looser mode, on `binding`."""
+    mid = str(uuid.uuid4())
+    if binding == "jsonrpc-0.3":
+        message = {
+            "kind": "message",
+            "messageId": mid,
+            "role": "user",
+            "parts": [{"kind": "text", "text": "hi"}],
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {"message": {**message, "metadata": LOOSER}},
+        }
+        return "/a2a/jsonrpc", body, {}
+    v10 = {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hi"}], "metadata": LOOSER}
+    if binding == "jsonrpc-1.0":
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": v10}}
+        return "/a2a/jsonrpc", body, {"A2A-Version": "1.0"}
+    if binding == "rest-0.3":
+        v03 = {"messageId": mid, "role": "ROLE_USER", "content": [{"text": "hi"}], "metadata": LOOSER}
+        return "/a2a/rest/v1/message:send", {"message": v03}, {}
+    return "/a2a/rest/message:send", {"message": v10}, {"A2A-Version": "1.0"}
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc-0.3", "jsonrpc-1.0", "rest-0.3", "rest-1.0"])
+async def test_a_looser_mode_is_refused_on_every_http_binding(served: Served, binding: str) -> None:
+    path, body, headers = _http_send(binding)
+    resp = await served.gated.post(path, json=body, headers=headers)
+    if binding.startswith("jsonrpc"):
+        assert resp.status_code == 200 and resp.json()["error"]["code"] == -32602, resp.text
+    elif binding == "rest-0.3":
+        assert resp.status_code == 422 and resp.json()["code"] == -32602, resp.text
+    else:
+        assert resp.status_code == 400 and resp.json()["error"]["status"] == "INVALID_ARGUMENT", resp.text
+    assert "stricter" in resp.text, resp.text
+
+
+@pytest.mark.parametrize("version", ["0.3", "1.0"])
+async def test_a_looser_mode_is_refused_over_grpc(served: Served, version: str) -> None:
+    metadata = struct_pb2.Struct()
+    metadata.update(LOOSER)
+    mid = str(uuid.uuid4())
+    if version == "1.0":
+        parts = [a2a_pb2.Part(text="hi")]
+        message = a2a_pb2.Message(message_id=mid, role=a2a_pb2.ROLE_USER, parts=parts, metadata=metadata)
+        request: Any = a2a_pb2.SendMessageRequest(message=message)
+    else:
+        content = [a2a_v0_3_pb2.Part(text="hi")]
+        old = a2a_v0_3_pb2.Message(
+            message_id=mid, role=a2a_v0_3_pb2.ROLE_USER, content=content, metadata=metadata
+        )
+        request = a2a_v0_3_pb2.SendMessageRequest(request=old)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{served.server.grpc_port}") as channel:  # type: ignore[attr-defined]
+        stub = (a2a_pb2_grpc.A2AServiceStub if version == "1.0" else a2a_v0_3_pb2_grpc.A2AServiceStub)(
+            channel
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "stricter" in str(caught.value.details())
