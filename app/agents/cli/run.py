@@ -88,6 +88,8 @@ TURN_ENDS = frozenset({AgentEventKind.DONE, AgentEventKind.ERROR, AgentEventKind
 _background: set[asyncio.Task[None]] = set()
 APPROVAL_SETTLE_S = 0.5
 """How long a run waits after a permission request for the CLI's next line before it asks the user."""
+APPROVAL_GATHER_S = 5.0
+"""The longest a run gathers a CLI's lines after a permission request (a CLI that never goes quiet)."""
 WAITING = "Waiting for the run of another task in this context's workspace to end"
 """The status of a run whose context's workspace another run holds (`workspace_lock.py`)."""
 
@@ -382,13 +384,16 @@ class CliRun(AgentRun):
         """`events` (which ask) with what the CLI prints within APPROVAL_SETTLE_S of each line after them:
         a CLI asks for parallel tool calls together, and one question lists them all."""
         assert self.proc is not None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + APPROVAL_GATHER_S
         while not any(ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) for ev in events):
             try:
-                obj = await self.proc.next_message(APPROVAL_SETTLE_S)
+                obj = await self.proc.next_message(min(APPROVAL_SETTLE_S, max(until - loop.time(), 0.0)))
             except IdleTimeout:
                 break
             if obj is None:  # stdout closed: `_next` says so too
                 break
+            self._touch()
             events += await self.handle(obj)
         question = self.approvals.question()
         if question is None:
