@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import yaml
@@ -59,6 +59,9 @@ class RoleEntry(BaseModel):
     bin: str | None = None
     """The CLI binary (as CLAUDE_BIN, CODEX_BIN, ...)."""
     model: str | None = None
+    models: list[Annotated[str, Field(pattern=r"^\S{1,200}$")]] | None = None
+    """The models a task may choose (`metadata.model`), the role's `model` always among them (as
+    AGENT_MODELS); unset: only the role's own."""
     command: str | None = None
     env: dict[str, str] | None = None
     env_passthrough: list[str] | None = None
@@ -91,6 +94,8 @@ class Role:
     timeout_s: float
     runs_here: bool
     """Whether this process runs the role's agents (`AGENT_ROLES`); it serves calls for it either way."""
+    models: tuple[str, ...] = ()
+    """The models a task of the role may choose (`metadata.model`): its `models` and its own `model`."""
     path: str = field(default="")
     """The URL prefix of its endpoints: empty for the default role's root ones."""
 
@@ -135,9 +140,17 @@ def load(settings: Settings) -> dict[str, Role]:
             slots=entry.slots or settings.max_concurrent_tasks,
             timeout_s=entry.timeout_s or settings.agent_timeout_s,
             runs_here=not running or name in running,
+            models=_models(entry, settings),
             path="" if name == default else f"/agents/{name}",
         )
     return roles
+
+
+def _models(entry: RoleEntry, settings: Settings) -> tuple[str, ...]:
+    """The models a task of the role may choose: its `models` (else AGENT_MODELS), its own model first."""
+    listed = entry.models if entry.models is not None else _split(settings.agent_models)
+    own = entry.model or settings.agent_model
+    return tuple(dict.fromkeys([*([own] if own else []), *listed]))
 
 
 def _raw_entries(settings: Settings) -> dict[Any, Any] | None:

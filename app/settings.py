@@ -69,6 +69,14 @@ class Settings(BaseSettings):
     `kid` when unset)."""
     card_signing_jku: str = ""
     """Optional: the URL of the JWKS with the public keys, put in each signature's protected header."""
+    card_provider_organization: str = ""
+    """The card's `provider.organization`: who runs the agent (with CARD_PROVIDER_URL, both or neither)."""
+    card_provider_url: str = Field(default="", validate_default=True)
+    """The card's `provider.url` (with CARD_PROVIDER_ORGANIZATION)."""
+    card_documentation_url: str = ""
+    """The card's `documentationUrl`: where people read about the agent."""
+    card_icon_url: str = ""
+    """The card's `iconUrl`: an icon clients may show for the agent."""
     log_level: str = "info"
     log_format: Literal["auto", "text", "json"] = "auto"
     """`json`: one JSON object per line (time, level, logger, message, replica, and the task, context, role,
@@ -190,6 +198,9 @@ class Settings(BaseSettings):
     through input-required where the CLI has a channel for them."""
     agent_model: str | None = None
     """Passed to the CLI as its model (`--model`); unset: the CLI's default."""
+    agent_models: str = ""
+    """Comma-separated models a task may choose instead (`metadata.model`); AGENT_MODEL is always one of
+    them. Empty: a task runs on AGENT_MODEL and may name no other."""
     agent_command: str | None = None
     """The `ndjson` adapter's command line (shell-like quoting), e.g. `/usr/bin/python3 /srv/my_agent.py`
     (it starts in the task's workspace)."""
@@ -341,9 +352,15 @@ class Settings(BaseSettings):
     _auth_mode = field_validator("auth_mode", mode="before")(checks.auth_mode)
     _hashed_keys = field_validator("api_keys", "worker_keys")(checks.hashed_keys)
     _extensions = field_validator("card_extensions")(checks.card_extensions)
-    _optional_http_url = field_validator("jwt_jwks_url", "oidc_discovery_url", "card_signing_jku")(
-        checks.optional_http_url
-    )
+    _optional_http_url = field_validator(
+        "jwt_jwks_url",
+        "oidc_discovery_url",
+        "card_signing_jku",
+        "card_provider_url",
+        "card_documentation_url",
+        "card_icon_url",
+    )(checks.optional_http_url)
+    _provider = field_validator("card_provider_url")(checks.provider_pair)
 
     @property
     def agent_network_mode(self) -> Literal["host", "egress"]:

@@ -91,6 +91,13 @@ def egress_needs_the_jail(v: str | None, info: ValidationInfo) -> str | None:
     return v
 
 
+def provider_pair(v: str, info: ValidationInfo) -> str:
+    """The card's provider has both its fields (the proto requires both) or neither."""
+    if bool(v) != bool(info.data.get("card_provider_organization")):
+        raise ValueError("CARD_PROVIDER_URL and CARD_PROVIDER_ORGANIZATION go together: set both or neither")
+    return v
+
+
 def outlives_the_heartbeat(v: float, info: ValidationInfo) -> float:
     heartbeat = info.data.get("discovery_heartbeat_s")
     if heartbeat is not None and v <= heartbeat:

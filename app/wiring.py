@@ -42,6 +42,7 @@ from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
 from app.protocol.errors import A2AError, InternalError, TaskNotCancelableError, TaskNotFoundError
 from app.protocol.model import utcnow
+from app.protocol.task_options import TaskLimits
 from app.push.configs import PushConfigs
 from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
 from app.roles import Role
@@ -368,6 +369,7 @@ async def _role(
         repos=repo_policy(agent),
         force=approval_mode(agent),
         calls=shared.calls,
+        task_limits=TaskLimits(role.models, role.timeout_s, name),
     )
 
 

@@ -1,10 +1,12 @@
 """Screenshots of the console's main pages for the docs (`docs/images/console-*.png`).
 
-`.venv/bin/python scripts/console_screenshots.py`: starts a server on a throwaway SQLite database with the
-scripted test agent, gives it a few tasks (finished with a diff, waiting for approval, working, failed), and
-photographs the task list, a task page, the new-task form and the agents page with Debian's Chromium; then
-another with a team whose agents call each other (tests/support/agents/delegate.py), and photographs a task
-tree. `... console_screenshots.py tree` takes the tree alone.
+`.venv/bin/python scripts/console_screenshots.py`: starts a server on a throwaway SQLite database with a team
+of three roles (coder, reviewer, tester) of the demo agent (tests/support/agents/demo.py), gives it the tasks
+people would send (finished with a diff, reviewed, failed, working, waiting for approval on a model the
+task chose), and photographs the task list, a task page, the new-task form and the agents page with
+Debian's Chromium; then another with a team whose agents call each other (tests/support/agents/delegate.py),
+and photographs a task tree. `... console_screenshots.py tree` takes the tree alone. The agents take the
+steps they play from their role's options, keyed by the request's text, so every title reads as a request.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 from playwright.async_api import async_playwright
@@ -25,6 +28,7 @@ from tests.support.rpc import start_v10 as send  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "images"
+DEMO = "tests.support.agents.demo:DemoAgent"
 DIFF = "say:" + "\n".join(
     [
         "--- a/app/auth.py",
@@ -37,19 +41,99 @@ DIFF = "say:" + "\n".join(
         "+    return verify(token)",
     ]
 )
-
-
-TEAM = {
-    "lead": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
-    "reviewer": {"adapter": "tests.support.agents.delegate:DelegateAgent"},
-    "tester": {"adapter": "scripted"},
+OUTPUTS = {
+    "Read": "client.py: 212 lines (fetch(url, retries=3) retries in a while loop with a fixed sleep)",
+    "Edit": "app/auth.py: 1 edit applied",
+    "Bash": "pytest -q tests/test_checkout.py: 1 failed, 11 passed (test_checkout_total: 19.99 != 20.0)",
 }
-LEAD = (
-    "Add rate limiting to the login endpoint, then have it reviewed\n"
-    "call reviewer: Review the rate-limit change in app/login.py\n"
-    "call tester: The suite passes: 142 tests, the new limit's 3 included"
-    " || call tester: Load test at 200 logins/s: 429 after the 5th try, as configured"
-)
+
+
+def skill(sid: str, name: str, description: str) -> dict[str, Any]:
+    return {"id": sid, "name": name, "description": description, "tags": [sid]}
+
+
+# The tasks people would send, each with the steps the demo agent plays for it (not shown as its title).
+FIX = "Fix the login check in app/auth.py: an empty token is let through"
+REFACTOR = "Refactor the retry loop in client.py to use exponential backoff"
+CHECKOUT = "Find out why test_checkout fails on CI since this morning"
+RELEASE = "Run the whole test suite on the release-2.4 branch"
+REVIEW = "Review the pull request that adds payment retries"
+TASKS = [
+    # (role, text, steps, metadata)
+    ("coder", FIX, f"{DIFF};tool:Edit;usage:claude-sonnet-4-5:18250:1420:0.0761", {"skill": "coding"}),
+    (
+        "reviewer",
+        REVIEW,
+        "tool:Read;say:Two remarks: the retry budget is unbounded, and a declined card is retried."
+        ";usage:claude-sonnet-4-5:31200:2210:0.1268",
+        {"skill": "review"},
+    ),
+    ("tester", RELEASE, "tool:Bash;fail:The test suite did not start: no such file tests/conftest.py", {}),
+    ("tester", CHECKOUT, "say:Looking at the failing test;tool:Bash;sleep:600", {"skill": "tests"}),
+    (
+        "coder",
+        REFACTOR,
+        "say:I read client.py and its tests.;tool:Read;ask:Allow Bash: pytest -q tests/test_client.py?",
+        {"skill": "coding", "model": "claude-opus-4-1"},
+    ),
+]
+MAIN = {
+    "coder": {
+        "adapter": DEMO,
+        "model": "claude-sonnet-4-5",
+        "models": ["claude-opus-4-1"],
+        "options": {"scripts": {t[1]: t[2] for t in TASKS if t[0] == "coder"}, "outputs": OUTPUTS},
+        "card": {
+            "name": "Coder",
+            "description": "Writes and fixes code in the task's repository.",
+            "skills": [skill("coding", "Coding", "Fixes, features and refactors")],
+        },
+    },
+    "reviewer": {
+        "adapter": DEMO,
+        "options": {"scripts": {t[1]: t[2] for t in TASKS if t[0] == "reviewer"}, "outputs": OUTPUTS},
+        "card": {
+            "name": "Reviewer",
+            "description": "Reviews a change and says what to fix.",
+            "skills": [skill("review", "Review", "Reviews a diff or a pull request")],
+        },
+    },
+    "tester": {
+        "adapter": DEMO,
+        "options": {"scripts": {t[1]: t[2] for t in TASKS if t[0] == "tester"}, "outputs": OUTPUTS},
+        "card": {
+            "name": "Tester",
+            "description": "Runs and investigates the test suites.",
+            "skills": [skill("tests", "Tests", "Runs test suites and explains failures")],
+        },
+    },
+}
+
+
+LEAD = "Add rate limiting to the login endpoint, then have it reviewed"
+REVIEWER = "Review the rate-limit change in app/login.py"
+UNIT = "Run the login tests against the new limit"
+LOAD = "Load-test the login endpoint at 200 logins/s"
+TEAM = {
+    "lead": {
+        "adapter": "tests.support.agents.delegate:DelegateAgent",
+        "options": {"plans": {LEAD: f"call reviewer: {REVIEWER} || call tester: {LOAD}"}},
+    },
+    "reviewer": {
+        "adapter": "tests.support.agents.delegate:DelegateAgent",
+        "options": {"plans": {REVIEWER: f"call tester: {UNIT}"}},
+    },
+    "tester": {
+        "adapter": DEMO,
+        "options": {
+            "scripts": {
+                UNIT: "tool:Bash;say:The suite passes: 142 tests, the new limit's 3 included",
+                LOAD: "tool:Bash;say:429 after the 5th try in a minute, as configured",
+            },
+            "outputs": {"Bash": "pytest -q tests/test_login.py: 142 passed"},
+        },
+    },
+}
 
 
 async def tree() -> None:
@@ -84,24 +168,19 @@ async def main() -> None:
         await tree()
         return
     with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(f"sqlite+aiosqlite:///{tmp}/console.db", Path(tmp) / "server.log")
+        server = ServerProcess(
+            f"sqlite+aiosqlite:///{tmp}/console.db", Path(tmp) / "server.log", AGENTS=json.dumps(MAIN)
+        )
         server.migrate()
         server.start()
         try:
             base = server.base_url
-            await send(
-                base,
-                "Fix the login check in app/auth.py;"
-                + DIFF
-                + ";tool:Edit;usage:claude-sonnet-4-5:18250:1420:0.0761",
-            )
-            await send(base, "say:Looking at the failing test;tool:Bash;sleep:600")
-            await send(base, "fail:The test suite did not start: no such file tests/conftest.py")
-            waiting = await send(
-                base,
-                "Refactor the retry loop in client.py;say:I read client.py and its tests.;tool:Read;"
-                "ask:Allow Bash: pytest -q tests/test_client.py?",
-            )
+            tasks = []
+            for role, text, steps, metadata in TASKS:
+                path = "" if role == "coder" else f"/agents/{role}"
+                wait = "sleep:" not in steps  # a task left working is not waited for
+                tasks.append(await send(base, text, None, path, wait=wait, metadata=metadata))
+            waiting = tasks[-1]
             await asyncio.sleep(1.5)
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])

@@ -14,7 +14,8 @@ The text is a `;`-separated list of steps, run in order:
                     table's)
 - `stop`            end the event stream without done or error
 
-After the last step, `done` is emitted. Any other text is echoed like the echo agent does.
+After the last step, `done` is emitted. Any other text is echoed like the echo agent does. The session it
+reports names the model the task chose (`metadata.model`), else `scripted`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ from .sdk import Request, Skill
 
 
 class ScriptedRun(AgentRun):
+    def script(self) -> str:
+        """The steps to run: the message's text (a demo's agent may take them from elsewhere)."""
+        return self.request.message.text()
+
     async def events(self) -> AsyncIterator[AgentEvent]:
-        yield AgentEvent.init(model="scripted", session_id=f"session-{self.request.task_id}")
+        model = self.request.model or "scripted"
+        yield AgentEvent.init(model=model, session_id=f"session-{self.request.task_id}")
         summary: str | None = None
         stats: dict[str, int] | None = None
-        for step in self.request.message.text().split(";"):
+        for step in self.script().split(";"):
             verb, _, arg = step.strip().partition(":")
             if verb == "say":
                 yield AgentEvent.thinking(arg)

@@ -138,6 +138,9 @@ class Request:
     """The extensions the server activated for this request: those the caller requested (the
     `A2A-Extensions` header) that the agent card declares (`Agent.extensions`, `CARD_EXTENSIONS`), echoed
     to the caller in the response. A card's required extensions are always among them."""
+    model: str | None = None
+    """The model the task chose among its role's `models` (`metadata.model`, kept by the task for every
+    turn); None: the role's own. A CLI adapter passes it to its CLI (`--model`)."""
 
     @property
     def text(self) -> str:
@@ -210,6 +213,7 @@ class TaskContext(Request):
             history=request.history,
             extensions=request.extensions,
             active_extensions=request.active_extensions,
+            model=request.model,
         )
         self._emit = emit
         self._answers: asyncio.Queue[Message] = asyncio.Queue()

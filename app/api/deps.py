@@ -10,6 +10,7 @@ from fastapi import Request
 from app.agents.repos.policy import RepoPolicy
 from app.limits import Limits
 from app.protocol.errors import UnauthenticatedError
+from app.protocol.task_options import TaskLimits
 from app.tasks.service import TaskService
 from app.tasks.workers import WorkerDesk
 
@@ -90,6 +91,8 @@ class Components:
     calls: CallsFactory | None = None
     """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
+    task_limits: TaskLimits = field(default_factory=TaskLimits)
+    """What a task of the role may choose (`metadata.model`, `metadata.timeoutS`): its models, its timeout."""
 
     @property
     def running(self) -> int:

@@ -45,7 +45,8 @@ export async function tasksView(view) {
     const tr = el("tr", { "data-task-id": line.id, "data-state": stateLabel(line.state) },
       el("td", {}, el("a", { href: `/console/tasks/${encodeURIComponent(line.id)}`, "data-nav": true, class: "title", text: line.title || line.id })),
       el("td", {}, el("span", { class: `state ${stateLabel(line.state)}`, text: stateLabel(line.state) })),
-      el("td", {}, line.role, line.parentTaskId
+      el("td", { class: "role" }, line.role, line.skill ? el("span", { class: "skill", title: "the skill asked for", text: ` · ${line.skill}` }) : null,
+        line.parentTaskId
         ? el("span", { class: "called", title: `started by task ${line.parentTaskId}`, text: " ↳ called" }) : null),
       el("td", { class: "mono", title: line.contextId, text: short(line.contextId) }),
       el("td", { text: when(line.statusAt) }),

@@ -76,6 +76,21 @@ function callFacts(task) {
   ];
 }
 
+function optionFacts(task) {
+  // What the task asked for in its first message: the skill it was routed by, its own model and timeout
+  // (the task keeps them in its metadata); else the model its agent reported. Shown as text.
+  const meta = task.metadata || {};
+  const asked = task.history?.[0]?.metadata || {};
+  const skill = typeof meta.skill === "string" ? meta.skill : typeof asked.skill === "string" ? asked.skill : null;
+  const model = typeof meta.model === "string" ? meta.model : typeof meta.session?.model === "string" ? meta.session.model : null;
+  const timeout = typeof meta.timeoutS === "number" ? `${meta.timeoutS} s` : null;
+  return [
+    skill ? [el("dt", { text: "Skill" }), el("dd", { id: "task-skill", text: skill })] : [],
+    model ? [el("dt", { text: "Model" }), el("dd", { id: "task-model", text: model })] : [],
+    timeout ? [el("dt", { text: "Timeout" }), el("dd", { id: "task-timeout", text: timeout })] : [],
+  ].flat();
+}
+
 function renderTask(head, tail, info, task) {
   // Around the steering panel, which stays in place: moving it out of the page and back would take the
   // focus from the text box being typed in.
@@ -101,7 +116,8 @@ function renderTask(head, tail, info, task) {
     el("dl", { class: "facts" },
       el("dt", { text: "Task" }), el("dd", { class: "mono", text: task.id }),
       el("dt", { text: "Context" }), el("dd", { class: "mono", text: task.contextId }),
-      el("dt", { text: "Role" }), el("dd", { text: info.role }),
+      el("dt", { text: "Role" }), el("dd", { id: "task-role", text: info.role }),
+      optionFacts(task),
       el("dt", { text: "Owner" }), el("dd", { text: info.owner }),
       callFacts(task)),
     WAITING.has(state) && statusMessage

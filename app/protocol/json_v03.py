@@ -10,14 +10,16 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_snake
 
+from .errors import InvalidParamsError
 from .events import ArtifactUpdate, Event, StatusUpdate
-from .model import Artifact, Message, Part, Role, SendConfig, Task, TaskState, TaskStatus
-from .validation import validate
+from .model import Artifact, Message, Part, Role, SendConfig, Task, TaskState, TaskStatus, new_id
+from .validation import TaskIdParams, validate
 
 PROTOCOL_VERSION = "0.3.0"
 
@@ -100,15 +102,35 @@ _PartIn = Annotated[_TextPart | _FilePart | _DataPart, Field(discriminator="kind
 
 
 class _MessageIn(_Renamed):
+    """A message as documents write it too: no `kind`, `role` or `messageId` (a message from the user, its
+    id made here), parts tagged `type` and text parts holding `content` (`_documented_part`)."""
+
     kind: Literal["message"] = "message"
-    messageId: str = Field(min_length=1, max_length=256)
-    role: Literal["user", "agent"]
+    messageId: str | None = Field(default=None, min_length=1, max_length=256)
+    role: Literal["user", "agent"] = "user"
     parts: list[_PartIn] = Field(min_length=1)
     contextId: str | None = Field(default=None, min_length=1, max_length=256)
     taskId: str | None = Field(default=None, min_length=1, max_length=256)
     referenceTaskIds: list[str] = Field(default_factory=list)
     extensions: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] | None = None
+
+    @field_validator("parts", mode="before")
+    @classmethod
+    def _documented_parts(cls, v: Any) -> Any:
+        return [_documented_part(p) for p in v] if isinstance(v, list) else v
+
+
+def _documented_part(p: Any) -> Any:
+    """A part as pre-0.3 documents write it, `{"type": "text", "content": "hi"}`: `type` is its `kind`, and a
+    text part's `content` (a string) its `text`."""
+    if not isinstance(p, dict):
+        return p
+    if "kind" not in p and "type" in p:
+        p = {**p, "kind": p["type"]}
+    if p.get("kind") == "text" and "text" not in p and isinstance(p.get("content"), str):
+        p = {**p, "text": p["content"]}
+    return p
 
 
 class _SendConfigIn(_Renamed):
@@ -124,13 +146,38 @@ class _SendParamsIn(_In):
     metadata: dict[str, Any] | None = None
 
 
-class _TaskQueryIn(_Renamed):
+LEGACY_TASK_ID = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+"""What a legacy `tasks/send` may name a new task: it is a path segment of the REST routes and a key."""
+
+
+class _LegacySendIn(_SendParamsIn, _Renamed):
+    """Pre-0.3 `tasks/send` params (the seed documents): the client names the task (`id`), its session is
+    the context (`sessionId`), and `historyLength`, `acceptedOutputModes` and `pushNotification` sit beside
+    the message."""
+
+    id: str | None = None
+    sessionId: str | None = Field(default=None, min_length=1, max_length=256)
+    historyLength: int | None = Field(default=None, ge=0)
+    acceptedOutputModes: list[str] | None = None
+    pushNotification: dict[str, Any] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _task_id(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(LEGACY_TASK_ID, v):
+            raise ValueError(
+                "a task id is 1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit"
+            )
+        return v
+
+
+class _TaskQueryIn(_Renamed, TaskIdParams):
     id: str = Field(min_length=1)
     historyLength: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] | None = None
 
 
-class _TaskIdIn(_In):
+class _TaskIdIn(_In, TaskIdParams):
     id: str = Field(min_length=1)
     metadata: dict[str, Any] | None = None
 
@@ -151,24 +198,40 @@ def _part_in(p: _TextPart | _FilePart | _DataPart) -> Part:
     return Part(url=f.uri, media_type=f.mimeType, filename=f.name, metadata=p.metadata)
 
 
-def _legacy_parts(params: Any) -> Any:
-    """Seed documents (pre-0.3) wrote parts as `{"type": "text", ...}`; read them as `kind`."""
-    message = params.get("message") if isinstance(params, dict) else None
-    parts = message.get("parts") if isinstance(message, dict) else None
-    if isinstance(parts, list) and any(
-        isinstance(p, dict) and "kind" not in p and "type" in p for p in parts
-    ):
-        fixed = [{**p, "kind": p["type"]} if isinstance(p, dict) and "kind" not in p else p for p in parts]
-        params = {**params, "message": {**message, "parts": fixed}}
-    return params
-
-
 def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     """`message/send` and `message/stream` params → domain message and configuration."""
-    p = validate(_SendParamsIn, _legacy_parts(params))
+    return _send_of(validate(_SendParamsIn, params))
+
+
+def decode_legacy_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
+    """Pre-0.3 `tasks/send` and `tasks/sendSubscribe` params → domain message and configuration: `sessionId`
+    is the message's context, `id` the task it continues or names (`SendConfig.task_id`); either given
+    twice with different values (`message.contextId`, `message.taskId`) is refused."""
+    p = validate(_LegacySendIn, params)
+    message, config, push = _send_of(p)
+    for legacy, name, value in (
+        ("sessionId", "contextId", message.context_id),
+        ("id", "taskId", message.task_id),
+    ):
+        given = getattr(p, legacy)
+        if given is not None and value is not None and value != given:
+            raise InvalidParamsError(f"Invalid params: {legacy} and message.{name} differ: send one of them")
+    if p.sessionId is not None:
+        message.context_id = p.sessionId
+    if p.id is not None:
+        message.task_id = None
+        config.task_id = p.id
+    if config.history_length is None:
+        config.history_length = p.historyLength
+    if not config.accepted_output_modes:
+        config.accepted_output_modes = p.acceptedOutputModes or []
+    return message, config, push if push is not None else p.pushNotification
+
+
+def _send_of(p: _SendParamsIn) -> tuple[Message, SendConfig, dict[str, Any] | None]:
     m = p.message
     message = Message(
-        message_id=m.messageId,
+        message_id=m.messageId or new_id(),
         role=Role(m.role),
         parts=[_part_in(x) for x in m.parts],
         context_id=m.contextId,
@@ -182,6 +245,7 @@ def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None
         blocking=cfg.blocking is not False if cfg else True,
         history_length=cfg.historyLength if cfg else None,
         accepted_output_modes=(cfg.acceptedOutputModes or []) if cfg else [],
+        made_message_id=m.messageId is None,
     )
     push = cfg.pushNotificationConfig if cfg else None
     return message, config, push

@@ -371,6 +371,12 @@ class SendConfig:
     blocking: bool = True
     history_length: int | None = None
     accepted_output_modes: list[str] = field(default_factory=list)
+    task_id: str | None = None
+    """The id a legacy `tasks/send` names its task by: it continues the caller's task of that id, or a new
+    task takes it."""
+    made_message_id: bool = False
+    """The message came without a messageId and the server made one: an Idempotency-Key's fingerprint leaves
+    it out, so a retry of the same request is the same request."""
 
 
 @dataclass(slots=True)

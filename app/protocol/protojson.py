@@ -104,3 +104,14 @@ def parse_role(value: Any) -> Role:
     if isinstance(value, str | int) and not isinstance(value, bool) and value in _ROLES_IN:
         return _ROLES_IN[value]
     raise ValueError("must be ROLE_USER or ROLE_AGENT")
+
+
+def documented_text(part: dict[str, Any]) -> dict[str, Any]:
+    """A text part as documents write it, `{"type": "text", "content": "hi"}`: a string `content` is its
+    `text` when the part holds none of `text`, `raw`, `url`, `file` or `data` and names no other kind."""
+    content = part.get("content")
+    if not isinstance(content, str) or any(k in part for k in ("text", "raw", "url", "file", "data")):
+        return part
+    if part.get("type", part.get("kind", "text")) != "text":
+        return part
+    return {**part, "text": content}

@@ -48,8 +48,9 @@ from .model import (
     Role,
     SendConfig,
     TaskState,
+    new_id,
 )
-from .protojson import ProtoJSON, parse_role
+from .protojson import ProtoJSON, documented_text, parse_role
 from .validation import validate
 
 STATE_NAMES: dict[TaskState, str] = {
@@ -147,6 +148,11 @@ class _PartIn(_In):
     data: _DataIn | None = None
     metadata: dict[str, Any] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _documented(cls, v: Any) -> Any:
+        return documented_text(v) if isinstance(v, dict) else v
+
     @model_validator(mode="after")
     def _exactly_one(self) -> _PartIn:
         if sum(x is not None for x in (self.text, self.file, self.data)) != 1:
@@ -155,10 +161,12 @@ class _PartIn(_In):
 
 
 class _MessageIn(_In):
-    messageId: str = _either("messageId", "message_id", default=..., min_length=1, max_length=256)
+    """`messageId` and `role` may be left out (as documents do): a message from the user, its id made here."""
+
+    messageId: str | None = _either("messageId", "message_id", min_length=1, max_length=256)
     contextId: str | None = _either("contextId", "context_id", max_length=256)
     taskId: str | None = _either("taskId", "task_id", max_length=256)
-    role: Any
+    role: Any = Role.USER
     content: list[_PartIn] = Field(min_length=1)
     metadata: dict[str, Any] | None = None
     extensions: list[str] = Field(default_factory=list)
@@ -205,7 +213,7 @@ def _part_in(p: _PartIn) -> Part:
 
 def decode_message(m: _MessageIn) -> Message:
     return Message(
-        message_id=m.messageId,
+        message_id=m.messageId or new_id(),
         role=m.role,
         parts=[_part_in(p) for p in m.content],
         context_id=m.contextId or None,
@@ -223,6 +231,7 @@ def decode_send(body: Any) -> tuple[Message, SendConfig, dict[str, Any] | None]:
         blocking=cfg is None or cfg.blocking,
         history_length=(cfg.historyLength or None) if cfg else None,
         accepted_output_modes=cfg.acceptedOutputModes if cfg else [],
+        made_message_id=p.message.messageId is None,
     )
     return decode_message(p.message), config, cfg.pushNotification if cfg else None
 

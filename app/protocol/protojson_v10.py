@@ -21,9 +21,10 @@ from .model import (
     Role,
     SendConfig,
     TaskState,
+    new_id,
 )
-from .protojson import ProtoJSON, parse_role
-from .validation import ProtoIn, validate
+from .protojson import ProtoJSON, documented_text, parse_role
+from .validation import ProtoIn, TaskIdParams, validate
 
 PROTOCOL_VERSION = "1.0"
 
@@ -76,7 +77,7 @@ class _PartIn(ProtoIn):
     @classmethod
     def _mark_data(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            v = {**v, "has_data": "data" in v}
+            v = {**documented_text(v), "has_data": "data" in v}
         return v
 
     @model_validator(mode="after")
@@ -102,8 +103,10 @@ class _PartIn(ProtoIn):
 
 
 class _MessageIn(ProtoIn):
-    messageId: str = Field(min_length=1, max_length=256)
-    role: Any
+    """`messageId` and `role` may be left out (as documents do): a message from the user, its id made here."""
+
+    messageId: str | None = Field(default=None, min_length=1, max_length=256)
+    role: Any = Role.USER
     parts: list[_PartIn] = Field(min_length=1)
     contextId: str | None = Field(default=None, max_length=256)
     taskId: str | None = Field(default=None, max_length=256)
@@ -131,13 +134,13 @@ class _SendIn(ProtoIn):
     metadata: dict[str, Any] | None = None
 
 
-class _GetIn(ProtoIn):
+class _GetIn(ProtoIn, TaskIdParams):
     tenant: str = ""
     id: str = Field(min_length=1)
     historyLength: int | None = Field(default=None, ge=0)
 
 
-class _IdIn(ProtoIn):
+class _IdIn(ProtoIn, TaskIdParams):
     tenant: str = ""
     id: str = Field(min_length=1)
     metadata: dict[str, Any] | None = None
@@ -200,7 +203,7 @@ def _part_in(p: _PartIn) -> Part:
 
 def decode_message(m: _MessageIn) -> Message:
     return Message(
-        message_id=m.messageId,
+        message_id=m.messageId or new_id(),
         role=m.role,
         parts=[_part_in(p) for p in m.parts],
         context_id=m.contextId or None,
@@ -219,6 +222,7 @@ def decode_send(params: Any) -> tuple[Message, SendConfig, dict[str, Any] | None
         blocking=not cfg.returnImmediately,
         history_length=cfg.historyLength,
         accepted_output_modes=cfg.acceptedOutputModes,
+        made_message_id=p.message.messageId is None,
     )
     return decode_message(p.message), config, cfg.taskPushNotificationConfig
 

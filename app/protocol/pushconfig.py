@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import InvalidParamsError
 from .model import PushConfig
-from .validation import ProtoIn, validate
+from .validation import ProtoIn, TaskIdParams, validate
 
 REDACTED = "********"
 _SCHEME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
@@ -134,7 +134,7 @@ def delivery_metadata_field(c: PushConfig) -> dict[str, Any]:
     return {"metadata": {"delivery": c.delivery}} if c.delivery is not None else {}
 
 
-class _V03RefIn(BaseModel):
+class _V03RefIn(TaskIdParams):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1)

@@ -73,3 +73,29 @@ class ProtoIn(BaseModel):
                 raise ValueError(f"{key} and {name} name the same field; they were given different values")
             out[name] = data[key]
         return out
+
+
+TASK_ID_ALIASES = ("taskId", "task_id")
+"""Other names of a task id param `id` (tasks/get, tasks/cancel, ...) that documents and clients write."""
+
+
+def one_task_id(data: Any) -> Any:
+    """`data` with a task id given as `taskId` or `task_id` moved to `id`; names that disagree are refused."""
+    if not isinstance(data, dict) or not any(alias in data for alias in TASK_ID_ALIASES):
+        return data
+    given = {name: data[name] for name in ("id", *TASK_ID_ALIASES) if name in data}
+    first, *rest = given.values()
+    if any(type(v) is not type(first) or v != first for v in rest):
+        raise ValueError(f"{', '.join(given)} name the same task; they were given different values")
+    out = {k: v for k, v in data.items() if k not in TASK_ID_ALIASES}
+    out["id"] = first
+    return out
+
+
+class TaskIdParams(BaseModel):
+    """Params whose `id` is a task id: also read as `taskId` or `task_id` (`one_task_id`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_id_aliases(cls, data: Any) -> Any:
+        return one_task_id(data)

@@ -25,6 +25,7 @@ from app.agents.sdk import Agent, Request, TaskContext
 from app.agents.workspace import serve
 from app.protocol.events import ArtifactUpdate, StatusUpdate, status_update
 from app.protocol.model import Part, Role, TaskState
+from app.protocol.task_options import chosen_model, run_timeout
 from app.store.outage import backoff, is_unavailable
 from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
 from app.telemetry import logs, traces
@@ -192,7 +193,10 @@ class AgentRun:
             await tasks.fail(task_id, "The task has no user message to work on.")
             return
         message = task.history[last_user]
-        request = request_for(live.owner, message, task.context_id, task.history[:last_user], task_id)
+        history = task.history[:last_user]
+        request = request_for(
+            live.owner, message, task.context_id, history, task_id, chosen_model(task.metadata)
+        )
         rid = response_artifact_id(task_id)
         started = any(a.artifact_id == rid for a in task.artifacts)
         queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue(maxsize=RUN_BUFFER)
@@ -202,7 +206,7 @@ class AgentRun:
         calls = RunCalls(self._setup.calls(live), ctx.record_child) if self._setup.calls else None
         ctx.calls = calls
         live.on_end = self._ended
-        timeout_s = self._setup.timeout_s
+        timeout_s = run_timeout(task.metadata, self._setup.timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._consume(ctx, queue)
@@ -288,9 +292,15 @@ class AgentRun:
 
 
 def request_for(
-    owner: str, message: Message, context_id: str, history: list[Message], task_id: str | None
+    owner: str,
+    message: Message,
+    context_id: str,
+    history: list[Message],
+    task_id: str | None,
+    model: str | None = None,
 ) -> Request:
-    """What the agent is given: the message, its context, the history before it, the extensions asked for."""
+    """What the agent is given: the message, its context, the history before it, the extensions asked for,
+    the model its task chose."""
     return Request(
         message=message,
         context_id=context_id,
@@ -299,6 +309,7 @@ def request_for(
         history=history,
         extensions=tuple(dict.fromkeys(message.requested_extensions + message.extensions)),
         active_extensions=tuple(message.active_extensions),
+        model=model,
     )
 
 

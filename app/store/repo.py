@@ -244,6 +244,29 @@ class Repository:
             row = (await conn.execute(query)).first()
         return None if row is None else (row[0], row[1], row[2])
 
+    async def waiting_in_context(self, owner: str, context_id: str, limit: int) -> list[str]:
+        """The ids of the owner's tasks waiting for input in the context, oldest status first, at most
+        `limit`: what a message naming only the context answers."""
+        query = (
+            select(_tasks.c.id)
+            .where(
+                *self._scoped(
+                    _tasks.c.owner == owner,
+                    _tasks.c.context_id == context_id,
+                    _tasks.c.state == TaskState.INPUT_REQUIRED.value,
+                )
+            )
+            .order_by(_tasks.c.status_at, _tasks.c.id)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return list((await conn.scalars(query)).all())
+
+    async def task_taken(self, task_id: str) -> bool:
+        """Whether any task, of any owner or role, has this id (a new task named by its client cannot)."""
+        async with self._engine.connect() as conn:
+            return (await conn.execute(select(_tasks.c.id).where(_tasks.c.id == task_id))).first() is not None
+
     async def first_message(self, owner: str, context_id: str) -> Message | None:
         """The first message stored in the owner's context (the one that opened it), None for a new one."""
         query = (

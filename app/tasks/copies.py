@@ -42,6 +42,8 @@ def fingerprint(message: Message, config: SendConfig, push: PushConfig | None) -
     body = message.to_store()
     body.pop("requestedExtensions", None)
     body.pop("activeExtensions", None)
+    if config.made_message_id:
+        del body["messageId"]
     return _digest([body, config.history_length, config.accepted_output_modes, push])
 
 

@@ -39,10 +39,11 @@ from app.protocol.model import (
     tree_of,
     utcnow,
 )
+from app.protocol.task_options import kept_options
 from app.push.configs import PushConfigs
 from app.store.idempotency import IdemKey, IdempotencyKeys
 from app.store.repo import InvalidPageToken, TaskPage
-from app.store.writer import ContextTakenError, DuplicateError, SeqTakenError
+from app.store.writer import ConflictError, ContextTakenError, DuplicateError, SeqTakenError
 from app.telemetry import logs
 
 from .control import Control, UnreachableHolderError
@@ -66,6 +67,8 @@ STAGED_S = 0.05
 CANCEL_RACES = 3
 """How many times a cancel is decided again when another writer's commit collides with its own."""
 CANCELED_BY_CLIENT = "Task canceled by the client"
+WAITING_LISTED = 10
+"""How many of a context's waiting tasks a message naming only the context is told of."""
 """The status message of a task canceled through the API."""
 
 
@@ -80,6 +83,8 @@ class _Send:
     idem: IdemKey | None
     retry: str | None
     stage: bool
+    named: str | None = None
+    """The id a legacy `tasks/send` gave its task (`SendConfig.task_id`)."""
 
 
 class _AlreadyApplied(Exception):
@@ -252,7 +257,8 @@ class TaskService:
                 earlier = await self._copies.earlier(owner, idem, running_copy)
                 if earlier is not None:
                     return earlier
-                return await self._store(_Send(owner, message, push, idem, retry, stage))
+                named = config.task_id
+                return await self._store(_Send(owner, message, push, idem, retry, stage and not named, named))
             except UnsupportedOperationError:
                 # A keyed copy applied (and its key stored) between our look-up and our turn at the task.
                 if idem is None or (earlier := await self._copies.earlier(owner, idem, None)) is None:
@@ -272,6 +278,10 @@ class TaskService:
         another principal also uses names this caller's own context (their tasks are never in it)."""
         if s.push is not None:
             await self._push.check_url(s.push.url)
+        if s.named and not s.message.task_id:
+            s.message.task_id = await self._named(s.owner, s.named)
+        elif s.message.context_id and not s.message.task_id:
+            s.message.task_id = await self._waiting(s.owner, s.message.context_id)
         if s.message.task_id:
             if s.push is not None:
                 await self._push.set(s.owner, s.message.task_id, s.push)
@@ -281,7 +291,42 @@ class TaskService:
         if direct is not None:
             await self._copies.remember(s.owner, s.idem, reply=direct)
             return direct
-        return await self._accept(s)
+        try:
+            return await self._accept(s)
+        except ConflictError as exc:
+            if s.named is None or type(exc) is not ConflictError:
+                raise
+            # Another request took the id between our look-up and our commit: decided again.
+            s.message.task_id = await self._named(s.owner, s.named)
+            return await self._continue(s.owner, s.message, idem=s.idem)
+
+    async def _named(self, owner: str, task_id: str) -> str | None:
+        """A legacy `tasks/send`'s task id: the caller's task of that id, which the message continues, or
+        None for a new task named by it; an id another task has is refused (-32602)."""
+        try:
+            await self._reader.head(owner, task_id)
+            return task_id
+        except TaskNotFoundError:
+            pass
+        if await self._tasks.parts.repo.task_taken(task_id):
+            raise InvalidParamsError(
+                f"Task id {task_id} is taken; leave id out (the server names the task) or choose another",
+                {"taskId": task_id},
+            )
+        return None
+
+    async def _waiting(self, owner: str, context_id: str) -> str | None:
+        """The task a message naming only its context answers: the one task of the caller's context that
+        waits for input; None when none does (a new task); several are -32602, listing them."""
+        waiting = await self._tasks.parts.repo.waiting_in_context(owner, context_id, WAITING_LISTED + 1)
+        if len(waiting) > 1:
+            listed = ", ".join(waiting[:WAITING_LISTED]) + (", ..." if len(waiting) > WAITING_LISTED else "")
+            raise InvalidParamsError(
+                f"Context {context_id} has several tasks waiting for input ({listed}); name the one this "
+                "message answers in message.taskId",
+                {"contextId": context_id, "taskIds": ",".join(waiting[:WAITING_LISTED])},
+            )
+        return waiting[0] if waiting else None
 
     async def _accept(self, s: _Send) -> str | LiveTask:
         """Store the message as a new task and start the agent; returns the task's id.
@@ -294,7 +339,7 @@ class TaskService:
         agent that answers at once, the whole task in one transaction); returns the live task.
         """
         message = s.message
-        task_id = new_id()
+        task_id = s.named or new_id()
         context_id = message.context_id or new_id()
         message.task_id = task_id
         message.context_id = context_id
@@ -307,7 +352,7 @@ class TaskService:
             context_id=context_id,
             status=status,
             history=[message],
-            metadata=tree_of(message.metadata),
+            metadata={**(tree_of(message.metadata) or {}), **kept_options(message.metadata)} or None,
             transitions=[StateTransition(TaskState.SUBMITTED, status.timestamp)],
         )
         new = NewTask(task, s.owner, s.retry, s.push, self._copies.row(s.owner, s.idem, task_id))

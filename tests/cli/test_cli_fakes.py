@@ -72,7 +72,8 @@ async def cursor(tmp_path_factory: Any) -> AsyncIterator[Served]:
 @pytest.fixture(scope="module")
 async def ndjson(tmp_path_factory: Any) -> AsyncIterator[Served]:
     tmp = tmp_path_factory.mktemp("ndjson")
-    async for served in _serve(tmp, AGENT_ADAPTER="ndjson", AGENT_COMMAND=NDJSON):
+    models = {"AGENT_MODEL": "fake-ndjson", "AGENT_MODELS": "fake-ndjson-small"}
+    async for served in _serve(tmp, AGENT_ADAPTER="ndjson", AGENT_COMMAND=NDJSON, **models):
         yield served
 
 
@@ -144,6 +145,12 @@ async def test_ndjson_events_become_the_task(ndjson: Served) -> None:
     assert [a.get("name") for a in task["artifacts"]] == ["assistant-response", "result"]
     summary = next(a for a in task["artifacts"] if a.get("name") == "result")["parts"][0]["data"]
     assert summary == {"summary": "fake finished", "stats": {"files": 0}}
+
+
+async def test_ndjson_command_gets_the_model_the_task_chose_in_its_prompt(ndjson: Served) -> None:
+    task = await _run(ndjson, "hello", metadata={"model": "fake-ndjson-small"})
+    assert task["status"]["state"] == "completed", status_text(task)
+    assert task["metadata"]["session"]["model"] == "fake-ndjson-small", "the command read it from its prompt"
 
 
 async def test_ndjson_approval_round_trip_over_stdin(ndjson: Served) -> None:

@@ -23,7 +23,7 @@ shows, so a busy machine's slow page costs time, not a failure."""
 expect.set_options(timeout=EXPECT_MS)
 
 AGENTS = {
-    "default": {"adapter": "scripted"},
+    "default": {"adapter": "scripted", "model": "big-model", "models": ["small-model"]},
     "hostile": {"adapter": "tests.support.agents.hostile:HostileAgent"},
 }
 

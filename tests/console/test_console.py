@@ -357,6 +357,25 @@ async def test_filters_by_state_role_and_text(browser: Browser, console_server: 
     await page.context.close()
 
 
+async def test_a_task_shows_its_role_skill_and_model_in_the_list_and_on_its_page(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    base = console_server.base_url
+    mark = uuid.uuid4().hex[:8]
+    chosen = await send(base, f"say:role-{mark}", metadata={"skill": "script", "model": "small-model"})
+    plain = await send(base, f"role-{mark}", role_path="/agents/hostile")
+    page, watch = await open_page(browser, console_server, path=f"/console?q=role-{mark}")
+    row = page.locator(f"tr[data-task-id='{chosen['id']}'] td.role")
+    await expect(row).to_have_text("default · script", timeout=WAIT_MS)
+    await expect(page.locator(f"tr[data-task-id='{plain['id']}'] td.role")).to_have_text("hostile")
+    await page.goto(f"{base}/console/tasks/{chosen['id']}")
+    await expect(page.locator("#task-role")).to_have_text("default", timeout=WAIT_MS)
+    await expect(page.locator("#task-skill")).to_have_text("script")
+    await expect(page.locator("#task-model")).to_have_text("small-model")
+    assert watch.errors == []
+    await page.context.close()
+
+
 @pytest.mark.parametrize("wrong", ["not-a-key"])
 async def test_sign_in_refuses_a_wrong_credential_and_keeps_it_out_of_urls(
     browser: Browser, console_server: ServerProcess, wrong: str

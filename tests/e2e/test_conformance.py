@@ -291,10 +291,7 @@ async def test_v03_jsonrpc_accepts_proto_field_names_too(client):
     done = (await v03("message/send", {"message": answer}))["result"]
     assert done["id"] == asked["id"] and done["status"]["state"] == "completed"
 
-    missing = await v03(
-        "message/send",
-        {"message": {"kind": "message", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}},
-    )
+    missing = await v03("message/send", {"message": {"kind": "message", "role": "user", "message_id": ""}})
     assert missing["error"]["code"] == -32602
     assert "messageId" in missing["error"]["message"], missing
 

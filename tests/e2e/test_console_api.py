@@ -17,7 +17,10 @@ from tests.support.auth import api_keys_env, key_of
 from tests.support.rpc import start_v10
 from tests.support.server import ServerProcess
 
-AGENTS = {"default": {"adapter": "scripted"}, "second": {"adapter": "echo"}}
+AGENTS = {
+    "default": {"adapter": "scripted", "model": "big-model", "models": ["small-model"]},
+    "second": {"adapter": "echo"},
+}
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -77,6 +80,26 @@ async def test_pages_cross_roles_and_follow_the_keyset(srv: ServerProcess) -> No
     roles = {t["title"]: t["role"] for t in first["tasks"] + second["tasks"]}
     assert roles[f"page-{mark}-echo"] == "second" and roles[f"page-{mark}-0"] == "default"
     assert changed["tasks"] == [], "nothing changed after the newest status"
+
+
+async def test_a_task_shows_its_role_the_skill_it_asked_for_and_its_model(srv: ServerProcess) -> None:
+    mark = uuid.uuid4().hex[:10]
+    asked = {"skill": "script", "model": "small-model"}
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as c:
+        chosen = await send(c, f"say:options-{mark}", metadata=asked)
+        plain = await send(c, f"options-{mark}-echo", path="/agents/second")
+        lines = {t["id"]: t for t in (await listing(c, q=f"options-{mark}"))["tasks"]}
+        page = (await c.get(f"/console/api/tasks/{chosen['id']}", headers=key_of("alice"))).json()
+    assert {k: lines[chosen["id"]][k] for k in ("role", "skill", "model")} == {"role": "default", **asked}
+    assert {k: lines[plain["id"]][k] for k in ("role", "skill", "model")} == {
+        "role": "second",
+        "skill": None,
+        "model": None,
+    }
+    assert page["role"] == "default"
+    assert (
+        page["task"]["metadata"]["skill"] == "script" and page["task"]["metadata"]["model"] == "small-model"
+    )
 
 
 async def test_filters_by_state_role_context_and_text(srv: ServerProcess) -> None:

@@ -79,7 +79,7 @@ async def test_unknown_method(client):
         ("tasks/get", {"id": "t", "historyLength": "many"}, "historyLength"),
         ("tasks/cancel", {"idx": "t"}, "id"),
         ("tasks/resubscribe", {}, "id"),
-        ("message/stream", {"message": {"messageId": "m"}}, "role"),
+        ("message/stream", {"message": {"messageId": "m"}}, "parts"),
         ("tasks/get", [1, 2], "params"),
     ],
 )

@@ -498,3 +498,36 @@ async def test_a_stopping_server_ends_streams_saying_where_to_resume(tmp_path) -
 
 async def test_usage_is_in_the_task_metadata(sdk: Client, sdk_stream: Client) -> None:
     await usage_round_trip(sdk, sdk_stream)
+
+
+async def test_a_message_without_id_or_role_naming_only_its_context_answers_the_waiting_task(
+    grpc_server: ServerProcess,
+) -> None:
+    """Both protos: a message with no message_id (made by the server) and no role (the user's) is sent,
+    and one that names only the context of a task waiting for input answers that task."""
+    async with channel(address(grpc_server), ALICE) as ch:
+        v10 = a2a_pb2_grpc.A2AServiceStub(ch)
+        asked = await v10.SendMessage(
+            a2a_pb2.SendMessageRequest(message=a2a_pb2.Message(parts=[a2a_pb2.Part(text="ask:Go?")]))
+        )
+        assert asked.task.status.state == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+        first = asked.task.history[0]
+        assert first.role == a2a_pb2.ROLE_USER and first.message_id
+        answer = a2a_pb2.Message(context_id=asked.task.context_id, parts=[a2a_pb2.Part(text="go")])
+        done = await v10.SendMessage(a2a_pb2.SendMessageRequest(message=answer))
+        assert (done.task.id, done.task.status.state) == (asked.task.id, a2a_pb2.TASK_STATE_COMPLETED)
+
+        v03 = a2a_v0_3_pb2_grpc.A2AServiceStub(ch)
+        text = a2a_v0_3_pb2.Part(text="ask:Again?")
+        asked = await v03.SendMessage(
+            a2a_v0_3_pb2.SendMessageRequest(request=a2a_v0_3_pb2.Message(content=[text]))
+        )
+        assert asked.task.status.state == a2a_v0_3_pb2.TASK_STATE_INPUT_REQUIRED
+        answer03 = a2a_v0_3_pb2.Message(
+            context_id=asked.task.context_id, content=[a2a_v0_3_pb2.Part(text="ok")]
+        )
+        done03 = await v03.SendMessage(a2a_v0_3_pb2.SendMessageRequest(request=answer03))
+        assert (done03.task.id, done03.task.status.state) == (
+            asked.task.id,
+            a2a_v0_3_pb2.TASK_STATE_COMPLETED,
+        )

@@ -49,6 +49,19 @@ def test_agents_file_in_yaml_or_json(tmp_path: Path, suffix: str):
     assert got["reviewer"].slots == 2 and got["reviewer"].entry.card.name == "Reviewer"
 
 
+def test_a_roles_models_are_its_own_model_and_its_list_else_agent_models():
+    entries = {
+        "a": {"adapter": "echo", "model": "big", "models": ["small", "big"], "timeout_s": 60},
+        "b": {"adapter": "echo"},
+        "c": {"adapter": "echo", "models": []},
+    }
+    got = roles.load(settings(agents=entries, agent_model="house", agent_models="x, y", agent_timeout_s=90))
+    assert (got["a"].models, got["a"].timeout_s) == (("big", "small"), 60)
+    assert (got["b"].models, got["b"].timeout_s) == (("house", "x", "y"), 90)
+    assert got["c"].models == ("house",), "an empty list: the role's own model alone"
+    assert roles.load(settings(agent_adapter="echo"))["default"].models == (), "no model: no choice"
+
+
 def test_agent_roles_picks_what_this_process_runs():
     got = roles.load(settings(agents={"a": {"adapter": "echo"}, "b": {"adapter": "echo"}}, agent_roles="b"))
     assert [r.name for r in got.values() if r.runs_here] == ["b"]
@@ -64,6 +77,8 @@ def test_agent_roles_picks_what_this_process_runs():
         ({"agents": {"a": {"adapter": "echo"}}, "agent_roles": "a,z"}, "AGENT_ROLES names z"),
         ({"agents": {"a": {"adapter": "echo"}}, "agents_file": "/x.yaml"}, "not both"),
         ({"agents_file": "/nonexistent/agents.yaml"}, "cannot read"),
+        ({"agents": {"a": {"adapter": "echo", "models": ["ok", " padded"]}}}, "role 'a', field models.1:"),
+        ({"agents": {"a": {"adapter": "echo", "models": "one"}}}, "role 'a', field models:"),
     ],
 )
 def test_a_bad_entry_is_one_line_naming_role_and_field(values: dict[str, Any], says: str):

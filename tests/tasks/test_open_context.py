@@ -2,10 +2,11 @@
 
 A CLI works in its context's one workspace and resumes the context's one session: two tasks of a context
 must not run at once. A new task in a context whose other task of such an agent is still open (submitted,
-working, or waiting for input) is refused with -32602 naming that task; nothing is stored. A copy of the
+working) is refused with -32602 naming that task; nothing is stored. A copy of the
 message that started the open task is that task (a retry, not a second task). A pure agent's tasks may
 share a context and run side by side, as the protocol allows. On both databases: the rule is a partial
-unique index, and each names its violation its own way.
+unique index, and each names its violation its own way. A message naming only the context (no taskId)
+answers the context's one task waiting for input; several waiting are listed, never guessed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from app.agents.sdk import TaskContext
-from app.protocol.errors import ContextBusyError
+from app.protocol.errors import ContextBusyError, InvalidParamsError
 from app.protocol.model import SendConfig, Task, TaskState
 from tests.conftest import BACKENDS, migrated_database_url
 from tests.support.inproc import OWNER, running, send, until, user
@@ -70,17 +71,45 @@ async def test_a_second_open_task_in_the_context_is_refused_and_nothing_is_store
         assert after.status.state is TaskState.COMPLETED and after.context_id == first.context_id
 
 
-async def test_a_task_waiting_for_input_holds_its_context(backend, tmp_path):
+async def test_a_message_naming_only_the_context_answers_its_task_waiting_for_input(backend, tmp_path):
+    """The context's open task waits for input: a message with its contextId and no taskId is the answer
+    (as documents send it), not a second task."""
     gate = Gate()
     async with running(tmp_path, gate, agent_timeout_s=600.0, **await _database(backend, tmp_path)) as c:
         first = await send(c, "ask:", blocking=False)
         await until(c, first.id, TaskState.INPUT_REQUIRED)
-        with pytest.raises(ContextBusyError) as refused:
-            await send(c, "more", context_id=first.context_id)
-        assert refused.value.data["state"] == "input-required"
+        answered = await send(c, "this one", blocking=False, context_id=first.context_id)
+        assert answered.id == first.id
         gate.finish.set()
-        await c.service.send(OWNER, user("this one", task_id=first.id), SendConfig(blocking=False))
-        await until(c, first.id, TaskState.COMPLETED)
+        done = await until(c, first.id, TaskState.COMPLETED)
+        assert "this one" in [m.text() for m in done.history]
+        page = await c.service.list(OWNER, context_id=first.context_id)
+        assert [t.id for t in page.tasks] == [first.id]
+
+
+async def test_several_tasks_waiting_in_a_context_are_listed_not_guessed(backend, tmp_path):
+    """A pure agent's two tasks of one context both wait for input: a message naming only the context is
+    -32602 listing both, and nothing is stored; each answered by its taskId goes on."""
+    gate = Gate()
+    db = await _database(backend, tmp_path)
+    async with running(tmp_path, gate, pure=True, agent_timeout_s=600.0, **db) as c:
+        first = await send(c, "ask:", blocking=False)
+        second = await send(c, "ask:", blocking=False, context_id=first.context_id)
+        for task in (first, second):
+            await until(c, task.id, TaskState.INPUT_REQUIRED)
+        with pytest.raises(InvalidParamsError) as refused:
+            await send(c, "yes", blocking=False, context_id=first.context_id)
+        assert refused.value.code == -32602
+        assert first.id in refused.value.message and second.id in refused.value.message
+        assert refused.value.data["contextId"] == first.context_id
+        assert set(refused.value.data["taskIds"].split(",")) == {first.id, second.id}
+        page = await c.service.list(OWNER, context_id=first.context_id)
+        assert {t.id for t in page.tasks} == {first.id, second.id}, "the refused message was stored"
+        assert all(t.status.state is TaskState.INPUT_REQUIRED for t in page.tasks)
+        gate.finish.set()
+        for task in (first, second):
+            await send(c, "yes", blocking=False, task_id=task.id)
+            await until(c, task.id, TaskState.COMPLETED)
 
 
 async def test_a_copy_of_the_first_message_is_its_task_not_a_refusal(backend, tmp_path):

@@ -5,7 +5,8 @@ one JSON object per line; stdin stays open while the command runs:
 
     {"type": "prompt", "text": "<the user's text>", "taskId": "…", "contextId": "…", "workspace": "/abs",
      "attachments": ["attachments/notes.txt"], "repository": {"url", "ref", "branch", "base"} or null,
-     "tools": ["python3", "-I", "-S", "…/tools_relay.py", "…/tools.sock"] or null}
+     "tools": ["python3", "-I", "-S", "…/tools_relay.py", "…/tools.sock"] or null,
+     "model": "<the task's model, else the role's (AGENT_MODEL)>" or null}
     {"type": "answer", "text": "y", "approved": true}      (after it asked with approval_required)
 
 Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lines are ignored):
@@ -121,6 +122,7 @@ class NdjsonRun(CliRun):
                 "attachments": self.repo.attached,
                 "repository": self.repo.described(),
                 "tools": self.tools_command(),
+                "model": self.options.model,
             }
         )
 

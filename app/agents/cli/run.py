@@ -125,7 +125,8 @@ class CliRun(AgentRun):
     def __init__(self, request: Request, agent: CliAgent) -> None:
         super().__init__(request)
         self.agent = agent
-        self.options = agent.options
+        self.options = agent.options if request.model is None else agent.options.replace(model=request.model)
+        """The role's options, with the model the task chose (`Request.model`) in place of the role's."""
         self.adapter = agent.adapter
         self.workspace = workspace(self.options, request.principal, request.context_id)
         ledger = ledger_file(self.options, request.principal, request.context_id)

@@ -35,13 +35,14 @@ _PART = {
 
 
 def _message(parts: str, roles: list[str], **more: Any) -> dict[str, Any]:
-    """A Message: v1.0 holds its parts in `parts`, the v0.3 proto in `content`."""
+    """A Message: v1.0 holds its parts in `parts`, the v0.3 proto in `content`. Without `messageId` the server
+    makes one; without `role` it is the user's (docs/protocol.md, "Accepted request shapes")."""
     return {
         "type": "object",
-        "required": ["messageId", "role", parts],
+        "required": [parts],
         "properties": {
-            "messageId": _STRING,
-            "role": {"type": "string", "enum": roles},
+            "messageId": {**_STRING, "description": "made by the server when left out"},
+            "role": {"type": "string", "enum": roles, "description": "the user's when left out"},
             parts: {"type": "array", "items": _PART},
             "contextId": _STRING,
             "taskId": _STRING,

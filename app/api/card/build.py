@@ -278,6 +278,7 @@ def build_card(
         "skills": skills + (extra_skills or []),
         "supportsAuthenticatedExtendedCard": has_extended,
         **security_fields(options.auth),
+        **_about(options),
     }
     signer = signing.signer(options.signing)
     if signer is not None:
@@ -297,6 +298,21 @@ def build_card(
             else None
         ),
     )
+
+
+def _about(options: CardOptions) -> dict[str, Any]:
+    """Who runs the agent and where to read about it, as the settings give them (unset: left out)."""
+    about: dict[str, Any] = {}
+    if options.card_provider_organization and options.card_provider_url:
+        about["provider"] = {
+            "organization": options.card_provider_organization,
+            "url": options.card_provider_url,
+        }
+    if options.card_documentation_url:
+        about["documentationUrl"] = options.card_documentation_url
+    if options.card_icon_url:
+        about["iconUrl"] = options.card_icon_url
+    return about
 
 
 def _grpc_address(options: CardOptions, origin: str) -> str:

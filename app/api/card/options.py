@@ -27,6 +27,10 @@ class CardSettings(AuthSettings, Protocol):
     card_signing_key_file: str
     card_signing_kid: str
     card_signing_jku: str
+    card_provider_organization: str
+    card_provider_url: str
+    card_documentation_url: str
+    card_icon_url: str
 
     @property
     def follows_host(self) -> bool: ...
@@ -56,6 +60,11 @@ class CardOptions:
     extended_card_skills: tuple[dict[str, Any], ...] = ()
     """As given (`build.extended_skills` checks them)."""
     extended_card_file: str = ""
+    card_provider_organization: str = ""
+    card_provider_url: str = ""
+    """With CARD_PROVIDER_ORGANIZATION, the card's `provider` (the settings check both or neither)."""
+    card_documentation_url: str = ""
+    card_icon_url: str = ""
     signing: SigningOptions = field(default_factory=SigningOptions)
     auth: AuthOptions = field(default_factory=AuthOptions)
     """The schemes the card declares (`security_fields`); AUTH_MODE=off serves no extended card."""

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request, Response
 from app.protocol import protojson_v10
 from app.protocol.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from app.protocol.model import DEPTH_KEY, PATH_KEY, TaskState, parse_iso
+from app.protocol.task_options import MODEL_KEY, SKILL_KEY
 from app.store.browse import BadCursor, Browse, Filters, TaskLine, TreeNode
 
 from ..deps import components, owner_of
@@ -193,6 +194,11 @@ def _limit(value: str | None) -> int:
     return int(value)
 
 
+def _text(metadata: dict[str, Any] | None, key: str) -> str | None:
+    value = (metadata or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
 def _line(line: TaskLine) -> dict[str, Any]:
     return {
         "id": line.id,
@@ -207,6 +213,9 @@ def _line(line: TaskLine) -> dict[str, Any]:
         "parentTaskId": line.parent_task_id,
         "callDepth": (line.metadata or {}).get(DEPTH_KEY),
         "callPath": (line.metadata or {}).get(PATH_KEY),
+        # What the task's first message asked for (routing by skill, its own model: `task_options.py`).
+        "skill": _text(line.metadata, SKILL_KEY),
+        "model": _text(line.metadata, MODEL_KEY),
     }
 
 

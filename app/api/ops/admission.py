@@ -1,5 +1,8 @@
-"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; and a
-coding agent's repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
+"""Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams; a
+task's own options within its role's (`metadata.model`, `metadata.timeoutS`: `protocol.task_options`); its
+approval mode (`metadata.force`, never looser than its role's) and an approval answer's data part
+(`agents.approvals`); and a coding agent's repository and attached files (`metadata.repository`,
+REPO_ALLOW, `agents.repos.policy`).
 
 The per-principal limits live in `app.limits`: in memory for one process, in Redis when `REDIS_URL` is set,
 so that behind a load balancer every replica counts against the same numbers. Every limit answers with its
@@ -16,6 +19,7 @@ from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
 from app.protocol.errors import InvalidParamsError
 from app.protocol.model import TREE_KEYS, Message
+from app.protocol.task_options import OPTION_KEYS
 
 from .calls import Call, Item, Stream, accept_message
 
@@ -38,6 +42,7 @@ async def admit(message: Message, call: Call) -> Message:
             f"A message may carry at most {limits.max_text} characters of text; this one has {text}",
             {"maxTextChars": limits.max_text},
         )
+    await options(message, call)
     await repository(message, call)
     if not message.task_id:
         await limits.rate.take(call.owner)
@@ -64,6 +69,16 @@ def approvals(message: Message, call: Call) -> None:
     for i, part in enumerate(message.parts):
         if (why := answer_error(part.data)) is not None:
             raise InvalidParamsError(why, {"field": f"parts[{i}].data", "options": list(OPTIONS)})
+
+
+async def options(message: Message, call: Call) -> None:
+    """The model and timeout a message names, within its role's limits; a later message of a task may only
+    repeat its task's (read only when it names one)."""
+    metadata = message.metadata or {}
+    call.c.task_limits.check(metadata)
+    if message.task_id and any(k in metadata for k in OPTION_KEYS):
+        task = await call.c.service.get(call.owner, message.task_id, history_length=0)
+        call.c.task_limits.same(task.metadata, metadata)
 
 
 async def repository(message: Message, call: Call) -> None:

@@ -18,7 +18,14 @@ from ..deps import Components, components, owner_of
 from ..extensions import ACTIVE_KEY, split
 from ..versions import requested_version
 
-DISCOVERY = frozenset({"agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard", "GetAgentCard"})
+DISCOVERY = frozenset(
+    {
+        "agent/getAuthenticatedExtendedCard",
+        "agent/authenticatedExtendedCard",
+        "GetExtendedAgentCard",
+        "GetAgentCard",
+    }
+)
 """The operations (JSON-RPC methods, gRPC RPCs) that fetch a card: they never need an extension."""
 # Event sequence numbers are INTEGER columns: 32-bit signed on PostgreSQL.
 MAX_SEQ = 2**31 - 1

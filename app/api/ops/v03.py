@@ -8,7 +8,7 @@ the default) or the ProtoJSON of the v0.3 proto (`REST`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -77,6 +77,18 @@ async def stream(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
     return items, wire.replies.stream(config.history_length)
+
+
+LEGACY = replace(JSONRPC, decode_send=json_v03.decode_legacy_send, inline_push="pushNotification")
+"""The pre-0.3 `tasks/send` and `tasks/sendSubscribe`: their params, answered in v0.3 JSON-RPC shapes."""
+
+
+async def legacy_send(params: Any, call: Call, wire: Wire = LEGACY) -> Any:
+    return await send(params, call, LEGACY)
+
+
+async def legacy_stream(params: Any, call: Call, wire: Wire = LEGACY) -> Stream:
+    return await stream(params, call, LEGACY)
 
 
 async def get(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
@@ -149,12 +161,13 @@ METHODS: dict[str, Handler] = {
     "tasks/pushNotificationConfig/delete": delete_push,
     "agent/getAuthenticatedExtendedCard": extended_card,
     # Pre-0.3 names from the seed documents, answered in v0.3 shapes.
-    "tasks/send": send,
+    "agent/authenticatedExtendedCard": extended_card,
+    "tasks/send": legacy_send,
     "tasks/pushNotification/set": set_push,
     "tasks/pushNotification/get": get_push,
 }
 STREAMING: dict[str, StreamHandler] = {
     "message/stream": stream,
     "tasks/resubscribe": resubscribe,
-    "tasks/sendSubscribe": stream,
+    "tasks/sendSubscribe": legacy_stream,
 }

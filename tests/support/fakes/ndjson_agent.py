@@ -4,7 +4,8 @@
 The prompt decides: `ASK` asks for approval and reports the answer; `SLEEP <marker>` starts `sleep <marker>`
 and waits (for cancel); `CRASH` writes to stderr and exits 3; `SILENT` exits 0 without done; `BIG` sends a
 2 MB chunk; anything else says hello in two chunks. It ends with done (summary, stats and usage; `ASK` also
-reports usage before it asks, without a cost).
+reports usage before it asks, without a cost). Its session names the prompt's `model` (the task's), else
+`fake-ndjson`.
 """
 
 import json
@@ -20,7 +21,7 @@ def out(obj):
 prompt = json.loads(sys.stdin.readline())
 text = prompt["text"]
 print("warming up (not JSON)", flush=True)
-out({"kind": "init", "model": "fake-ndjson", "session_id": "s-" + prompt["contextId"]})
+out({"kind": "init", "model": prompt.get("model") or "fake-ndjson", "session_id": "s-" + prompt["contextId"]})
 if text == "CRASH":
     print("Traceback: something broke in the fake agent", file=sys.stderr, flush=True)
     sys.exit(3)
