@@ -367,7 +367,8 @@ async def test_allow_always_as_a_data_part_asks_no_second_time(approvals: Served
     again = await send_message(c, f"FAKE:twice:{name}", contextId=task["contextId"])
     again = await wait_until_stopped(c, again)
     assert again["status"]["state"] == "completed", (status_text(again), asked["always"])
-    assert (approvals.workspace(task) / name).read_text() == "hi\n" * 4
+    written = (approvals.workspace(task) / name).read_text()
+    assert written == "hi\n" * 4, (written, [status_text(t) for t in (task, again)])
 
 
 async def test_file_edit_asks_first_and_y_writes_the_file(approvals: Served) -> None:
