@@ -88,3 +88,20 @@ async def test_each_open_call_has_its_options_as_buttons(
     await expect(page.locator(".approval-answer").first).to_have_text(f"deny (call {first['id']})")
     await page.screenshot(path=str(tmp_path / "done.png"), full_page=True)
     assert watch.errors == [] and watch.dialogs == []
+
+
+async def test_an_option_button_answers_its_call_with_the_data_part(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    """The scripted agent's approval on both databases: the button sends that call's option, which the agent
+    reads back (`decided:<option>`)."""
+    base = console_server.base_url
+    task = await waiting(base, (await send(base, "approve:Bash make test"))["id"])
+    page, watch = await open_page(browser, console_server, path=f"/console/tasks/{task['id']}")
+    always = page.locator("#approvals button[data-option='allow_always']")
+    await expect(always).to_have_text("Allow always (Bash make *)", timeout=WAIT_MS)
+    await always.click()
+    await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    await expect(page.locator("[data-artifact='assistant-response']")).to_contain_text("decided:allow_always")
+    await expect(page.locator("#approvals")).to_have_count(0)
+    assert watch.errors == [] and watch.dialogs == []
