@@ -120,3 +120,11 @@ def test_one_answer_decides_one_call_and_allow_always_is_kept() -> None:
     assert [(o.handle, option) for o, option in calls.decide(message(Part(text="y")))] == [
         ("h5", "allow_once")
     ]
+
+
+def test_a_call_id_asked_twice_is_opened_twice() -> None:
+    calls = OpenCalls(lambda: [], lambda rules: None)
+    calls.add(bash("item-1", "make a"), "h1")
+    calls.add(bash("item-1", "make b"), "h2")
+    assert list(calls.open) == ["item-1", "item-1#2"]
+    assert [o.handle for o, _ in calls.decide(message(Part(text="n")))] == ["h1", "h2"]

@@ -8,6 +8,7 @@ part, or every open call for a `y`/`n`. A call left open is asked again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,12 @@ class OpenCalls:
         return allowed_by(self.rules, call)
 
     def add(self, call: ToolCall, handle: Any) -> None:
+        """Open `call`; an id already open (a CLI asking twice for one item) gets a suffix, so no request
+        is left unanswered."""
+        n = 1
+        while call.id in self.open:
+            n += 1
+            call = dataclasses.replace(call, id=f"{call.id.split('#')[0]}#{n}")
         self.open[call.id] = OpenCall(call, handle)
 
     def question(self) -> AgentEvent | None:
