@@ -74,6 +74,8 @@ class RoleEntry(BaseModel):
     idle_timeout_s: float | None = Field(default=None, gt=0)
     repository: RepositoryEntry | None = None
     """The repository a task naming none works on (a coding-agent CLI's role only)."""
+    force: bool | None = None
+    """Run unattended, the CLI's permission prompts skipped (as AGENT_FORCE); false: approvals round-trip."""
     push: bool | None = None
     """A task may ask its branch pushed to its remote (as REPO_PUSH; a coding-agent CLI's role only)."""
     push_token_file: str | None = Field(default=None, min_length=1)
@@ -216,6 +218,8 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
         changes["sandbox_read"] = tuple(e.sandbox_read)
     if e.idle_timeout_s is not None:
         changes["idle_timeout_s"] = e.idle_timeout_s
+    if e.force is not None:
+        changes["force"] = e.force
     if e.repository is not None:
         if e.adapter not in REPO_ADAPTERS and ":" not in e.adapter:  # a Python agent's: `workspace.attach`
             raise SettingError(

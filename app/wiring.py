@@ -30,7 +30,7 @@ from app.agents.calls import AgentCalls, AgentInfo
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
 from app.agents.sdk import Agent
-from app.agents.workspace import repo_policy
+from app.agents.workspace import approval_mode, repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
 from app.api.card.options import CardOptions
@@ -387,6 +387,7 @@ async def _role(
         retention=shared.retention,
         sweep=shared.sweep,
         repos=repo_policy(agent),
+        force=approval_mode(agent),
         calls=shared.calls,
         task_limits=TaskLimits(role.models, role.timeout_s, name),
         skills=tuple(s["id"] for s in orjson.loads(cards[0].hybrid.body)["skills"]),

@@ -86,6 +86,9 @@ class Components:
     repos: RepoPolicy | None = None
     """What repository and files a message may bring (a coding-agent CLI's role); None: the role's agent
     works on no repository, and a message naming one is refused."""
+    force: bool | None = None
+    """The role's approval mode (its `force`, else AGENT_FORCE) for a coding-agent CLI: a task may ask a
+    stricter one (`metadata.force: false`), never a looser; None: the role's agent has none."""
     calls: CallsFactory | None = None
     """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
