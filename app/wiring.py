@@ -242,6 +242,7 @@ async def wire(
             tree,
             depth_limit=settings.agent_call_depth,
             wait_s=settings.agent_call_wait_s,
+            hold_s=settings.worker_call_hold_s,
             limits=partial(_limits, every),
         )
         shared = _Shared(
