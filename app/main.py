@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     price_table(settings)  # a bad PRICE_TABLE_FILE fails start-up here, before anything starts
 
     metrics = Metrics() if settings.metrics_enabled else None
-    # Every role but the default one: the same bindings under /agents/{role}, over its own components.
+    # Every role, the default one included: the same bindings under /agents/{role}, over its own components.
     mounts = {name: _role_app() for name, role in roles.items() if role.path}
     mcp = McpEndpoint(settings.max_body_bytes)
     app = FastAPI(
@@ -127,8 +127,9 @@ def _bindings(app: FastAPI) -> None:
 
 
 def _role_app() -> FastAPI:
-    """A role's endpoints: mounted at /agents/{role}, behind the root app's middleware (the guard, CORS,
-    the fallback, the metrics), its components set by the lifespan."""
+    """A role's endpoints (the default role's too, beside the root's): mounted at /agents/{role}, behind
+    the root app's middleware (the guard, CORS, the fallback, the metrics), its components set by the
+    lifespan."""
     sub = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, telemetry=NO_NATIVE_TELEMETRY)
     _bindings(sub)
     sub.router.redirect_slashes = False

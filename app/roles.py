@@ -2,8 +2,9 @@
 
 `AGENTS` (a JSON object) or `AGENTS_FILE` (YAML or JSON) maps a role name to its adapter, the adapter's
 options and card overrides. Without either, today's `AGENT_ADAPTER` and `AGENT_*` settings are the one role
-`default`. The default role (the one named `default`, else the first listed) also answers at the root
-endpoints. `AGENT_ROLES` says which roles this process runs agents for; every process serves calls for all.
+`default`. Every role answers under `/agents/{role}/`, whatever its place in the file; the default role
+(the one named `default`, else the first listed) also answers at the root endpoints. `AGENT_ROLES` says
+which roles this process runs agents for; every process serves calls for all.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class RoleEntry(BaseModel):
     idle_timeout_s: float | None = Field(default=None, gt=0)
     repository: RepositoryEntry | None = None
     """The repository a task naming none works on (a coding-agent CLI's role only)."""
+    force: bool | None = None
+    """Run unattended, the CLI's permission prompts skipped (as AGENT_FORCE); false: approvals round-trip."""
     push: bool | None = None
     """A task may ask its branch pushed to its remote (as REPO_PUSH; a coding-agent CLI's role only)."""
     push_token_file: str | None = Field(default=None, min_length=1)
@@ -99,7 +102,10 @@ class Role:
     budget_usd: float | None = None
     """The most a task of the role may spend (`budget_usd`, else BUDGET_TASK_USD; None: no cap)."""
     path: str = field(default="")
-    """The URL prefix of its endpoints: empty for the default role's root ones."""
+    """The URL prefix of its endpoints, `/agents/{role}` for every role (the default one's root endpoints
+    are an alias); empty only for a role built outside `load`."""
+    default: bool = False
+    """Whether the root endpoints are this role's."""
 
 
 def load(settings: Settings) -> dict[str, Role]:
@@ -144,7 +150,8 @@ def load(settings: Settings) -> dict[str, Role]:
             runs_here=not running or name in running,
             models=_models(entry, settings),
             budget_usd=entry.budget_usd or settings.budget_task_usd,
-            path="" if name == default else f"/agents/{name}",
+            path=f"/agents/{name}",
+            default=name == default,
         )
     return roles
 
@@ -216,6 +223,8 @@ def agent_options(base: AgentOptions, role: Role, named: bool = True) -> AgentOp
         changes["sandbox_read"] = tuple(e.sandbox_read)
     if e.idle_timeout_s is not None:
         changes["idle_timeout_s"] = e.idle_timeout_s
+    if e.force is not None:
+        changes["force"] = e.force
     if e.repository is not None:
         if e.adapter not in REPO_ADAPTERS and ":" not in e.adapter:  # a Python agent's: `workspace.attach`
             raise SettingError(

@@ -248,6 +248,9 @@ class Settings(BaseSettings):
     agent_call_wait_s: float = Field(default=600.0, gt=0)
     """Longest a run's `send_to_agent` or `answer_task` waits for the task it started to end or ask; past
     it the task comes back `working`, for the run to poll with `get_task`."""
+    worker_call_hold_s: float = Field(default=25.0, gt=0)
+    """Longest the server holds one call of a remote worker's run that waits for a child (below the read
+    timeouts of proxies between them); the worker asks again until the child ends or asks."""
 
     # ---- Push notifications ----
     push_notification_allow_http: bool = False

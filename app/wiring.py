@@ -12,6 +12,7 @@ outside `app/cli/` and this module assembles roles or stores.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -29,7 +30,7 @@ from app.agents.calls import AgentCalls, AgentInfo
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
 from app.agents.sdk import Agent
-from app.agents.workspace import repo_policy
+from app.agents.workspace import approval_mode, repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
 from app.api.card.build import Card, build_card
 from app.api.card.options import CardOptions
@@ -246,6 +247,7 @@ async def wire(
             tree,
             depth_limit=settings.agent_call_depth,
             wait_s=settings.agent_call_wait_s,
+            hold_s=settings.worker_call_hold_s,
             limits=partial(_limits, every),
             day_budget=None if day is None else partial(_day_budget, usage, day),
         )
@@ -282,7 +284,26 @@ async def wire(
                 else None
             )
             every[name] = await _role(shared, stack, role, agents[name], (cards[name], extended), several)
-        components = next(iter(every.values()))
+        default = next(iter(roles.values()))
+        root_cards = (
+            build_card(
+                card_options,
+                agents[default.name],
+                built_at,
+                has_extended=has_extended,
+                role=default,
+                at_root=True,
+            ),
+            build_card(
+                card_options, agents[default.name], built_at, extra_skills, True, default, at_root=True
+            )
+            if has_extended
+            else None,
+        )
+        # The root endpoints: the default role's components with the root card (its root URLs).
+        components = dataclasses.replace(
+            every[default.name], card=root_cards[0], extended_card=root_cards[1], at_root=True
+        )
         await _start(shared, stack, components, authenticator)
         yield components
 
@@ -380,9 +401,13 @@ async def _role(
         retention=shared.retention,
         sweep=shared.sweep,
         repos=repo_policy(agent),
+        force=approval_mode(agent),
         calls=shared.calls,
         task_limits=TaskLimits(role.models, role.timeout_s, name, role.budget_usd),
         day_budget_usd=settings.budget_day_usd,
+        skills=tuple(s["id"] for s in orjson.loads(cards[0].hybrid.body)["skills"]),
+        task_role=partial(_task_role, shared.tree) if several else None,
+        waiting_roles=shared.tree.waiting_roles if several else None,
     )
 
 
@@ -443,6 +468,12 @@ def _service(every: Mapping[str, Components], role: str) -> TaskService | None:
 async def _day_budget(usage: UsageReads, cap: float, owner: str) -> None:
     """Raises while `owner`'s spend today has reached BUDGET_DAY_USD (a run's new child meets it)."""
     await check_day(usage.day_cost, owner, cap)
+
+
+async def _task_role(tree: Tree, owner: str, task_id: str) -> str | None:
+    """The role of the owner's task (None: no such task of this owner)."""
+    node = await tree.node(owner, task_id)
+    return node.role if node is not None else None
 
 
 def _limits(every: Mapping[str, Components], role: str) -> limits.Limits | None:

@@ -73,7 +73,7 @@ TASKS = [
     (
         "coder",
         REFACTOR,
-        "say:I read client.py and its tests.;tool:Read;ask:Allow Bash: pytest -q tests/test_client.py?",
+        "say:I read client.py and its tests.;tool:Read;approve:Bash pytest -q tests/test_client.py",
         {"skill": "coding", "model": "claude-opus-4-1"},
     ),
 ]

@@ -11,7 +11,8 @@ run to stop (a CLI adapter terminates its process group). Each event becomes `Ta
 | tool_use          | `tool_call(name, input)`: status working "Using tool: <name>" (+ the call)  |
 | tool_result       | `working(<output truncated to 200 characters>)`                             |
 | status            | `working(text)`: a progress note (a run waiting for its workspace)          |
-| approval_required | `ask(question)`: status input-required; the answer goes to `run.answer`     |
+| approval_required | `ask(question)`: status input-required (with tool calls: their approval data |
+|                   | part); the answer goes to `run.answer`, asked again while `still_asking`   |
 | usage             | `usage(report)`: status working carrying what the run used so far           |
 | artifact          | `artifact(parts, artifact_id, name)`: a whole artifact (a turn's diff)      |
 | done              | artifact `result` with summary/stats when present; `complete(usage=...)`    |
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 from app.protocol.model import Message
 from app.protocol.usage import Usage
 
+from .approvals import ToolCall, question_data
 from .sdk import Agent, Part, Request, TaskContext, data_part
 
 TOOL_RESULT_LIMIT = 200
@@ -94,8 +96,11 @@ class AgentEvent:
         return cls(AgentEventKind.STATUS, text=text)
 
     @classmethod
-    def approval_required(cls, question: str) -> AgentEvent:
-        return cls(AgentEventKind.APPROVAL_REQUIRED, text=question)
+    def approval_required(cls, question: str, calls: Sequence[ToolCall] = ()) -> AgentEvent:
+        """Ask the user; with `calls` (tool permission requests) the question carries their approval data
+        part (`approvals.py`) beside its text."""
+        parts = [data_part(question_data(calls))] if calls else None
+        return cls(AgentEventKind.APPROVAL_REQUIRED, text=question, parts=parts)
 
     @classmethod
     def usage_report(cls, usage: Usage) -> AgentEvent:
@@ -141,6 +146,10 @@ class AgentRun(ABC):
     async def wait_answer(self) -> Message:
         return await self._answers.get()
 
+    def still_asking(self) -> AgentEvent | None:
+        """After an answer: the approval_required of what it left undecided (None: nothing)."""
+        return None
+
     async def cancel(self) -> None:
         self.cancelled = True
 
@@ -184,7 +193,10 @@ async def _apply(task: TaskContext, run: AgentRun, ev: AgentEvent) -> bool:
     elif kind is AgentEventKind.STATUS:
         await task.working(ev.text)
     elif kind is AgentEventKind.APPROVAL_REQUIRED:
-        await run.answer(await task.ask(ev.text))
+        asking: AgentEvent | None = ev
+        while asking is not None:  # one answer may leave calls open: they are asked again
+            await run.answer(await task.ask(asking.text, parts=asking.parts or ()))
+            asking = run.still_asking()
     elif kind is AgentEventKind.USAGE:
         if ev.usage is not None:
             await task.usage(ev.usage)

@@ -71,6 +71,7 @@ ROLE_FIELDS = frozenset(
         "egress_allow",
         "sandbox_read",
         "idle_timeout_s",
+        "force",
         "command",
         "repository",
         "push",

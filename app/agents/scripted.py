@@ -6,6 +6,9 @@ The text is a `;`-separated list of steps, run in order:
 - `chunks:<n>`      n thinking chunks `chunk-0 ` ... `chunk-(n-1) `
 - `tool:<name>`     a tool_use, then a tool_result whose output is 300 characters long
 - `ask:<question>`  approval_required, then wait for the answer and say `answer:<its text>`
+- `approve:<tool> <command>`  approval_required for that tool call, with its approval data part
+                    (`approvals.py`; `allow_always` would allow `<first word> *`), then wait for the answer
+                    and say `decided:<option>` for each decision
 - `sleep:<secs>`    wait (cancel stops it)
 - `fail:<text>`     an error event: the task fails with that text
 - `crash`           raise an exception inside the adapter
@@ -25,6 +28,7 @@ from collections.abc import AsyncIterator
 
 from app.protocol.usage import Usage
 
+from .approvals import Rule, ToolCall, decisions, describe_calls
 from .events import AgentEvent, AgentRun, EventAgent
 from .sdk import Request, Skill
 
@@ -53,6 +57,13 @@ class ScriptedRun(AgentRun):
                 yield AgentEvent.approval_required(arg)
                 answer = await self.wait_answer()
                 yield AgentEvent.thinking(f"answer:{answer.text()}")
+            elif verb == "approve":
+                tool, _, command = arg.partition(" ")
+                always = Rule(tool, f"{command.split()[0]} *" if command.split() else None)
+                call = ToolCall(f"call-{self.request.task_id}", tool, {"command": command}, always, command)
+                yield AgentEvent.approval_required(describe_calls([call]), calls=[call])
+                answer = await self.wait_answer()
+                yield AgentEvent.thinking(" ".join(f"decided:{d.option}" for d in decisions(answer)))
             elif verb == "sleep":
                 await asyncio.sleep(float(arg))
             elif verb == "fail":

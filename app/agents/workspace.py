@@ -112,6 +112,12 @@ def repo_policy(agent: Agent) -> RepoPolicy | None:
     return agent.workspaces.repos if isinstance(agent.workspaces, Workspaces) else None
 
 
+def approval_mode(agent: Agent) -> bool | None:
+    """The approval mode of a coding-agent CLI's role (`force`: True runs unattended); None for an agent
+    with none."""
+    return agent.options.force if isinstance(agent, CliAgent) else None
+
+
 async def serve(agent: Agent, task: TaskContext) -> None:
     """Run `agent` on `task`: in its workspace when it declares one (`Workspaces.serve`), else as it is."""
     if agent.workspaces is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,11 +86,24 @@ class Components:
     repos: RepoPolicy | None = None
     """What repository and files a message may bring (a coding-agent CLI's role); None: the role's agent
     works on no repository, and a message naming one is refused."""
+    force: bool | None = None
+    """The role's approval mode (its `force`, else AGENT_FORCE) for a coding-agent CLI: a task may ask a
+    stricter one (`metadata.force: false`), never a looser; None: the role's agent has none."""
     calls: CallsFactory | None = None
     """The calls of agents to agents (`for_parent`), shared by every role's components: a replica's runs
     get theirs from it, and so does a remote worker's run through the worker endpoint."""
     task_limits: TaskLimits = field(default_factory=TaskLimits)
     """What a task of the role may choose (`metadata.model`, `metadata.timeoutS`): its models, its timeout."""
+    skills: tuple[str, ...] = ()
+    """The ids of the skills the role's public card declares: what a send's `metadata.skill` may name."""
+    at_root: bool = False
+    """Whether these are the root endpoints' components (the default role's, with the root card): a send
+    there is routed by its skill, and a task id finds the task on whichever role it is (`ops/routing.py`)."""
+    task_role: Callable[[str, str], Awaitable[str | None]] | None = None
+    """The role of an owner's task (`store.tree`), given by the wiring with several roles; None: one role."""
+    waiting_roles: Callable[[str, str], Awaitable[list[str]]] | None = None
+    """The roles of an owner's tasks waiting for input in a context (`store.tree`), given by the wiring with
+    several roles; None: one role."""
     day_budget_usd: float | None = None
     """BUDGET_DAY_USD: what one principal may spend in a UTC day (read from `usage`); None: no cap."""
 

@@ -1,7 +1,7 @@
-"""Paths as the bindings know them: a role's endpoints live under `/agents/{role}/`, the same routes as the
-root's (the default role's) below that prefix. What decides by path (the guard's public paths, the error
-shape of a refused request, the metrics' binding label) looks at the route path without the prefix, and
-the paths it decides by are named here."""
+"""Paths as the bindings know them: every role's endpoints (the default role's too) live under
+`/agents/{role}/`, the same routes as the root's (the default role's alias) below that prefix. What decides
+by path (the guard's public paths, the error shape of a refused request, the metrics' binding label) looks at
+the route path without the prefix, and the paths it decides by are named here."""
 
 from __future__ import annotations
 

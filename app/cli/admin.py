@@ -13,8 +13,9 @@ number is taken) or heartbeat (its lease is no longer its own). `tasks tail` fol
 reads the events after the last one printed whenever the bus rings (with `REDIS_URL`), and every
 `TAIL_POLL_S` anyway.
 
-It imports the stores it reads and `app.wiring` for the role a cancel builds (the app's assembly, the one
-place besides this package that assembles roles and stores); how it prints is `render.py`.
+It imports the stores it reads, and `app.wiring` (the app's assembly, the one place besides this package that
+assembles roles and stores) only in the commands that build a role, a bus or the sweep: `list` and `show`
+start in a fraction of the time. How it prints is `render.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import roles as roles_
 from app.protocol import protojson_v10
 from app.protocol.errors import A2AError
 from app.protocol.events import StatusUpdate
@@ -44,7 +44,6 @@ from app.store.repo import Repository
 from app.store.retention import TABLES, Pruning
 from app.store.writer import SeqTakenError
 from app.tasks.control import UnreachableHolderError
-from app.wiring import role_parts, role_stack, start_bus, start_writer, sweep_of
 
 from .render import cut, event_json, event_line, message_text, show_text, table, when, write_json, write_line
 
@@ -139,11 +138,11 @@ async def prune(settings: Settings, older_than: timedelta, dry_run: bool, as_jso
                     print("another process is pruning (a replica's pass); waiting for it", file=sys.stderr)
                     waited = True
                 await asyncio.sleep(1.0)
-        swept = (
-            None
-            if settings.agent_repo_path
-            else await sweep_of(settings, pruning.contexts).run_once(cutoff, dry_run)
-        )
+        swept = None
+        if not settings.agent_repo_path:
+            from app.wiring import sweep_of
+
+            swept = await sweep_of(settings, pruning.contexts).run_once(cutoff, dry_run)
     rows = {t: counts[t] for t in TABLES if not (dry_run and t == "task_counts")}
     workspaces = None
     if swept is not None:
@@ -306,6 +305,8 @@ async def tasks_show(settings: Settings, task_id: str, as_json: bool, out: TextI
 
 async def tasks_tail(settings: Settings, task_id: str, lines: int, as_json: bool, out: TextIO) -> None:
     """Print the task's last `lines` events, then each new one as it is committed, until the task ends."""
+    from app.wiring import start_bus
+
     async with _engine(settings) as engine, AsyncExitStack() as stack:
         record = await _record(engine, task_id)
         repo = Repository(engine)
@@ -365,6 +366,9 @@ class _Bystander:
 
 async def tasks_cancel(settings: Settings, task_id: str, reason: str, as_json: bool, out: TextIO) -> None:
     """Cancel the task as a client's cancel would be, where it is written (see the module's docstring)."""
+    from app import roles as roles_
+    from app.wiring import role_parts, role_stack, start_bus, start_writer
+
     async with _engine(settings) as engine, AsyncExitStack() as stack:
         record = await _record(engine, task_id)
         try:

@@ -19,6 +19,8 @@ from pydantic_settings import SettingsError
 from app.telemetry import logs, traces
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from app.settings import Settings
 
 
@@ -49,17 +51,14 @@ def migrate() -> None:
     command.upgrade(cfg, "head")
 
 
-def serve() -> None:
-    import uvicorn
-
+def checked_app(settings: Settings) -> FastAPI:
+    """The app `serve` runs for `settings`; a setting its assembly refuses (an adapter, its options, a
+    role, a key file, a taken gRPC port) exits with one line naming it."""
     from app.agents.loader import AdapterError
     from app.api.bindings.grpc_server import check_port
     from app.main import create_app
     from app.settings import SettingError
 
-    settings = load_settings()
-    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
-    traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
     try:
         app = create_app(settings)
         if settings.grpc_port:
@@ -69,6 +68,16 @@ def serve() -> None:
         sys.exit(f"error: invalid setting {name}: {exc}")
     except SettingError as exc:
         sys.exit(f"error: invalid setting {exc.name}: {exc}")
+    return app
+
+
+def serve() -> None:
+    import uvicorn
+
+    settings = load_settings()
+    logs.setup(settings.log_level, settings.log_format, settings.replica_id)
+    traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
+    app = checked_app(settings)
     # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO).
     start = logging.getLogger("app.start")
     start.setLevel(logging.INFO)

@@ -93,6 +93,13 @@ export function renderParts(parts) {
     if (typeof part.text === "string") {
       text += part.text;
       textType = textType || part.mediaType || null;
+    } else if (part.data?.kind === "approval") {
+      // A tool permission's question is in its text, and its calls under the steering panel's buttons; an
+      // answer is one line.
+      if (typeof part.data.callId === "string") {
+        flush();
+        box.append(el("p", { class: "approval-answer", text: `${part.data.option} (call ${part.data.callId})` }));
+      }
     } else if (part.data !== undefined) {
       flush();
       box.append(el("pre", { class: "json", text: JSON.stringify(part.data, null, 2) }));

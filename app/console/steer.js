@@ -1,10 +1,36 @@
 // What the user sends to an agent, through A2A's SendMessage and CancelTask: on a task's page, an approval,
 // a denial, an answer, a follow-up in the same context or a cancel (steerPanel); a new task, with files
-// (newTaskView). Only the task's owner may steer it.
+// (newTaskView). Only the task's owner may steer it. A question that asks for tool calls (its approval data
+// part, docs/agents.md#approvals) gets each call's options as buttons (approvalOf, callRow).
 
 import { Unauthenticated, endpointOf, me, rpc } from "./api.js";
 import { TERMINAL, WAITING, el, navigate, newId, reroute, say } from "./page.js";
 import { textOf } from "./render.js";
+
+const OPTION_LABELS = { allow_once: "Allow once", allow_always: "Allow always", deny: "Deny" };
+
+// The approval data part of a question: `{kind: "approval", calls, options}`, or null.
+export function approvalOf(task) {
+  for (const part of task.status?.message?.parts || []) {
+    if (part.data?.kind === "approval" && Array.isArray(part.data.calls)) return part.data;
+  }
+  return null;
+}
+
+function callRow(call, options, decide) {
+  const always = call.always ? [call.always.tool, call.always.pattern].filter(Boolean).join(" ") : call.name;
+  const buttons = options.map((option) =>
+    el("button", {
+      type: "button", class: `approval-option${option === "deny" ? " danger" : option === "allow_once" ? " primary" : ""}`,
+      "data-call": call.id, "data-option": option,
+      text: option === "allow_always" ? `${OPTION_LABELS[option]} (${always})` : OPTION_LABELS[option] || option,
+      on: { click: decide(call.id, option) } }));
+  const input = typeof call.input?.command === "string" ? call.input.command : JSON.stringify(call.input);
+  return el("div", { class: "approval-call", "data-call": call.id },
+    el("p", {}, el("strong", { text: call.name }), " ", el("code", { text: input })),
+    call.diff ? el("pre", { class: "diff", text: call.diff }) : "",
+    el("div", { class: "approval-options" }, ...buttons));
+}
 
 export function steerPanel(info, task, onSent, draft = "") {
   const state = task.status?.state;
@@ -44,10 +70,16 @@ export function steerPanel(info, task, onSent, draft = "") {
     }
   };
   if (WAITING.has(state)) {
+    const approval = approvalOf(task);
+    if (approval) {
+      const decide = (callId, option) => guard(() => send([{ data: { kind: "approval", callId, option } }], true));
+      panel.append(el("div", { class: "approvals", id: "approvals" },
+        ...approval.calls.map((call) => callRow(call, approval.options || Object.keys(OPTION_LABELS), decide))));
+    }
     panel.append(
-      el("button", { type: "button", id: "approve", class: "primary", text: "Approve",
+      el("button", { type: "button", id: "approve", class: "primary", text: approval?.calls.length > 1 ? "Approve all" : "Approve",
         on: { click: guard(() => send([{ text: "approve" }, { data: { decision: "allow" } }], true)) } }),
-      el("button", { type: "button", id: "deny", text: "Deny",
+      el("button", { type: "button", id: "deny", text: approval?.calls.length > 1 ? "Deny all" : "Deny",
         on: { click: guard(() => send([{ text: "deny" }, { data: { decision: "deny" } }], true)) } }),
       text,
       el("button", { type: "button", id: "answer", text: "Send answer",

@@ -6,7 +6,7 @@ import { Unauthenticated, api, sseItems, subscribe } from "./api.js";
 import { renderChanges, repositoryArtifacts } from "./changes.js";
 import { $, TERMINAL, WAITING, el, navigate, sleep, stateLabel, viewToken, when } from "./page.js";
 import { renderParts, textOf } from "./render.js";
-import { steerPanel } from "./steer.js";
+import { approvalOf, steerPanel } from "./steer.js";
 import { followTree } from "./tree.js";
 import { renderUsage, taskSpend } from "./usage.js";
 
@@ -211,7 +211,8 @@ export async function taskView(view, taskId) {
       if (token !== viewToken) return;
       // Not on every snapshot: a rebuild replaces the text box under the user's typing (focus, caret, and
       // what a test types in that instant are lost), so only a new state or new rights rebuild it.
-      const key = `${task.status?.state}|${info.own}|${info.endpoint}`;
+      const calls = (approvalOf(task)?.calls || []).map((c) => c.id).join(",");
+      const key = `${task.status?.state}|${info.own}|${info.endpoint}|${calls}`;
       if (key !== panelKey) {
         panelKey = key;
         const draft = steerBox.querySelector("#reply-text")?.value || "";

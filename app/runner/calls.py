@@ -42,7 +42,8 @@ NOT_MINE = "not a task this run started: a run reads, answers and cancels only t
 
 class CallsFactory:
     """What every run's calls share: each role's task service, the roles as `list_agents` shows them, the
-    live instances, the tree's reads and the limits (AGENT_CALL_DEPTH, AGENT_CALL_WAIT_S)."""
+    live instances, the tree's reads and the limits (AGENT_CALL_DEPTH, AGENT_CALL_WAIT_S, and
+    WORKER_CALL_HOLD_S: the longest one call of a remote worker's run is held)."""
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class CallsFactory:
         *,
         depth_limit: int,
         wait_s: float,
+        hold_s: float = 25.0,
         limits: Callable[[str], Limits | None] = lambda _role: None,
         day_budget: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
@@ -68,6 +70,7 @@ class CallsFactory:
         self.tree = tree
         self.depth_limit = depth_limit
         self.wait_s = wait_s
+        self.hold_s = hold_s
         self.limits = limits
         self.day_budget = day_budget
 

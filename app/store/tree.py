@@ -1,6 +1,7 @@
 """Reads of the task tree (agents calling agents): which role a task is on and whose child it is, and a
-task's children that still run. Across roles, never across owners: a run's calls reach children on any
-role, and every read names the owner (another principal's task is not found)."""
+task's children that still run; and which roles a context's tasks wait for input on (what the root endpoints
+route a message naming only its context by). Across roles, never across owners: a run's calls reach children
+on any role, and every read names the owner (another principal's task is not found)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.protocol.model import TaskState
 
 from .models import ENDED_STATES
 from .tables import tasks as _tasks
@@ -46,3 +49,17 @@ class Tree:
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [Node(r.id, r.role, parent_task_id) for r in rows]
+
+    async def waiting_roles(self, owner: str, context_id: str) -> list[str]:
+        """The roles of the owner's tasks waiting for input in the context, each once."""
+        query = (
+            select(_tasks.c.role)
+            .where(
+                _tasks.c.owner == owner,
+                _tasks.c.context_id == context_id,
+                _tasks.c.state == TaskState.INPUT_REQUIRED.value,
+            )
+            .distinct()
+        )
+        async with self._engine.connect() as conn:
+            return sorted((await conn.scalars(query)).all())

@@ -34,8 +34,9 @@ from . import traces
 
 __all__ = ["JsonFormatter", "Redact", "TextFormatter", "add_secrets", "bind", "redact", "scope", "setup"]
 
-CHATTY = ("httpx", "httpcore")
-"""Libraries whose info lines are one per call they make: shown at `debug` only."""
+CHATTY = ("httpx", "httpcore", "alembic.runtime.plugins")
+"""Libraries whose info lines are one per call they make (or, alembic's, one per plugin it sets up when it
+is imported): shown at `debug` only."""
 FIELDS = ("task_id", "context_id", "role", "principal")
 """The context fields a record may carry, in the order they are printed."""
 

@@ -112,13 +112,15 @@ def test_permission_request_tool_is_announced_once() -> None:
     assert parser.known(call)
 
 
-def test_pick_option_prefers_once_and_falls_back() -> None:
+def test_pick_option_takes_the_kind_chosen_and_falls_back() -> None:
     options = [
         {"optionId": "proceed_always", "name": "Allow for this session", "kind": "allow_always"},
         {"optionId": "proceed_once", "name": "Allow", "kind": "allow_once"},
         {"optionId": "cancel", "name": "Reject", "kind": "reject_once"},
     ]
-    assert pick_option(options, allow=True) == "proceed_once"
-    assert pick_option(options, allow=False) == "cancel"
-    assert pick_option(options[:1], allow=True) == "proceed_always"
-    assert pick_option(options[:2], allow=False) is None
+    assert pick_option(options, "allow_once") == "proceed_once"
+    assert pick_option(options, "allow_always") == "proceed_always"
+    assert pick_option(options, "deny") == "cancel"
+    assert pick_option(options[:1], "allow_once") == "proceed_always"
+    assert pick_option(options[1:2], "allow_always") == "proceed_once"
+    assert pick_option(options[:2], "deny") is None

@@ -174,6 +174,19 @@ def test_a_roles_entry_goes_over_the_server_wide_options() -> None:
     assert str(bad.value).startswith("role 'triage', field egress_allow: ")
 
 
+def test_a_roles_force_overrides_agent_force_and_one_without_keeps_it() -> None:
+    from app import roles
+
+    claude = {"adapter": "claude-code", "bin": "/opt/claude"}
+    settings = Settings(
+        _env_file=None, agents={"gated": claude, "trusted": {**claude, "force": True}}, agent_force=False
+    )
+    loaded = roles.load(settings)
+    base = AgentOptions.from_settings(settings)
+    assert roles.agent_options(base, loaded["gated"]).force is False
+    assert roles.agent_options(base, loaded["trusted"]).force is True
+
+
 def test_the_repository_settings_reach_the_options_and_their_policy() -> None:
     settings = Settings(
         _env_file=None,

@@ -341,6 +341,36 @@ async def test_approval_decision_as_a_data_part(approvals: Served, decision: str
     assert (REFUSAL[approvals.cli.name] in response_text(done)) is (decision == "deny")
 
 
+async def test_allow_always_as_a_data_part_asks_no_second_time(approvals: Served) -> None:
+    """The approval data part names the call; `allow_always` on the first of two runs of a command lets
+    the second run without a question, and holds for the next task of the context, in a new CLI process
+    (its rule is kept beside the session)."""
+    c = approvals.client
+    name = _unique("always") + ".txt"
+    task = await wait_until_stopped(c, await send_message(c, f"FAKE:twice:{name}"))
+    assert task["status"]["state"] == "input-required", status_text(task)
+    (data,) = [p["data"] for p in task["status"]["message"]["parts"] if p.get("kind") == "data"]
+    assert data["kind"] == "approval" and data["options"] == ["allow_once", "allow_always", "deny"]
+    (asked,) = data["calls"]
+    answer = text_message("", taskId=task["id"], contextId=task["contextId"])
+    answer["parts"] = [
+        {"kind": "data", "data": {"kind": "approval", "callId": asked["id"], "option": "allow_always"}}
+    ]
+    done = await wait_until_stopped(c, await result(c, "message/send", {"message": answer}))
+    assert done["status"]["state"] == "completed", status_text(done)
+    assert (approvals.workspace(task) / name).read_text() == "hi\nhi\n"
+    history = (await result(c, "tasks/get", {"id": task["id"]}))["history"]
+    questions = [
+        m for m in history if m["role"] == "agent" and any(p.get("kind") == "data" for p in m["parts"])
+    ]
+    assert len(questions) == 1, questions
+    again = await send_message(c, f"FAKE:twice:{name}", contextId=task["contextId"])
+    again = await wait_until_stopped(c, again)
+    assert again["status"]["state"] == "completed", (status_text(again), asked["always"])
+    written = (approvals.workspace(task) / name).read_text()
+    assert written == "hi\n" * 4, (written, [status_text(t) for t in (task, again)])
+
+
 async def test_file_edit_asks_first_and_y_writes_the_file(approvals: Served) -> None:
     """Not a shell command: Codex's apply_patch is a file change (`item/fileChange/requestApproval`),
     Gemini's write_file an edit permission."""

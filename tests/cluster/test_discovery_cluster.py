@@ -55,15 +55,18 @@ async def test_replicas_list_each_other_and_drop_the_dead(cluster_factory: Clust
         body = (await client.get("/agents")).json()
     assert {a["kind"] for a in body["agents"]} == {"replica"}
     # Behind one PUBLIC_URL, both instances of the role advertise the same card: send to the role.
-    assert {a["card_url"] for a in body["agents"]} == {f"{cluster.nginx_url}/.well-known/agent-card.json"}
-    assert body["roles"] == [
-        {
-            "role": "default",
-            "available": True,
-            "instances": 2,
-            "card_url": f"{cluster.nginx_url}/.well-known/agent-card.json",
-        }
-    ]
+    card_url = f"{cluster.nginx_url}/agents/default/.well-known/agent-card.json"
+    assert {a["card_url"] for a in body["agents"]} == {card_url}
+    (role,) = body["roles"]
+    assert role == {
+        "role": "default",
+        "available": True,
+        "instances": 2,
+        "default": True,
+        "card_url": card_url,
+        "skills": role["skills"],
+    }
+    assert [s["id"] for s in role["skills"]] == ["script"]
 
     # Killed: no goodbye; the survivor stops listing it once it is older than the maximum age.
     await asyncio.to_thread(cluster.kill, 1)

@@ -56,8 +56,8 @@ async def test_me_names_the_principal_roles_and_admin(srv: ServerProcess) -> Non
         "admin": False,
         "authenticated": True,
         "roles": [
-            {"name": "default", "path": "", "requiredExtensions": []},
-            {"name": "second", "path": "/agents/second", "requiredExtensions": []},
+            {"name": "default", "path": "/agents/default", "default": True, "requiredExtensions": []},
+            {"name": "second", "path": "/agents/second", "default": False, "requiredExtensions": []},
         ],
     }
     assert carol["admin"] is True
@@ -145,7 +145,9 @@ async def test_scoped_to_the_caller_and_admins_see_all(srv: ServerProcess) -> No
     assert carol_own["tasks"] == []
     assert carol_task.json()["own"] is False and carol_task.json()["owner"] == "alice"
     got = alice_task.json()
-    assert got["own"] is True and got["role"] == "default" and got["endpoint"] == "/a2a/jsonrpc"
+    assert (
+        got["own"] is True and got["role"] == "default" and got["endpoint"] == "/agents/default/a2a/jsonrpc"
+    )
     assert got["task"]["id"] == hers["id"] and got["lastSeq"] >= 3
     assert got["task"]["history"][0]["parts"] == [{"text": f"scope-{mark}"}]
 

@@ -10,6 +10,8 @@ import json
 import httpx
 import pytest
 
+from app.agents.echo import EchoAgent
+from app.agents.scripted import ScriptedAgent
 from app.api.endpoints.discovery import ROUTING_NOTE
 from app.protocol.model import parse_iso
 from app.store.db import create_engine
@@ -20,6 +22,11 @@ from tests.support.rpc import result, send
 
 WAIT_S = 60.0
 """A guard against a hang, never a timing assertion: every wait ends on its condition."""
+SCRIPT_SKILLS, ECHO_SKILLS = (
+    [{"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in a.skills]
+    for a in (ScriptedAgent, EchoAgent)
+)
+"""A role's skills as GET /agents lists them: its card's."""
 SHORT = {"DISCOVERY_HEARTBEAT_S": "0.2", "DISCOVERY_MAX_AGE_S": "10"}
 """Fast heartbeats; the maximum age only sets how long the ghost's drop-out is waited for, and is long enough
 that a busy machine's stalled heartbeat never drops a live server's own entry."""
@@ -65,13 +72,20 @@ async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshe
                 me["name"] == "default:disc-1" and me["role"] == "default" and me["instance_id"] == "disc-1"
             )
             assert me["kind"] == "replica"
-            assert me["card_url"] == f"http://localhost:{srv.port}/.well-known/agent-card.json"
+            assert me["card_url"] == f"http://localhost:{srv.port}/agents/default/.well-known/agent-card.json"
             assert me["description"] == "Follows a script in the message text; used by the test suite."
             assert me["capabilities"]["adapter"] == "scripted" and me["capabilities"]["skills"] == ["script"]
             assert (me["slots"], me["running"], me["free"]) == (3, 0, 3)
             assert me["last_seen"].endswith("Z") and me["started_at"] <= me["last_seen"]
             assert body["roles"] == [
-                {"role": "default", "available": True, "instances": 1, "card_url": me["card_url"]}
+                {
+                    "role": "default",
+                    "available": True,
+                    "instances": 1,
+                    "default": True,
+                    "card_url": me["card_url"],
+                    "skills": SCRIPT_SKILLS,
+                }
             ]
 
             # A running agent shows at the next heartbeat, and is gone once it ends.
@@ -99,7 +113,14 @@ async def test_agents_lists_this_replica_its_load_and_drops_what_is_not_refreshe
             body = await until(client, lambda b: "default:ghost" not in by_name(b))
             assert list(by_name(body)) == ["default:disc-1"]
             assert body["roles"] == [
-                {"role": "default", "available": True, "instances": 1, "card_url": me["card_url"]}
+                {
+                    "role": "default",
+                    "available": True,
+                    "instances": 1,
+                    "default": True,
+                    "card_url": me["card_url"],
+                    "skills": SCRIPT_SKILLS,
+                }
             ]
 
         # A clean shutdown removes the entry at once (the rows, not only the listing: nothing ages here).
@@ -170,21 +191,37 @@ async def test_one_instance_per_role_run_here_and_a_role_run_nowhere_is_unavaila
             listed = by_name(body)
             assert list(listed) == ["reviewer:disc-3", "triager:disc-3"]
             reviewer, triager = listed["reviewer:disc-3"], listed["triager:disc-3"]
-            # The first role is the default one: its card is the root's.
-            assert reviewer["card_url"] == f"{public}/.well-known/agent-card.json"
+            # The first role is the default one (the root's too): its card is under its name like any role's.
+            assert reviewer["card_url"] == f"{public}/agents/reviewer/.well-known/agent-card.json"
             assert reviewer["capabilities"]["agent"] == "Reviewer" and reviewer["slots"] == 2
             assert triager["card_url"] == f"{public}/agents/triager/.well-known/agent-card.json"
             assert triager["description"] == "Sorts issues." and triager["capabilities"]["adapter"] == "echo"
             card = await client.get(triager["card_url"].removeprefix(public))
             assert card.status_code == 200 and card.json()["name"] == "Triager"
             assert body["roles"] == [
-                {"role": "reviewer", "available": True, "instances": 1, "card_url": reviewer["card_url"]},
-                {"role": "triager", "available": True, "instances": 1, "card_url": triager["card_url"]},
+                {
+                    "role": "reviewer",
+                    "available": True,
+                    "instances": 1,
+                    "default": True,
+                    "card_url": reviewer["card_url"],
+                    "skills": SCRIPT_SKILLS,
+                },
+                {
+                    "role": "triager",
+                    "available": True,
+                    "instances": 1,
+                    "default": False,
+                    "card_url": triager["card_url"],
+                    "skills": ECHO_SKILLS,
+                },
                 {
                     "role": "coder",
                     "available": False,
                     "instances": 0,
+                    "default": False,
                     "card_url": f"{public}/agents/coder/.well-known/agent-card.json",
+                    "skills": ECHO_SKILLS,
                 },
             ]
             # A role run nowhere still has its card here: every replica serves every role.

@@ -253,9 +253,17 @@ def test_listing_shows_live_instances_and_every_configured_role():
             last_seen=seen,
             card_url="http://p/.well-known/agent-card.json",
         ),
-        record("triager", "w1", kind="worker", slots=2, last_seen=seen),
+        record(
+            "triager",
+            "w1",
+            kind="worker",
+            slots=2,
+            last_seen=seen,
+            capabilities={"streaming": True, "skills": ["triage"]},
+        ),
     ]
-    body = listing(live, ("default", "reviewer"), "http://p")
+    skills = {"default": [{"id": "echo", "name": "Echo"}]}
+    body = listing(live, ("default", "reviewer"), "http://p", skills)
     assert [a["name"] for a in body["agents"]] == ["default:a", "default:b", "triager:w1"]
     first = body["agents"][0]
     assert set(first) >= {
@@ -278,19 +286,25 @@ def test_listing_shows_live_instances_and_every_configured_role():
             "role": "default",
             "available": True,
             "instances": 2,
+            "default": True,
             "card_url": "http://p/.well-known/agent-card.json",
+            "skills": [{"id": "echo", "name": "Echo"}],
         },
         {
             "role": "reviewer",
             "available": False,
             "instances": 0,
+            "default": False,
             "card_url": "http://p/agents/reviewer/.well-known/agent-card.json",
+            "skills": [],
         },
         {
             "role": "triager",
             "available": True,
             "instances": 1,
+            "default": False,
             "card_url": "http://x/agents/triager/.well-known/agent-card.json",
+            "skills": [{"id": "triage"}],
         },
     ]
     assert body["routing_note"] == ROUTING_NOTE

@@ -21,20 +21,29 @@ def test_without_agents_the_adapter_is_the_role_default():
     got = roles.load(settings(agent_adapter="scripted", agent_options={"x": 1}, max_concurrent_tasks=3))
     assert list(got) == ["default"]
     role = got["default"]
-    assert (role.entry.adapter, role.entry.options, role.slots, role.path, role.runs_here) == (
+    assert (role.entry.adapter, role.entry.options, role.slots, role.path, role.default, role.runs_here) == (
         "scripted",
         {"x": 1},
         3,
-        "",
+        "/agents/default",
+        True,
         True,
     )
 
 
 def test_the_role_named_default_else_the_first_is_served_at_the_root():
     first = roles.load(settings(agents={"b": {"adapter": "echo"}, "a": {"adapter": "echo"}}))
-    assert list(first) == ["b", "a"] and first["b"].path == "" and first["a"].path == "/agents/a"
+    assert list(first) == ["b", "a"] and first["b"].default and not first["a"].default
     named = roles.load(settings(agents={"b": {"adapter": "echo"}, "default": {"adapter": "echo"}}))
-    assert list(named) == ["default", "b"] and named["default"].path == ""
+    assert list(named) == ["default", "b"] and named["default"].default and not named["b"].default
+
+
+def test_a_roles_path_is_its_name_whatever_its_place_in_agents():
+    """Reordering AGENTS moves the root alias, never a role's own endpoints."""
+    one = roles.load(settings(agents={"b": {"adapter": "echo"}, "a": {"adapter": "echo"}}))
+    other = roles.load(settings(agents={"a": {"adapter": "echo"}, "b": {"adapter": "echo"}}))
+    assert {n: r.path for n, r in one.items()} == {n: r.path for n, r in other.items()}
+    assert one["a"].path == "/agents/a" and one["b"].path == "/agents/b"
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])

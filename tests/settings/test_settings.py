@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from app.agents.options import AgentOptions
+from app.cli.serve import checked_app, load_settings
 from app.settings import Settings
 from tests.support.server import BIN, ROOT, free_port
 
@@ -36,55 +37,75 @@ def test_plain_postgres_url_gets_the_async_driver():
     assert s.database_url == "postgresql+asyncpg://u@h/db"
 
 
+BAD_SETTINGS = [
+    ({"PORT": "eighty"}, "PORT"),
+    ({"PORT": "70000"}, "PORT"),
+    ({"GRPC_PORT": "-1"}, "GRPC_PORT"),
+    ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
+    ({"PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
+    ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
+    ({"AGENT_ADAPTER": "nosuchmodule:Agent"}, "AGENT_ADAPTER"),
+    ({"AGENT_ADAPTER": "json:dumps"}, "AGENT_ADAPTER"),
+    ({"AGENT_ADAPTER": "tests.support.agents:nothing"}, "AGENT_ADAPTER"),
+    ({"AGENT_ADAPTER": "tests.support.rpc:call"}, "AGENT_ADAPTER"),
+    ({"AGENT_OPTIONS": "{not json"}, "AGENT_OPTIONS"),
+    ({"AGENT_OPTIONS": '{"colour": "red"}'}, "AGENT_OPTIONS"),
+    (
+        {
+            "AGENT_ADAPTER": "tests.support.agents.capabilities:CapabilitiesAgent",
+            "AGENT_OPTIONS": '{"x": 1}',
+        },
+        "AGENT_OPTIONS",
+    ),
+    ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
+    ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+    ({"AGENT_SANDBOX": "docker"}, "AGENT_SANDBOX"),
+    ({"AGENT_SANDBOX": "none", "AGENT_NETWORK": "egress"}, "AGENT_NETWORK"),
+    ({"AGENT_EGRESS_ALLOW": "api.example.com,a*b.example.com"}, "AGENT_EGRESS_ALLOW"),
+    ({"AGENT_EGRESS_ALLOW": "api.example.com:99999"}, "AGENT_EGRESS_ALLOW"),
+    ({"AGENT_ENV": '["not", "an object"]'}, "AGENT_ENV"),
+    ({"CARD_EXTENSIONS": '{"uri": "https://x.example/e"}'}, "CARD_EXTENSIONS"),
+    ({"CARD_EXTENSIONS": '[{"uri": "not a uri"}]'}, "CARD_EXTENSIONS"),
+    ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "required": "yes"}]'}, "CARD_EXTENSIONS"),
+    ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "colour": 1}]'}, "CARD_EXTENSIONS"),
+    (
+        {"CARD_EXTENSIONS": '[{"uri": "https://x.example/e"}, {"uri": "https://x.example/e"}]'},
+        "CARD_EXTENSIONS",
+    ),
+    (
+        {"CARD_SIGNING_KEY_FILE": "/nonexistent/key.pem", "CARD_SIGNING_KID": "k", "AUTH_MODE": "off"},
+        "CARD_SIGNING_KEY_FILE",
+    ),
+    ({"CARD_SIGNING_KID": "k", "AUTH_MODE": "off"}, "CARD_SIGNING_KID"),
+    ({"CARD_SIGNING_JKU": "ftp://keys"}, "CARD_SIGNING_JKU"),
+    ({"REPO_ALLOW": "relative/dir"}, "REPO_ALLOW"),
+    ({"AGENT_WORKSPACE_ROOT": "/tmp/a2a-ws", "REPO_CACHE_ROOT": "/tmp/a2a-ws/repos"}, "REPO_CACHE_ROOT"),
+]
+"""A bad setting of each kind and the name its one line must give: refused by the settings themselves, by
+the loading of the agent and its options, or by the assembly of the app."""
+
+
+@pytest.mark.parametrize(("env", "name"), BAD_SETTINGS)
+def test_bad_setting_is_one_clear_line(env, name, tmp_path, monkeypatch):
+    """What `serve` exits with, in this process: `load_settings` and `checked_app`, the two steps before
+    the server listens (the process itself: the test below)."""
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/x.db")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit) as exited:
+        checked_app(load_settings())
+    err = str(exited.value.code)
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: invalid setting {name}:"), err
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("env", "name"),
-    [
-        ({"PORT": "eighty"}, "PORT"),
-        ({"PORT": "70000"}, "PORT"),
-        ({"GRPC_PORT": "-1"}, "GRPC_PORT"),
-        ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
-        ({"PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
-        ({"AGENT_ADAPTER": "nosuch"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "nosuchmodule:Agent"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "json:dumps"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "tests.support.agents:nothing"}, "AGENT_ADAPTER"),
-        ({"AGENT_ADAPTER": "tests.support.rpc:call"}, "AGENT_ADAPTER"),
-        ({"AGENT_OPTIONS": "{not json"}, "AGENT_OPTIONS"),
-        ({"AGENT_OPTIONS": '{"colour": "red"}'}, "AGENT_OPTIONS"),
-        (
-            {
-                "AGENT_ADAPTER": "tests.support.agents.capabilities:CapabilitiesAgent",
-                "AGENT_OPTIONS": '{"x": 1}',
-            },
-            "AGENT_OPTIONS",
-        ),
-        ({"AGENT_TIMEOUT_S": "-1"}, "AGENT_TIMEOUT_S"),
-        ({"REDIS_URL": "http://x"}, "REDIS_URL"),
-        ({"AGENT_SANDBOX": "docker"}, "AGENT_SANDBOX"),
-        ({"AGENT_SANDBOX": "none", "AGENT_NETWORK": "egress"}, "AGENT_NETWORK"),
-        ({"AGENT_EGRESS_ALLOW": "api.example.com,a*b.example.com"}, "AGENT_EGRESS_ALLOW"),
-        ({"AGENT_EGRESS_ALLOW": "api.example.com:99999"}, "AGENT_EGRESS_ALLOW"),
-        ({"AGENT_ENV": '["not", "an object"]'}, "AGENT_ENV"),
-        ({"CARD_EXTENSIONS": '{"uri": "https://x.example/e"}'}, "CARD_EXTENSIONS"),
-        ({"CARD_EXTENSIONS": '[{"uri": "not a uri"}]'}, "CARD_EXTENSIONS"),
-        ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "required": "yes"}]'}, "CARD_EXTENSIONS"),
-        ({"CARD_EXTENSIONS": '[{"uri": "https://x.example/e", "colour": 1}]'}, "CARD_EXTENSIONS"),
-        (
-            {"CARD_EXTENSIONS": '[{"uri": "https://x.example/e"}, {"uri": "https://x.example/e"}]'},
-            "CARD_EXTENSIONS",
-        ),
-        (
-            {"CARD_SIGNING_KEY_FILE": "/nonexistent/key.pem", "CARD_SIGNING_KID": "k", "AUTH_MODE": "off"},
-            "CARD_SIGNING_KEY_FILE",
-        ),
-        ({"CARD_SIGNING_KID": "k", "AUTH_MODE": "off"}, "CARD_SIGNING_KID"),
-        ({"CARD_SIGNING_JKU": "ftp://keys"}, "CARD_SIGNING_JKU"),
-        ({"REPO_ALLOW": "relative/dir"}, "REPO_ALLOW"),
-        ({"AGENT_WORKSPACE_ROOT": "/tmp/a2a-ws", "REPO_CACHE_ROOT": "/tmp/a2a-ws/repos"}, "REPO_CACHE_ROOT"),
-    ],
+    [BAD_SETTINGS[0], BAD_SETTINGS[5], BAD_SETTINGS[-4]],
+    ids=["settings", "adapter", "assembly"],
 )
-def test_bad_setting_is_one_clear_line(env, name, tmp_path):
+def test_a_bad_setting_ends_the_process_with_one_line(env, name, tmp_path):
     proc = subprocess.run(
         [str(BIN / "a2a-server"), "serve"],
         cwd=ROOT,

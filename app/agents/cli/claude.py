@@ -11,7 +11,7 @@ permission (`--permission-prompt-tool stdio`) with a `control_request` on stdout
 | `assistant` text not already streamed                   | thinking(text)                              |
 | `assistant` tool_use                                    | tool_use(name, input)                       |
 | `user` tool_result                                      | tool_result(content, tool name)             |
-| `control_request` can_use_tool                          | approval_required("Allow Bash {...}? ...")  |
+| `control_request` can_use_tool                          | approval_required(question, the call)       |
 | `result` success / error                                | done(result, stats) / error(result text)    |
 | `result` error without text (`error_during_execution`)  | none; at exit: error(exit status, stderr)   |
 
@@ -23,8 +23,10 @@ earlier turns are not in it.
 With the run's calls (`TaskContext.calls`), `--mcp-config` names the run's tool server (`tools.py`) as the MCP
 server `a2a`, and `--allowedTools mcp__a2a` lets its tools run without a permission request.
 
-With several permission requests open at once, one answer decides all of them. A later task in the same
-context resumes the session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
+Each permission request is a call of the approval data part (`approvals.py`): `y`/`n` decides every open
+one, an approval data part one call; `allow_always` keeps Claude's suggested rule for the tool (`Bash`
+`npm test *`) for the context (`CliRun.ask_permission`). A later task in the same context resumes the
+session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
 
 An error `result` with no `result` text is Claude ending the run itself, e.g. resuming a session it no
 longer has (2.1.197: subtype `error_during_execution`, `errors: ["No conversation found with session ID:
@@ -39,13 +41,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from app.protocol.model import Message
 from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
 
+from ..approvals import ALLOW_ALWAYS, DENY, Rule, ToolCall, text_diff
 from ..events import AgentEvent, count
 from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
-from .run import CliAgent, CliRun, approval_decision, describe_tool, exit_reason
+from .run import CliAgent, CliRun, exit_reason
 
 
 def _result_text(content: Any) -> str:
@@ -102,6 +104,41 @@ def claude_usage(result: dict[str, Any], model: str | None) -> Usage | None:
     return Usage(tuple(models), turns=count(turns) if turns is not None else None)
 
 
+def claude_call(request_id: str, request: dict[str, Any]) -> ToolCall:
+    """A `can_use_tool` request as the call it asks for: `allow_always` takes the command pattern Claude
+    suggests for the tool (its first `addRules` rule naming it, e.g. Bash `npm test *`), else the whole
+    tool; an `Edit` or `Write` carries the diff it would make."""
+    name = str(request.get("tool_name") or request.get("display_name") or "a tool")
+    tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+    pattern = None
+    for suggestion in request.get("permission_suggestions") or ():
+        if isinstance(suggestion, dict) and suggestion.get("type") == "addRules":
+            for rule in suggestion.get("rules") or ():
+                if isinstance(rule, dict) and rule.get("toolName") == name:
+                    pattern = pattern or rule.get("ruleContent")
+    command = tool_input.get("command")
+    return ToolCall(
+        id=str(request.get("tool_use_id") or request_id),
+        name=name,
+        input=tool_input,
+        always=Rule(name, pattern if isinstance(pattern, str) and pattern else None),
+        command=command if isinstance(command, str) else None,
+        diff=_edit_diff(name, tool_input),
+    )
+
+
+def _edit_diff(name: str, tool_input: dict[str, Any]) -> str | None:
+    path = tool_input.get("file_path")
+    if not isinstance(path, str):
+        return None
+    path = path.lstrip("/")
+    if name == "Edit" and isinstance(tool_input.get("old_string"), str):
+        return text_diff(path, tool_input["old_string"], str(tool_input.get("new_string") or ""))
+    if name == "Write" and isinstance(tool_input.get("content"), str):
+        return text_diff(path, "", tool_input["content"])
+    return None
+
+
 class ClaudeRun(CliRun):
     interruptible = True
 
@@ -109,7 +146,6 @@ class ClaudeRun(CliRun):
         super().__init__(request, agent)
         self._streamed: set[str] = set()
         self._tools: dict[str, str] = {}
-        self._pending: dict[str, dict[str, Any]] = {}
         self._started = False
         self._failure: str | None = None
         self._failure_usage: Usage | None = None
@@ -119,7 +155,7 @@ class ClaudeRun(CliRun):
         o = self.options
         argv = [self.agent.binary, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--input-format", "stream-json", "--include-partial-messages"]
-        if o.force:
+        if self.unattended:
             argv.append("--dangerously-skip-permissions")
         else:
             argv += ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
@@ -207,9 +243,7 @@ class ClaudeRun(CliRun):
         request = obj.get("request") or {}
         request_id = str(obj.get("request_id"))
         if request.get("subtype") == "can_use_tool":
-            self._pending[request_id] = request
-            name = str(request.get("tool_name") or request.get("display_name") or "a tool")
-            return [AgentEvent.approval_required(describe_tool(name, request.get("input")))]
+            return await self.ask_permission(claude_call(request_id, request), (request_id, request))
         assert self.proc is not None
         error = f"unsupported control request {request.get('subtype')!r}"
         await self.proc.send(
@@ -243,19 +277,24 @@ class ClaudeRun(CliRun):
         stats = {k: v for k, v in stats.items() if v is not None}
         return [AgentEvent.done(summary=text, stats=stats, usage=usage)]
 
-    async def respond(self, message: Message) -> None:
-        """Allow or deny every open permission request, as the answer says."""
+    async def decide(self, handle: Any, call: ToolCall, option: str) -> None:
+        """Allow or deny one permission request; `allow_always` also gives Claude the rule for this process
+        (`destination: session`: nothing written to the workspace's `.claude/`)."""
         assert self.proc is not None
-        allow = approval_decision(message)
-        for request_id, request in list(self._pending.items()):
-            if allow:
-                decision = {"behavior": "allow", "updatedInput": request.get("input") or {}}
-            else:
-                reason = message.text().strip() or "no"
-                decision = {"behavior": "deny", "message": f"The user denied this (answer: {reason})."}
-            response = {"subtype": "success", "request_id": request_id, "response": decision}
-            await self.proc.send({"type": "control_response", "response": response})
-            del self._pending[request_id]
+        request_id, request = handle
+        decision: dict[str, Any]
+        if option == DENY:
+            decision = {"behavior": "deny", "message": "The user denied this."}
+        else:
+            decision = {"behavior": "allow", "updatedInput": request.get("input") or {}}
+            if option == ALLOW_ALWAYS:
+                rule = {"toolName": call.always.tool}
+                if call.always.pattern:
+                    rule["ruleContent"] = call.always.pattern
+                update = {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
+                decision["updatedPermissions"] = [update]
+        response = {"subtype": "success", "request_id": request_id, "response": decision}
+        await self.proc.send({"type": "control_response", "response": response})
 
     def on_exit(self, code: int) -> list[AgentEvent]:
         if self._failure is None:

@@ -3,8 +3,8 @@
 - `AGENT_FORCE=true`: `codex exec --json --dangerously-bypass-approvals-and-sandbox`. exec has no
   approval channel at all (and reads stdin to its end, so stdin is closed at once).
 - `AGENT_FORCE=false`: `codex app-server`, JSON-RPC over stdio. Its `item/commandExecution/requestApproval`
-  and `item/fileChange/requestApproval` requests become `approval_required`; the user's answer goes back
-  as the JSON-RPC response (`accept` / `decline`).
+  and `item/fileChange/requestApproval` requests are the calls of an approval (`codex_call`); each decision
+  goes back as the request's JSON-RPC response (`accept`, `acceptForSession`, `decline`).
 
 With the run's calls, `-c mcp_servers.a2a...` adds the run's tool server (`tools.py`) as an MCP server whose
 tools Codex calls without asking.
@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.protocol.model import Message
-
+from ..approvals import ALLOW_ALWAYS, ALLOW_ONCE, Rule, ToolCall
 from ..events import AgentEvent, AgentEventKind
 from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
-from .run import approval_decision, describe_tool
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +112,33 @@ class CodexExecRun(HeadlessRun):
         return [*argv, "--", self.prompt()]
 
 
+def codex_call(request_id: Any, name: str, tool_input: Any, params: dict[str, Any]) -> ToolCall:
+    """An approval request as the call it asks for: a command's `allow_always` covers the command prefix
+    Codex proposes (`proposedExecpolicyAmendment`, e.g. `["npm", "test"]` → `npm test *`), else the whole
+    tool; a file change carries its diff."""
+    command = params.get("command") if isinstance(params.get("command"), str) else None
+    prefix = params.get("proposedExecpolicyAmendment")
+    pattern = None
+    if (
+        command is not None
+        and isinstance(prefix, list)
+        and prefix
+        and all(isinstance(p, str) for p in prefix)
+    ):
+        pattern = shlex.join(prefix) + " *"
+    changes = tool_input.get("changes") if isinstance(tool_input, dict) else None
+    diffs = [c["diff"] for c in changes or () if isinstance(c, dict) and isinstance(c.get("diff"), str)]
+    call_id = params.get("approvalId") or params.get("itemId") or request_id
+    return ToolCall(
+        id=str(call_id),
+        name=name,
+        input=tool_input,
+        always=Rule(name, pattern),
+        command=command,
+        diff="".join(diffs) or None,
+    )
+
+
 class CodexAppServerRun(RpcRun):
     """One turn through `codex app-server`, asking the user before commands and file changes."""
 
@@ -121,8 +147,6 @@ class CodexAppServerRun(RpcRun):
     def __init__(self, request: Request, agent: CodexAgent) -> None:
         super().__init__(request, agent)
         self.parser = AppServerParser()
-        self._pending: list[Any] = []
-        """Open approval requests; one answer decides them all (parallel tool calls ask together)."""
         self.thread_id: str | None = None
         self.turn_id: str | None = None
 
@@ -178,19 +202,19 @@ class CodexAppServerRun(RpcRun):
 
     async def on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> list[AgentEvent]:
         if method in APPROVAL_REQUESTS:
-            self._pending.append(request_id)
             name, tool_input = self.parser.describe(method, params)
-            return [AgentEvent.approval_required(describe_tool(name, tool_input))]
+            return await self.ask_permission(codex_call(request_id, name, tool_input, params), request_id)
         await self.refuse(request_id, method)
         return []
 
-    async def respond(self, message: Message) -> None:
+    async def decide(self, handle: Any, call: ToolCall, option: str) -> None:
+        """`accept`, `decline`, or for `allow_always` `acceptForSession` (Codex's own cache, this process
+        only; the context's rule is ours): never an execpolicy amendment, which Codex keeps for every
+        session of CODEX_HOME."""
         if self.proc is None:
             return
-        decision = "accept" if approval_decision(message) else "decline"
-        pending, self._pending = self._pending, []
-        for request_id in pending:
-            await self.send({"id": request_id, "result": {"decision": decision}})
+        decision = {ALLOW_ONCE: "accept", ALLOW_ALWAYS: "acceptForSession"}.get(option, "decline")
+        await self.send({"id": handle, "result": {"decision": decision}})
 
     async def interrupt(self) -> None:
         if self.thread_id and self.turn_id:

@@ -82,7 +82,7 @@ class CursorRun(CliRun):
     def command(self) -> list[str]:
         o = self.options
         argv = [self.agent.binary, "-p", "--output-format", "stream-json"]
-        if o.force:
+        if self.unattended:
             argv.append("--force")
         if o.model:
             argv += ["--model", o.model]

@@ -1,5 +1,6 @@
 """Where a context's files live on this machine, each outside the others: the workspace (the CLI's, in its
-jail), and beside it, out of the jail, what the server keeps about it: the CLI's session id (`.sessions/`),
+jail), and beside it, out of the jail, what the server keeps about it: the CLI's session id (`.sessions/`)
+and the tools its `allow_always` answers allow (`.sessions/<adapter>-allowed/`, swept with the session),
 the repository the server recorded for it (`.repos/`, what its branch is pushed to), the lock that lets one
 run at a time work there (`.locks/`, `workspace_lock.py`); the sweep's marks are `sweep.py`'s.
 """
@@ -12,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..approvals import Rule
 from ..jail.sandbox import principal_root
 from ..options import AgentOptions
 from .sweep import LEDGERS
@@ -82,4 +84,31 @@ def save_session(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def allowed_file(options: AgentOptions, adapter: str, principal: str, context_id: str) -> Path:
+    """The rules of a context's `allow_always` answers: beside its session (the sweep removes both), out of
+    the jail, where the agent cannot add to them."""
+    root = principal_root(options, principal) / ".sessions" / f"{adapter}-allowed"
+    return root / f"{folder_name(context_id)}.json"
+
+
+def load_allowed(options: AgentOptions, adapter: str, principal: str, context_id: str) -> list[Rule]:
+    """What the context's earlier `allow_always` answers allow ([] when none, or nothing valid)."""
+    try:
+        data = json.loads(allowed_file(options, adapter, principal, context_id).read_text())
+    except (OSError, ValueError):
+        return []
+    rules = data.get("rules") if isinstance(data, dict) else None
+    return [r for r in map(Rule.parse, rules if isinstance(rules, list) else []) if r is not None]
+
+
+def save_allowed(
+    options: AgentOptions, adapter: str, principal: str, context_id: str, rules: list[Rule]
+) -> None:
+    path = allowed_file(options, adapter, principal, context_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"rules": [r.wire() for r in rules]}))
     tmp.replace(path)

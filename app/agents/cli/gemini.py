@@ -4,7 +4,8 @@
   mode offers no approval channel (without yolo it does not even offer write tools to the model), and it
   appends stdin to the prompt, so stdin is closed at once.
 - `AGENT_FORCE=false`: `gemini --acp` (Agent Client Protocol, JSON-RPC 2.0 over stdio). Its
-  `session/request_permission` becomes `approval_required`; the answer selects the allow or reject option.
+  `session/request_permission` is a call of an approval (`gemini_call`); each decision selects the ACP
+  option of its kind (`pick_option`).
 
 With the run's calls, the run's tool server (`tools.py`) is the MCP server `a2a`: in ACP's `session/new`
 `mcpServers`, and unattended in a system settings file of the run's (GEMINI_CLI_SYSTEM_SETTINGS_PATH), with
@@ -23,14 +24,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from app.protocol.model import Message
-
+from ..approvals import ALLOW_ALWAYS, ALLOW_ONCE, Rule, ToolCall, text_diff
 from ..events import AgentEvent
 from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
-from .run import approval_decision, describe_tool
 
 ACP_VERSION = 1
 SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
@@ -47,14 +46,37 @@ def auth_method(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def pick_option(options: list[Any], allow: bool) -> str | None:
-    """The permission option for the user's decision: once rather than always; None if none fits."""
-    kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
+def pick_option(options: list[Any], choice: str) -> str | None:
+    """The permission option of the user's choice (ACP names its kinds as `approvals.py` does, denying
+    `reject_once`), the nearest one when the CLI offers no such kind; None if none fits."""
+    kinds = {
+        ALLOW_ONCE: ("allow_once", "allow_always"),
+        ALLOW_ALWAYS: ("allow_always", "allow_once"),
+    }.get(choice, ("reject_once", "reject_always"))
     for kind in kinds:
         for option in options:
-            if isinstance(option, dict) and option.get("kind") == kind:
-                return str(option.get("optionId"))
+            if isinstance(option, dict) and option.get("kind") == kind and option.get("optionId"):
+                return str(option["optionId"])
     return None
+
+
+def gemini_call(request_id: Any, name: str, tool_input: Any, call: dict[str, Any]) -> ToolCall:
+    """A permission request as the call it asks for: `allow_always` covers the tool (ACP gives no command
+    pattern); an edit carries the diff of its `diff` content."""
+    diffs = [
+        text_diff(
+            str(c.get("path") or "file").lstrip("/"), str(c.get("oldText") or ""), str(c.get("newText") or "")
+        )
+        for c in call.get("content") or ()
+        if isinstance(c, dict) and c.get("type") == "diff"
+    ]
+    return ToolCall(
+        id=str(call.get("toolCallId") or request_id),
+        name=name,
+        input=tool_input,
+        always=Rule(name),
+        diff="".join(diffs) or None,
+    )
 
 
 class GeminiHeadlessRun(HeadlessRun):
@@ -93,8 +115,6 @@ class GeminiAcpRun(RpcRun):
     def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = AcpParser()
-        self._pending: list[tuple[Any, list[Any]]] = []
-        """Open permission requests with their options; one answer decides them all."""
         self.acp_session: str | None = None
 
     def command(self) -> list[str]:
@@ -148,23 +168,21 @@ class GeminiAcpRun(RpcRun):
         if method == "session/request_permission":
             call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             options = params.get("options") if isinstance(params.get("options"), list) else []
-            self._pending.append((request_id, options))
             known = self.parser.known(call)
             use = self.parser.tool_use(call)
-            question = describe_tool(str(use.tool_name), call.get("title") or use.tool_input)
-            return [*([] if known else [use]), AgentEvent.approval_required(question)]
+            asked = gemini_call(request_id, str(use.tool_name), call.get("title") or use.tool_input, call)
+            return [*([] if known else [use]), *await self.ask_permission(asked, (request_id, options))]
         await self.refuse(request_id, method)
         return []
 
-    async def respond(self, message: Message) -> None:
+    async def decide(self, handle: Any, call: ToolCall, option: str) -> None:
+        """Select the ACP option of the kind the user chose (`allow_once`, `allow_always`, `reject_once`)."""
         if self.proc is None:
             return
-        allow = approval_decision(message)
-        pending, self._pending = self._pending, []
-        for request_id, options in pending:
-            option = pick_option(options, allow)
-            outcome = {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
-            await self.send({"id": request_id, "result": {"outcome": outcome}})
+        request_id, options = handle
+        chosen = pick_option(options, option)
+        outcome = {"outcome": "selected", "optionId": chosen} if chosen else {"outcome": "cancelled"}
+        await self.send({"id": request_id, "result": {"outcome": outcome}})
 
     async def interrupt(self) -> None:
         if self.proc is not None and self.acp_session:

@@ -1,6 +1,7 @@
 """The two ways the Codex and Gemini adapters drive their CLI, shared so each adapter keeps only its protocol.
 
-`AGENT_FORCE` picks the mode (`TwoModeAgent.start`):
+The role's `force` (else `AGENT_FORCE`) picks the mode, unless the task asked for approvals with
+`metadata.force: false` (`TwoModeAgent.start`, `approvals.unattended`):
 
 - `HeadlessRun` (`AGENT_FORCE=true`): the prompt is on the command line and there is no approval channel.
   stdin is closed at once (the CLIs read it to its end, or append it to the prompt); a parser turns each
@@ -16,6 +17,7 @@ import logging
 from abc import abstractmethod
 from typing import Any, Protocol
 
+from ..approvals import unattended
 from ..events import AgentEvent, AgentEventKind, AgentRun
 from ..sdk import Request
 from .run import CliAgent, CliRun, coding_skill, exit_reason
@@ -139,5 +141,6 @@ class TwoModeAgent(CliAgent):
         cls.skills = (coding_skill(cls.skill_name, f"the {cls.cli}", cls.adapter),)
 
     def start(self, request: Request) -> AgentRun:
-        run = self.headless_run if self.options.force else self.rpc_run
+        forced = unattended(self.options.force, [*request.history, request.message])
+        run = self.headless_run if forced else self.rpc_run
         return run(request, self)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import signal
@@ -39,6 +38,7 @@ from opentelemetry import trace
 
 from app.protocol.model import Message
 
+from ..approvals import ALLOW_ONCE, ToolCall, decisions, summary, unattended
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from ..jail.egress import EgressProxy, Policy
 from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home
@@ -46,7 +46,17 @@ from ..options import AgentOptions
 from ..repos.cache import RepoCache
 from ..repos.errors import RepoError
 from ..sdk import Request, Skill
-from .folders import ledger_file, load_session, load_session_data, save_session, workspace, workspace_lock
+from .asking import OpenCalls
+from .folders import (
+    ledger_file,
+    load_allowed,
+    load_session,
+    load_session_data,
+    save_allowed,
+    save_session,
+    workspace,
+    workspace_lock,
+)
 from .process import CliProcess, IdleTimeout, reap_orphans
 from .repository import RunRepository, extension, jail_launcher
 from .sweep import in_use
@@ -75,35 +85,19 @@ def coding_skill(name: str, cli: str, tag: str) -> Skill:
 
 TURN_ENDS = frozenset({AgentEventKind.DONE, AgentEventKind.ERROR, AgentEventKind.APPROVAL_REQUIRED})
 """The events that end a turn: the checkout's change is published just before them."""
-_YES = {"y", "yes", "allow", "approve", "approved", "ok", "accept"}
 _background: set[asyncio.Task[None]] = set()
+APPROVAL_SETTLE_S = 0.5
+"""How long a run waits after a permission request for the CLI's next line before it asks the user."""
+APPROVAL_GATHER_S = 5.0
+"""The longest a run gathers a CLI's lines after a permission request (a CLI that never goes quiet)."""
 WAITING = "Waiting for the run of another task in this context's workspace to end"
 """The status of a run whose context's workspace another run holds (`workspace_lock.py`)."""
 
 
 def approval_decision(message: Message) -> bool:
-    """Whether the user's answer allows the pending action.
-
-    A data part `{"decision": "allow"|"deny"}` (or `{"approved": true|false}`) wins; otherwise the text
-    allows only when it is y / yes / allow (and a few synonyms); anything else denies.
-    """
-    for part in message.parts:
-        data = part.data
-        if isinstance(data, dict):
-            if isinstance(data.get("approved"), bool):
-                return data["approved"]
-            decision = data.get("decision")
-            if isinstance(decision, str):
-                return decision.strip().lower() in _YES
-    return message.text().strip().strip(".!").lower() in _YES
-
-
-def describe_tool(name: str, tool_input: Any, limit: int = 500) -> str:
-    """The approval question: the tool and its input, short enough for a status message."""
-    shown = json.dumps(tool_input, ensure_ascii=False) if tool_input is not None else ""
-    if len(shown) > limit:
-        shown = shown[: limit - 1] + "…"
-    return f"Allow {name} {shown}? Answer y to allow, n to deny.".replace("  ", " ")
+    """Whether the user's answer allows the pending action (`approvals.decisions`: an approval or older
+    data part, else the text y / yes / allow and a few synonyms; anything else denies)."""
+    return decisions(message)[0].allows
 
 
 def exit_reason(binary: str, code: int, stderr: str) -> str:
@@ -147,6 +141,11 @@ class CliRun(AgentRun):
         """The CLI reported how its run ended (`done` or `error`): stopping it after that is graceful."""
         self.tools: ToolServer | None = None
         """The run's MCP tool server while its CLI runs (`tools.py`), when the server gives it calls."""
+        key = (self.options, self.adapter, request.principal, request.context_id)
+        self.unattended = unattended(self.options.force, [*request.history, request.message])
+        """The CLI skips its permission prompts: the role's `force`, unless the task asked for approvals."""
+        self.approvals = OpenCalls(lambda: load_allowed(*key), lambda rules: save_allowed(*key, rules))
+        """The permission requests waiting for an answer, and the context's `allow_always` rules."""
 
     # ---- hooks -----------------------------------------------------------------------------------
 
@@ -165,8 +164,17 @@ class CliRun(AgentRun):
         """One JSON object from the CLI's stdout → the events it means (often none)."""
 
     async def respond(self, message: Message) -> None:
-        """Deliver the user's answer to the CLI; by default it is queued for `wait_answer()`."""
-        await super().answer(message)
+        """Deliver the user's answer to the CLI: each open permission request it decides goes to `decide`;
+        with none open (an adapter that asks in its own way) it is queued for `wait_answer()`."""
+        if not self.approvals.open:
+            await super().answer(message)
+            return
+        for opened, option in self.approvals.decide(message):
+            await self.decide(opened.handle, opened.call, option)
+
+    async def decide(self, handle: Any, call: ToolCall, option: str) -> None:
+        """Answer the CLI's permission request `handle` (given to `ask_permission`) with `option`."""
+        raise NotImplementedError(f"{self.adapter} does not ask for permission")
 
     async def interrupt(self) -> None:
         """Ask the CLI to stop its turn (used only when `interruptible`)."""
@@ -207,10 +215,28 @@ class CliRun(AgentRun):
             r = self.request
             save_session(self.options, self.adapter, r.principal, r.context_id, session_id, **extra)
 
+    async def ask_permission(self, call: ToolCall, handle: Any) -> list[AgentEvent]:
+        """A permission request of the CLI: allowed at once when an earlier `allow_always` of the context
+        allows it, else open until answered (the approval_required lists every open call)."""
+        if self.approvals.allowed(call):
+            await self.decide(handle, call, ALLOW_ONCE)
+            return [
+                AgentEvent.status(f"Allowed without asking (allow_always): {summary(call.name, call.input)}")
+            ]
+        self.approvals.add(call, handle)
+        question = self.approvals.question()
+        return [question] if question is not None else []
+
     async def answer(self, message: Message) -> None:
         self.waiting = False
         self._touch()
         await self.respond(message)
+
+    def still_asking(self) -> AgentEvent | None:
+        question = self.approvals.question()
+        if question is not None:
+            self.waiting = True
+        return question
 
     def _touch(self) -> None:
         self._last_activity = asyncio.get_running_loop().time()
@@ -340,7 +366,10 @@ class CliRun(AgentRun):
             if obj is None:
                 break
             self._touch()
-            for ev in await self.handle(obj):
+            events = await self.handle(obj)
+            if any(ev.kind is AgentEventKind.APPROVAL_REQUIRED for ev in events):
+                events = await self._gather_requests(events)
+            for ev in events:
                 if ev.kind is AgentEventKind.APPROVAL_REQUIRED:
                     self.waiting = True
                 if ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) and not self.cancelled:
@@ -351,6 +380,27 @@ class CliRun(AgentRun):
         if not self.cancelled:
             for ev in self.on_exit(await self.proc.wait()):
                 yield ev
+
+    async def _gather_requests(self, events: list[AgentEvent]) -> list[AgentEvent]:
+        """`events` (which ask) with what the CLI prints within APPROVAL_SETTLE_S of each line after them:
+        a CLI asks for parallel tool calls together, and one question lists them all."""
+        assert self.proc is not None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + APPROVAL_GATHER_S
+        while not any(ev.kind in (AgentEventKind.DONE, AgentEventKind.ERROR) for ev in events):
+            try:
+                obj = await self.proc.next_message(min(APPROVAL_SETTLE_S, max(until - loop.time(), 0.0)))
+            except IdleTimeout:
+                break
+            if obj is None:  # stdout closed: `_next` says so too
+                break
+            self._touch()
+            events += await self.handle(obj)
+        question = self.approvals.question()
+        if question is None:
+            return events
+        rest = [ev for ev in events if ev.kind is not AgentEventKind.APPROVAL_REQUIRED]
+        return [*rest, question]
 
     async def _next(self) -> dict[str, Any] | None:
         """The next stdout object; IdleTimeout after the idle limit, which never runs while waiting."""

@@ -245,26 +245,30 @@ def build_card(
     has_extended: bool = False,
     role: Role | None = None,
     origin: str | None = None,
+    at_root: bool = False,
 ) -> Card:
     """The public card (`extra_skills` None) or the authenticated extended one (its extra skills appended).
 
-    With `role`, the card of that role: its endpoints under the role's path, its card overrides, and (when
-    it is not the default role) the gRPC metadata that selects it, as an optional extension. `origin`: the
-    loopback origin it is seen through when no PUBLIC_URL is set (`Card.at`)."""
+    With `role`, the card of that role: its endpoints under the role's path (`/agents/{role}`, the default
+    role's too), its card overrides, and the gRPC metadata that selects it, as an optional extension.
+    `at_root`: the root card, the default role's served at `/.well-known/`: the same card with the root
+    endpoints, which need no metadata on gRPC. `origin`: the loopback origin it is seen through when no
+    PUBLIC_URL is set (`Card.at`)."""
     origin = origin or options.public_url
     grpc_address = _grpc_address(options, origin)
     overrides = role.entry.card if role is not None else None
     name = (overrides and overrides.name) or agent.name
     skills = _skills(agent) if overrides is None or overrides.skills is None else list(overrides.skills)
     extensions = card_extensions(options, agent)
-    if role is not None and role.path and grpc_address:
+    path = role.path if role is not None and not at_root else ""
+    if role is not None and path and grpc_address:
         extensions.append(_role_extension(role))
     card: dict[str, Any] = {
         "name": name,
         "description": (overrides and overrides.description)
         or agent.description
         or f"{name} behind the A2A protocol",
-        **_interfaces(origin + (role.path if role is not None else ""), grpc_address),
+        **_interfaces(origin + path, grpc_address),
         "version": _server_version(),
         "capabilities": {
             "streaming": True,
@@ -293,7 +297,7 @@ def build_card(
         extensions=Declared.of(extensions),
         origin=origin,
         rebuild=(
-            (lambda o: build_card(options, agent, built_at, extra_skills, has_extended, role, o))
+            (lambda o: build_card(options, agent, built_at, extra_skills, has_extended, role, o, at_root))
             if options.follows_host
             else None
         ),

@@ -126,14 +126,15 @@ def _admin(request: Request) -> bool:
 
 
 def _roles(request: Request) -> list[dict[str, Any]]:
-    """Every role this deployment serves, where its A2A endpoints are (the default role at the root) and the
-    extensions its card requires."""
+    """Every role this deployment serves, where its A2A endpoints are (`/agents/{role}`, the default role's
+    too: the root is only its alias), whether it is the default one, and the extensions its card requires."""
     c = components(request)
     roles = c.roles or {c.role: c}
     return [
         {
             "name": name,
-            "path": "" if i == 0 else f"/agents/{name}",
+            "path": f"/agents/{name}",
+            "default": i == 0,
             # The page names these in every A2A call it makes to the role (A2A-Extensions).
             "requiredExtensions": list(role.card.extensions.required),
         }

@@ -7,8 +7,8 @@ The server makes the parent's calls as it does a replica's run's (`CallsFactory.
 owner. The worker credential reaches them only while this worker instance holds the lease of `{id}` and the
 task runs: for any other task, or once the run has ended, 409 `not_held`; the worker never holds a key of the
 owner. A refused call (unknown role, depth, loop, not a child of this task) is 422 `refused` with the text
-the agent is shown. A call that waits waits at most `CALL_WAIT_S` here (below proxies' read timeouts): the
-worker asks again with `get_task` `{wait: true}` until the child ends or asks.
+the agent is shown. A call that waits waits at most WORKER_CALL_HOLD_S here (below proxies' read timeouts):
+the worker asks again with `get_task` `{wait: true}` until the child ends or asks.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from ..deps import components
 from .workers import _answers, _Ask, _error, _json, _open, _Refused
 
 router = APIRouter(prefix="/workers/v1")
-
-CALL_WAIT_S = 25.0
-"""The longest one call waits here for a child to end or ask (the worker's read timeout is longer)."""
 
 
 class _Call(_Ask):
@@ -86,7 +83,8 @@ async def calls(task_id: str, request: Request) -> Response:
         factory.live,
         factory.tree,
         depth_limit=factory.depth_limit,
-        wait_s=min(factory.wait_s, CALL_WAIT_S),
+        wait_s=min(factory.wait_s, factory.hold_s),
+        hold_s=factory.hold_s,
         day_budget=factory.day_budget,
     )
     parent = bounded.for_parent(owner, task_id, ask.role, task.metadata)

@@ -1,7 +1,8 @@
 """Per-message and per-principal limits: parts and text per message, new tasks per minute, open streams, the
 day's budget (BUDGET_DAY_USD, `protocol.budget`); a task's own options within its role's (`metadata.model`,
-`metadata.timeoutS`, `metadata.budgetUsd`: `protocol.task_options`); and a
-coding agent's repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
+`metadata.timeoutS`, `metadata.budgetUsd`: `protocol.task_options`); its approval mode (`metadata.force`,
+never looser than its role's) and an approval answer's data part (`agents.approvals`); and a coding agent's
+repository and attached files (`metadata.repository`, REPO_ALLOW, `agents.repos.policy`).
 
 The per-principal limits live in `app.limits`: in memory for one process, in Redis when `REDIS_URL` is set,
 so that behind a load balancer every replica counts against the same numbers. Every limit answers with its
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from app.agents.approvals import OPTIONS, answer_error, force_error
 from app.agents.repos.errors import RepoError
 from app.agents.repos.policy import METADATA_KEY
 from app.limits import Limits, Slot
@@ -28,6 +30,7 @@ async def admit(message: Message, call: Call) -> Message:
     (the server's own), and the task rate."""
     accept_message(message, call)
     tree(message)
+    approvals(message, call)
     limits: Limits = call.c.limits
     if len(message.parts) > limits.max_parts:
         raise InvalidParamsError(
@@ -68,6 +71,16 @@ def tree(message: Message) -> None:
                 "may not carry it",
                 {"field": f"metadata.{key}"},
             )
+
+
+def approvals(message: Message, call: Call) -> None:
+    """A task may ask a stricter approval mode than its role's (`metadata.force: false`), never a looser
+    one; an approval answer's data part names a call and one of the options."""
+    if (why := force_error(message.metadata, call.c.force)) is not None:
+        raise InvalidParamsError(why, {"field": "metadata.force", "roleForce": call.c.force})
+    for i, part in enumerate(message.parts):
+        if (why := answer_error(part.data)) is not None:
+            raise InvalidParamsError(why, {"field": f"parts[{i}].data", "options": list(OPTIONS)})
 
 
 async def options(message: Message, call: Call) -> None:

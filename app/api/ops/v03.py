@@ -19,6 +19,7 @@ from app.protocol.model import Message, PushConfig, SendConfig
 
 from .admission import admit
 from .calls import Call, Replies, Stream, last_event_id
+from .routing import by_task, for_send
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ StreamHandler = Callable[[Any, Call, Wire], Awaitable[Stream]]
 async def send(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     message, config, push = wire.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
+    call = await for_send(params, message, call, config.task_id)
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
@@ -73,6 +75,7 @@ async def send(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
 async def stream(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
     message, config, push = wire.decode_send(params)
     webhook = pushconfig.decode(push, "0.3", wire.inline_push) if push is not None else None
+    call = await for_send(params, message, call, config.task_id)
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
@@ -93,18 +96,21 @@ async def legacy_stream(params: Any, call: Call, wire: Wire = LEGACY) -> Stream:
 
 async def get(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, history_length = json_v03.decode_task_query(params)
+    call = await by_task(call, task_id)
     task = await call.c.service.get(call.owner, task_id, history_length)
     return wire.replies.encode_task(task, history_length)
 
 
 async def cancel(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, _ = json_v03.decode_task_id(params)
+    call = await by_task(call, task_id)
     return wire.replies.encode_task(await call.c.service.cancel(call.owner, task_id))
 
 
 async def resubscribe(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
     """The task first, then its events until it ends; a finished task: the task, then the end."""
     task_id, _ = json_v03.decode_task_id(params)
+    call = await by_task(call, task_id)
     after = last_event_id(call, params)
     items = await call.c.service.resubscribe(call.owner, task_id, after)
     return items, wire.replies.stream()
@@ -113,6 +119,7 @@ async def resubscribe(params: Any, call: Call, wire: Wire = JSONRPC) -> Stream:
 async def set_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     """`tasks/pushNotificationConfig/set`: the stored config (server id if none given), redacted."""
     cfg = wire.decode_push_set(params)
+    call = await by_task(call, cfg.task_id)
     stored = await call.c.service.set_push_config(call.owner, cfg.task_id, cfg)
     return wire.encode_push(stored)
 
@@ -120,17 +127,20 @@ async def set_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
 async def get_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     """`tasks/pushNotificationConfig/get`; without a config id (deprecated form), the task's first."""
     task_id, config_id = pushconfig.decode_v03_ref(params)
+    call = await by_task(call, task_id)
     return wire.encode_push(await call.c.service.get_push_config(call.owner, task_id, config_id))
 
 
 async def list_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, _ = pushconfig.decode_v03_ref(params)
+    call = await by_task(call, task_id)
     configs, _ = await call.c.service.list_push_configs(call.owner, task_id)
     return wire.push_list([wire.encode_push(c) for c in configs])
 
 
 async def delete_push(params: Any, call: Call, wire: Wire = JSONRPC) -> Any:
     task_id, config_id = pushconfig.decode_v03_ref(params, need_config=True)
+    call = await by_task(call, task_id)
     assert config_id is not None
     await call.c.service.delete_push_config(call.owner, task_id, config_id)
     return None

@@ -17,6 +17,7 @@ from app.tasks.service import TaskPage
 from ..card.build import Card
 from .admission import admit
 from .calls import Call, Handler, Replies, Stream, StreamHandler, last_event_id
+from .routing import by_task, for_send
 
 INLINE = "configuration.taskPushNotificationConfig"
 
@@ -29,6 +30,7 @@ REPLIES = Replies(
 async def send(params: Any, call: Call) -> Any:
     message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
+    call = await for_send(params, message, call, config.task_id)
     result = await call.c.service.send(
         call.owner, await admit(message, call), config, webhook, call.idempotency_key
     )
@@ -38,6 +40,7 @@ async def send(params: Any, call: Call) -> Any:
 async def stream(params: Any, call: Call) -> Stream:
     message, config, push = protojson_v10.decode_send(params)
     webhook = pushconfig.decode(push, "1.0", INLINE) if push is not None else None
+    call = await for_send(params, message, call, config.task_id)
     items = await call.c.service.stream(
         call.owner, await admit(message, call), webhook, config, call.idempotency_key
     )
@@ -46,6 +49,7 @@ async def stream(params: Any, call: Call) -> Stream:
 
 async def get(params: Any, call: Call) -> Any:
     task_id, history_length = protojson_v10.decode_get(params)
+    call = await by_task(call, task_id)
     return protojson_v10.encode_task(
         await call.c.service.get(call.owner, task_id, history_length), history_length
     )
@@ -79,12 +83,14 @@ async def list_tasks(params: Any, call: Call) -> Any:
 
 async def cancel(params: Any, call: Call) -> Any:
     task_id = protojson_v10.decode_id(params)
+    call = await by_task(call, task_id)
     return protojson_v10.encode_task(await call.c.service.cancel(call.owner, task_id))
 
 
 async def subscribe(params: Any, call: Call) -> Stream:
     """The current Task first, then its events; a finished task cannot be subscribed to (-32004)."""
     task_id = protojson_v10.decode_id(params)
+    call = await by_task(call, task_id)
     after = last_event_id(call, params)
     state = (await call.c.service.head(call.owner, task_id)).state
     if state.terminal:
@@ -99,17 +105,20 @@ async def subscribe(params: Any, call: Call) -> Stream:
 async def create_push(params: Any, call: Call) -> Any:
     """`CreateTaskPushNotificationConfig`: the stored config with its (assigned) id, redacted."""
     cfg = pushconfig.decode_v10_create(params)
+    call = await by_task(call, cfg.task_id)
     stored = await call.c.service.set_push_config(call.owner, cfg.task_id, cfg)
     return pushconfig.encode_v10(stored)
 
 
 async def get_push(params: Any, call: Call) -> Any:
     task_id, config_id, _, _ = pushconfig.decode_v10_ref(params, need_config=True)
+    call = await by_task(call, task_id)
     return pushconfig.encode_v10(await call.c.service.get_push_config(call.owner, task_id, config_id))
 
 
 async def list_push(params: Any, call: Call) -> Any:
     task_id, _, page_size, page_token = pushconfig.decode_v10_ref(params)
+    call = await by_task(call, task_id)
     configs, token = await call.c.service.list_push_configs(call.owner, task_id, page_size, page_token)
     return {"configs": [pushconfig.encode_v10(c) for c in configs], "nextPageToken": token}
 
@@ -117,6 +126,7 @@ async def list_push(params: Any, call: Call) -> Any:
 async def delete_push(params: Any, call: Call) -> Any:
     """`DeleteTaskPushNotificationConfig`: idempotent; JSON-RPC `null` (REST answers `{}`)."""
     task_id, config_id, _, _ = pushconfig.decode_v10_ref(params, need_config=True)
+    call = await by_task(call, task_id)
     assert config_id is not None
     await call.c.service.delete_push_config(call.owner, task_id, config_id)
     return None

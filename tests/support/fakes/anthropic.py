@@ -7,6 +7,11 @@ confuse it. The last user message decides:
 - `CALL: <tool> <json>` lines in the prompt (base.py) → the run's MCP tools (`mcp__a2a__<tool>`), one call per
   answer; then `Done: a2a said <the last result>`, or at a failed one `Done: the tool failed: <content>`;
 - `RUN: <command>` in its text → a `Bash` tool call running that command (when tools are offered);
+- `RUNS: <command> | <command> ...` in the prompt (when tools are offered) → one `Bash` call per answer, in
+  order (the CLI asks for each); then `Done: the tool succeeded.`, or at a failed one `Done: the tool failed:
+  <content>`;
+- `PARALLEL: <command> | <command> ...` (when tools are offered) → every command a `Bash` call of one
+  answer; once each has its result, `Done: <n> ran, <m> failed.`;
 - `EDIT: <path> | <old> | <new>` and `WRITE: <path> | <text>` lines in the prompt (when tools are offered) →
   a script of file tools, one call per answer, in the prompt's order: `Read` then `Edit` (Claude edits only
   a file it has read), or `Write` of `<text>` and a newline; `<path>` is taken from the working directory
@@ -100,7 +105,16 @@ def _file_script(prompt: str, cwd: str) -> list[dict[str, Any]]:
             calls.append({"name": "Edit", "input": edit})
         elif kind == "WRITE" and len(fields) == 2:
             calls.append({"name": "Write", "input": {"file_path": path, "content": fields[1] + "\n"}})
+    for line in re.findall(r"^RUNS: (.+)$", prompt, re.MULTILINE):
+        calls += [_bash(command.strip()) for command in line.split(" | ")]
     return calls
+
+
+def _bash(command: str) -> dict[str, Any]:
+    return {"name": "Bash", "input": {"command": command, "description": "run it"}}
+
+
+_PARALLEL = re.compile(r"^PARALLEL: (.+)$", re.MULTILINE)
 
 
 def _since_prompt(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -109,8 +123,9 @@ def _since_prompt(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
     for m in reversed(messages):
         if m.get("role") != "user":
             continue
-        if (block := _tool_result(m.get("content"))) is not None:
-            results.insert(0, block)
+        if _tool_result(m.get("content")) is not None:
+            blocks = [b for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+            results[:0] = blocks
         elif _user_prompts([m]):
             return "\n".join(_texts(m.get("content"))), results
     return "", results
@@ -190,6 +205,13 @@ class FakeAnthropic:
         elif len(results) < len(script):
             step = script[len(results)]
             blocks = [{"type": "text", "text": f"Using {step['name']}."}, {"type": "tool_use", **step}]
+        elif (both := _PARALLEL.search(asked)) and body.get("tools"):
+            if results:
+                failed = sum(1 for r in results if r.get("is_error"))
+                blocks = [{"type": "text", "text": f"Done: {len(results) - failed} ran, {failed} failed."}]
+            else:
+                runs = [{"type": "tool_use", **_bash(c.strip())} for c in both.group(1).split(" | ")]
+                blocks = [{"type": "text", "text": "I'll run them."}, *runs]
         elif result is not None:
             text = (
                 f"Done: the tool failed: {_result_text(result)}"

@@ -9,6 +9,8 @@ makes (routers, retries) cannot shift the script. The scenario is named in the u
 - `FAKE:hang`         accept the request (200, SSE headers) and then send nothing, until the fake closes
 - `FAKE:loop:<m>`     ask for `sleep 1; echo <m>-<n>` again after every result (n counts): a CLI that
                       keeps working and printing, never finishing
+- `FAKE:twice:<file>` ask for the shell command `echo hi >> <file>` twice, one call per answer (Codex's fake:
+                      an approval asked twice)
 - `FAKE:patch:<file>` ask for a file edit that creates `<file>` with `patched`: Codex's `apply_patch`
                       (through exec_command, which Codex turns into a file change), Gemini's write_file
 - anything else       answer text (`TEXT_CHUNKS`, streamed in pieces)
@@ -35,14 +37,14 @@ from typing import Any
 TEXT_CHUNKS = ("hi from ", "the fake ", "model")
 TEXT = "".join(TEXT_CHUNKS)
 ERROR_MESSAGE = "fake model refuses this request"
-_DIRECTIVE = re.compile(r"FAKE:(tool|long|error|hang|loop|patch)(?::([\w.\-]+))?")
+_DIRECTIVE = re.compile(r"FAKE:(tool|long|error|hang|loop|patch|twice)(?::([\w.\-]+))?")
 HANG_LIMIT_S = 300.0
 """The longest a `hang` reply holds its connection (the fake's close ends it at once)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    kind: str  # "text", "tool", "long", "error", "hang", "loop" or "patch"
+    kind: str  # "text", "tool", "long", "error", "hang", "loop", "patch" or "twice"
     file: str = ""
     step: int = 1
     """In the loop scenario, which call this is (1 for the first)."""
@@ -57,6 +59,8 @@ class Scenario:
         if self.kind == "patch":
             patch = f"*** Begin Patch\n*** Add File: {self.file}\n+patched\n*** End Patch"
             return f"apply_patch <<'PATCH'\n{patch}\nPATCH\n"
+        if self.kind == "twice":
+            return f"echo hi >> {self.file}"
         return f"echo hi > {self.file}"
 
 

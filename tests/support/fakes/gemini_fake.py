@@ -94,6 +94,8 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
     scenario = scenario_of(texts(contents[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(responses) + 1)
+    if scenario.kind == "twice" and body.get("tools") and len(responses) < 2:
+        return "tool", scenario
     if responses:
         return "final", json.dumps(responses[-1].get("response"))
     if scenario.kind in ("error", "hang"):

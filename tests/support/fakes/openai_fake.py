@@ -101,6 +101,8 @@ def plan(body: dict[str, Any]) -> tuple[str, Any]:
     scenario = scenario_of(_texts(items[last_user]) if users else [])
     if scenario.kind == "loop" and body.get("tools"):
         return "tool", replace(scenario, step=len(outputs) + 1)
+    if scenario.kind == "twice" and body.get("tools") and len(outputs) < 2:
+        return "tool", scenario
     if outputs:
         return "final", _output_text(outputs[-1].get("output"))
     if scenario.kind in ("error", "hang"):
