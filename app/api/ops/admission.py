@@ -27,7 +27,7 @@ from .calls import Call, Item, Stream, accept_message
 
 async def admit(message: Message, call: Call) -> Message:
     """Everything a message must pass before it is stored: media types, size, the task tree's metadata
-    (the server's own), and the task rate."""
+    (the server's own), the principal's day budget, and the task rate."""
     accept_message(message, call)
     tree(message)
     approvals(message, call)
@@ -84,8 +84,8 @@ def approvals(message: Message, call: Call) -> None:
 
 
 async def options(message: Message, call: Call) -> None:
-    """The model and timeout a message names, within its role's limits; a later message of a task may only
-    repeat its task's (read only when it names one)."""
+    """The model, timeout and budget a message names, within its role's limits; a later message of a task may
+    only repeat its task's (read only when it names one)."""
     metadata = message.metadata or {}
     call.c.task_limits.check(metadata)
     if message.task_id and any(k in metadata for k in OPTION_KEYS):
