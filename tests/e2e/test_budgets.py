@@ -1,8 +1,8 @@
 """Budgets over real server processes (SQLite): the principal's day (BUDGET_DAY_USD) and a task's children.
 
 `day`: the scripted agent with BUDGET_DAY_USD 0.05. Once a task has reported 0.06 USD today, the next send
-is refused at once on every binding and both versions (JSON-RPC, HTTP+JSON, gRPC; a stream too; an answer
-to a waiting task too; the MCP host endpoint's `run_task`) with the task-rate code (-32092, HTTP 429 with
+is refused at once on every binding and both versions (JSON-RPC, HTTP+JSON, gRPC; a stream too; the MCP
+host endpoint's `run_task`; an answer to a waiting task is still taken) with the task-rate code (-32092, HTTP 429 with
 `Retry-After`, gRPC RESOURCE_EXHAUSTED) and a message saying when the day resets; nothing is stored.
 
 `tree`: the caller agent (tests/support/agents/caller.py) as `lead` with `budget_usd` 0.05 and the scripted
@@ -183,17 +183,23 @@ async def test_a_spent_day_refuses_the_next_send_on_every_binding_and_stores_not
         assert listed["result"]["tasks"] == [], "a refused message starts no task"
 
 
-async def test_a_spent_day_refuses_an_answer_to_a_waiting_task_too(day: ServerProcess) -> None:
+async def test_a_spent_day_still_takes_an_answer_to_a_waiting_task(day: ServerProcess) -> None:
+    """The day's cap stops new tasks; a question asked before it was spent is answered and its task ends."""
     waiting = day.waiting  # type: ignore[attr-defined]
     assert waiting["status"]["state"] == "input-required"
     answer = text_message("y", taskId=waiting["id"], contextId=waiting["contextId"])
     async with httpx.AsyncClient(base_url=day.base_url, timeout=30) as http:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": answer}}
-        refused = (await http.post("/a2a/jsonrpc", json=body)).json()
-        assert refused["error"]["code"] == -32092, refused
-        _reset_in(refused["error"]["message"])
-        still = await result(http, "tasks/get", {"id": waiting["id"]})
-        assert still["status"]["state"] == "input-required"
+        _reset_in(await _refused_new(http))
+        done = await result(http, "message/send", {"message": answer})
+        assert (await wait_until_stopped(http, done))["status"]["state"] == "completed"
+
+
+async def _refused_new(http: httpx.AsyncClient) -> str:
+    """The day's refusal of a new task, here and now (so the answer above is taken on a spent day)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": text_message("hi")}}
+    refused = (await http.post("/a2a/jsonrpc", json=body)).json()
+    assert refused["error"]["code"] == -32092, refused
+    return refused["error"]["message"]
 
 
 async def test_a_spent_day_refuses_a_running_agents_next_child(day: ServerProcess) -> None:

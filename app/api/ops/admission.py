@@ -45,15 +45,16 @@ async def admit(message: Message, call: Call) -> Message:
         )
     await options(message, call)
     await repository(message, call)
-    await day_budget(call)
     if not message.task_id:
+        await day_budget(call)
         await limits.rate.take(call.owner)
     return message
 
 
 async def day_budget(call: Call) -> None:
-    """Refuse any send (a new task or an answer) while the caller's spend today (UTC) has reached
-    BUDGET_DAY_USD: -32092, 429 with `Retry-After` until midnight. The spend is the database's, so every
+    """Refuse a new task while the caller's spend today (UTC) has reached BUDGET_DAY_USD: -32092, 429
+    with `Retry-After` until midnight. An answer to a waiting task goes on, within that task's own cap: a
+    question or an approval is never left waiting until midnight. The spend is the database's, so every
     replica reads the same."""
     cap, usage = call.c.day_budget_usd, call.c.usage
     if cap is None or usage is None:
