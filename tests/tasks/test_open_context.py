@@ -26,16 +26,21 @@ pytestmark = pytest.mark.parametrize("backend", BACKENDS)
 
 
 class Gate:
-    """A run that starts, asks when told to (`ask:` in its text), and finishes when the test says."""
+    """A run that starts, asks when told to (`ask:` in its text; with `hold_asks`, only once `asks` is set),
+    and finishes when the test says."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_asks: bool = False) -> None:
         self.started = 0
         self.finish = asyncio.Event()
+        self.asks = asyncio.Event()
+        if not hold_asks:
+            self.asks.set()
 
     async def __call__(self, task: TaskContext) -> None:
         self.started += 1
         await task.working()
         if "ask:" in task.message.text():
+            await self.asks.wait()
             await task.ask("Which one?")
         await self.finish.wait()
         await task.complete("done")
@@ -90,11 +95,16 @@ async def test_a_message_naming_only_the_context_answers_its_task_waiting_for_in
 async def test_several_tasks_waiting_in_a_context_are_listed_not_guessed(backend, tmp_path):
     """A pure agent's two tasks of one context both wait for input: a message naming only the context is
     -32602 listing both, and nothing is stored; each answered by its taskId goes on."""
-    gate = Gate()
+    gate = Gate(hold_asks=True)
     db = await _database(backend, tmp_path)
     async with running(tmp_path, gate, pure=True, agent_timeout_s=600.0, **db) as c:
+        # Both start before either asks: once one waits, a message naming only the context answers it.
         first = await send(c, "ask:", blocking=False)
+        await until(c, first.id, TaskState.WORKING)
         second = await send(c, "ask:", blocking=False, context_id=first.context_id)
+        assert second.id != first.id
+        await until(c, second.id, TaskState.WORKING)
+        gate.asks.set()
         for task in (first, second):
             await until(c, task.id, TaskState.INPUT_REQUIRED)
         with pytest.raises(InvalidParamsError) as refused:
