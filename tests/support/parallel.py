@@ -1,4 +1,4 @@
-"""Running the suite in several pytest-xdist workers (`make test` runs `pytest -n 2`, docs/testing.md).
+"""Running the suite in several pytest-xdist workers (`make test` runs `pytest -n 3`, docs/testing.md).
 
 What the workers must not share, and how they don't:
 
