@@ -1,9 +1,10 @@
 """Budgets over real server processes (SQLite): the principal's day (BUDGET_DAY_USD) and a task's children.
 
 `day`: the scripted agent with BUDGET_DAY_USD 0.05. Once a task has reported 0.06 USD today, the next send
-is refused at once on every binding and both versions (JSON-RPC, HTTP+JSON, gRPC; a stream too; the MCP
-host endpoint's `run_task`; an answer to a waiting task is still taken) with the task-rate code (-32092, HTTP 429 with
-`Retry-After`, gRPC RESOURCE_EXHAUSTED) and a message saying when the day resets; nothing is stored.
+that would start a task is refused at once on every binding and both versions (JSON-RPC, HTTP+JSON, gRPC; a
+stream too; the MCP host endpoint's `run_task`) with the task-rate code (-32092, HTTP 429 with `Retry-After`,
+gRPC RESOURCE_EXHAUSTED) and a message saying when the day resets; nothing is stored. An answer to a waiting
+task is still taken.
 
 `tree`: the caller agent (tests/support/agents/caller.py) as `lead` with `budget_usd` 0.05 and the scripted
 agent as `worker`. A child gets what its parent has left as its own budget, and its spend rolls up into
