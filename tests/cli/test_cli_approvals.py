@@ -27,7 +27,6 @@ from tests.cli.test_cli_claude import CLAUDE_ENV
 from tests.conftest import make_server
 from tests.support.clis import (
     CLI_BIN,
-    install_clis,
     response_text,
     send_message,
     status_text,
@@ -36,14 +35,6 @@ from tests.support.clis import (
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.rpc import call, result, text_message
 from tests.support.server import ServerProcess, free_port
-
-
-@pytest.fixture(scope="module")
-def fake_api() -> Any:
-    install_clis()
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
 
 
 class Served:

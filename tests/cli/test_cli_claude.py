@@ -26,7 +26,6 @@ from tests.support.clis import (
     alive,
     find_process,
     get_task,
-    install_clis,
     response_text,
     send_message,
     session_members,
@@ -41,15 +40,6 @@ from tests.support.clis import (
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.rpc import call, result, text_message
 from tests.support.server import ServerProcess
-
-
-@pytest.fixture(scope="module")
-def fake_api() -> Any:
-    install_clis()
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
-
 
 CLAUDE_ENV = {
     "ANTHROPIC_BASE_URL": "",

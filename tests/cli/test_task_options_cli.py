@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import make_server
-from tests.support.clis import CLI_BIN, install_clis, wait_until_stopped
+from tests.support.clis import CLI_BIN, wait_until_stopped
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.rpc import result, text_message
 from tests.support.server import ServerProcess
@@ -26,14 +26,6 @@ CLAUDE_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "DISABLE_AUTOUPDATER": "1",
 }
-
-
-@pytest.fixture(scope="module")
-def fake_api() -> Any:
-    install_clis()
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture(scope="module")
