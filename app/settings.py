@@ -118,6 +118,14 @@ class Settings(BaseSettings):
     """How long a replica's claim on a task lasts without a heartbeat; a dead replica's tasks are ended or
     re-queued by another replica about twice this after it died (a reaper marks the expired lease, then
     gives the holder one more TTL to renew: `store/leases.py`)."""
+    checkpoint_s: float = Field(default=120.0, gt=0)
+    """How often a running coding CLI's workspace and session are saved as its task's checkpoint (also at
+    each end of a turn and at a clean shutdown), so another holder can go on when this one dies."""
+    checkpoint_max_mb: float = Field(default=64.0, gt=0)
+    """The largest checkpoint kept (compressed); a larger one is not saved, and the task cannot resume."""
+    resume_attempts: int = Field(default=2, ge=0)
+    """How many times a task whose holder died (or shut down) goes on elsewhere from its checkpoint
+    before it fails as lost; 0: never."""
     db_outage_grace_s: float = Field(default=120.0, gt=0)
     """How long a run keeps its unrecorded events in memory while the database is unreachable (its agent
     paused when the buffer is full); past it the agent is stopped and the task ends `failed` once the

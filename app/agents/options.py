@@ -40,6 +40,7 @@ SETTING_OF: dict[str, str] = {
     "model": "AGENT_MODEL",
     "command": "AGENT_COMMAND",
     "cancel_grace_s": "CANCEL_GRACE_S",
+    "checkpoint_s": "CHECKPOINT_S",
     "replica_id": "REPLICA_ID",
     "database_file": "DATABASE_URL",
     "claude_bin": "CLAUDE_BIN",
@@ -97,6 +98,7 @@ class ServerSettings(Protocol):
     agent_model: str | None
     agent_command: str | None
     cancel_grace_s: float
+    checkpoint_s: float
     claude_bin: str
     codex_bin: str
     gemini_bin: str
@@ -153,6 +155,9 @@ class AgentOptions:
     bin: str | None = None
     """The CLI's executable; None: the adapter's default below (`claude_bin`, ...)."""
     cancel_grace_s: float = 5.0
+    checkpoint_s: float = 120.0
+    """How often a running CLI's workspace and session are saved as its task's checkpoint, beside each
+    end of a turn and a clean shutdown (CHECKPOINT_S; `cli/checkpoint.py`)."""
     claude_bin: str = "claude"
     codex_bin: str = "codex"
     gemini_bin: str = "gemini"

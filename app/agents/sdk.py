@@ -49,6 +49,7 @@ from app.protocol.model import SESSION_KEY, Artifact, Message, Part, Role, TaskS
 from app.protocol.usage import CHILD_USAGE_KEY, USAGE_KEY, ModelUsage, Usage
 
 from .calls import AgentCalls, AgentInfo, CallError, ChildTask
+from .checkpoints import CheckpointStore, Resumed
 from .emissions import RESPONSE_ARTIFACT, Emit, Price, UsageMeter, response_artifact_id, tool_call_metadata
 
 __all__ = [
@@ -187,6 +188,7 @@ class TaskContext(Request):
         "_answers",
         "_cancel_hooks",
         "_cancelled",
+        "_drain_hooks",
         "_emit",
         "_finished",
         "_meter",
@@ -194,6 +196,8 @@ class TaskContext(Request):
         "_turn_end_hooks",
         "attachments",
         "calls",
+        "checkpoints",
+        "resumed",
         "workspace",
     )
 
@@ -232,6 +236,12 @@ class TaskContext(Request):
         self.calls: AgentCalls | None = None
         """What this run may ask of the server about other agents (set by the server; None: it gives
         none). The methods `list_agents` ... `cancel_task` below call it."""
+        self.checkpoints: CheckpointStore | None = None
+        """Where this run saves its task's checkpoint and finds the one a previous holder saved
+        (`checkpoints.py`; set by the server, None: it keeps none)."""
+        self.resumed: Resumed | None = None
+        """Set when this run goes on with a task whose previous holder stopped: restore the checkpoint."""
+        self._drain_hooks: list[Callable[[], Awaitable[bool]]] = []
 
     @property
     def id(self) -> str:
@@ -255,6 +265,22 @@ class TaskContext(Request):
         """Run `hook` when the task is cancelled or times out, before the run's coroutine is cancelled
         (a process-owning agent stops its process here; the cancel call waits for it)."""
         self._cancel_hooks.append(hook)
+
+    def on_drain(self, hook: Callable[[], Awaitable[bool]]) -> None:
+        """Run `hook` when the server shuts down cleanly while the task works: it stops the agent and
+        saves a checkpoint, True when it saved one (the task then goes on elsewhere)."""
+        self._drain_hooks.append(hook)
+
+    async def drain(self) -> bool:
+        """The server is shutting down: stop the agent keeping its work (`on_drain`); True when a
+        checkpoint was saved. Later emissions are dropped, as after a cancel."""
+        if self._cancelled.is_set() or not self._drain_hooks:
+            return False
+        self._cancelled.set()
+        saved = False
+        for hook in self._drain_hooks:
+            saved = await hook() or saved
+        return saved
 
     def on_turn_end(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run `hook` just before each end of the agent's turn (`ask`, `ask_auth`, `complete`, `fail`,
