@@ -28,6 +28,11 @@ one, an approval data part one call; `allow_always` keeps Claude's suggested rul
 `npm test *`) for the context (`CliRun.ask_permission`). A later task in the same context resumes the
 session (`--resume`). Cancel sends Claude's own `interrupt` control request first.
 
+Claude Code keeps a session in `~/.claude/projects/<project>/<session id>.jsonl` (and a folder of the same
+name beside it, when the session has one), `<project>` the workspace's absolute path escaped as the CLI does
+(`claude_project`). A checkpoint carries those (`checkpoint.py`), and a restore puts them in the project
+folder of this machine's workspace path, so `--resume` finds them where the workspace moved.
+
 An error `result` with no `result` text is Claude ending the run itself, e.g. resuming a session it no
 longer has (2.1.197: subtype `error_during_execution`, `errors: ["No conversation found with session ID:
 <id>"]`, the same on stderr, exit 1). Its stdin is closed and the run fails once it exits, as every CLI
@@ -37,8 +42,9 @@ that exits non-zero does: `claude exited with status 1: <stderr tail>`.
 from __future__ import annotations
 
 import json
+import re
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from app.protocol.usage import COST_REPORTED, ModelUsage, Usage
@@ -48,6 +54,38 @@ from ..events import AgentEvent, count
 from ..jail.sandbox import TOOLS_SERVER_NAME
 from ..sdk import Request
 from .run import CliAgent, CliRun, exit_reason
+
+PROJECT_NAME_MAX = 200
+"""The longest project folder name Claude Code makes whole; a longer one is cut and given a hash."""
+
+
+def _js_hash(text: str) -> int:
+    """Java's string hash over UTF-16 code units, as the CLI computes it (`(h << 5) - h + c | 0`)."""
+    h = 0
+    units = text.encode("utf-16-le")
+    for i in range(0, len(units), 2):
+        h = (h * 31 + int.from_bytes(units[i : i + 2], "little")) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if not n:
+            return out
+
+
+def claude_project(cwd: str) -> str:
+    """The folder under `~/.claude/projects/` where Claude Code (2.1.197) keeps the sessions of `cwd`: every
+    UTF-16 code unit but ASCII letters and digits becomes `-`; past 200 the name is cut and the path's
+    hash (base 36) added."""
+    name = re.sub(r"[^a-zA-Z0-9]", lambda m: "-" * (2 if ord(m.group()) > 0xFFFF else 1), cwd)
+    if len(name) <= PROJECT_NAME_MAX:
+        return name
+    return f"{name[:PROJECT_NAME_MAX]}-{_base36(abs(_js_hash(cwd)))}"
 
 
 def _result_text(content: Any) -> str:
@@ -168,6 +206,16 @@ class ClaudeRun(CliRun):
             config = json.dumps({"mcpServers": {TOOLS_SERVER_NAME: server}})
             argv += ["--mcp-config", config, "--allowedTools", f"mcp__{TOOLS_SERVER_NAME}"]
         return argv
+
+    def session_files(self, home: Path, session_id: str) -> list[Path] | None:
+        project = home / ".claude" / "projects" / claude_project(str(self.workspace))
+        return [p for p in (project / f"{session_id}.jsonl", project / session_id) if p.exists()]
+
+    def session_place(self, rel: PurePosixPath) -> PurePosixPath:
+        """A session file goes to the project folder of this machine's workspace path."""
+        if rel.parts[:2] == (".claude", "projects") and len(rel.parts) > 3:
+            return PurePosixPath(".claude", "projects", claude_project(str(self.workspace)), *rel.parts[3:])
+        return rel
 
     def environment(self) -> dict[str, str]:
         """In the jail, Claude Code may skip its permission prompts even as root (it refuses otherwise)."""

@@ -12,6 +12,10 @@ tools Codex calls without asking.
 A later turn in the same context resumes the Codex thread (`exec resume <id>` / `thread/resume`); both
 modes share the thread store in CODEX_HOME, so the thread id serves either.
 
+A checkpoint (`checkpoint.py`) carries the thread's rollout file (`$CODEX_HOME/sessions/YYYY/MM/DD/
+rollout-<time>-<thread id>.jsonl`, CODEX_HOME by default `~/.codex`) when CODEX_HOME is in the principal's
+HOME; a restore puts it at the same place in this machine's HOME, where `resume` looks it up by id.
+
 Usage: Codex counts tokens per thread, so the thread's total after each turn is kept with the session and a
 turn reports its own share (`codex_events`); the model is the one the thread names (app-server) or
 AGENT_MODEL, else the `model` of `$CODEX_HOME/config.toml` (exec prints none).
@@ -19,6 +23,7 @@ AGENT_MODEL, else the `model` of `$CODEX_HOME/config.toml` (exec prints none).
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import shlex
@@ -29,10 +34,11 @@ from typing import Any
 
 from ..approvals import ALLOW_ALWAYS, ALLOW_ONCE, Rule, ToolCall
 from ..events import AgentEvent, AgentEventKind
-from ..jail.sandbox import TOOLS_SERVER_NAME
+from ..jail.sandbox import TOOLS_SERVER_NAME, agent_env
 from ..sdk import Request
 from .codex_events import AppServerParser, ExecParser, kept_tokens
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
+from .run import CliRun
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,20 @@ def tools_config(tools: list[str] | None) -> list[str]:
     ]
 
 
+def codex_home(env: Mapping[str, str]) -> Path:
+    """The CLI's CODEX_HOME: the variable, else `$HOME/.codex`."""
+    return Path(env.get("CODEX_HOME") or Path(env.get("HOME", "~")).expanduser() / ".codex")
+
+
+def rollout_files(run: CliRun, home: Path, thread: str) -> list[Path] | None:
+    """The rollout file(s) of `thread` under the run's CODEX_HOME; None when CODEX_HOME is outside the
+    principal's HOME (the operator's folder: a checkpoint carries no session then)."""
+    store = codex_home(agent_env(run.options, home, run.environment())).resolve()
+    if store != home and home not in store.parents:
+        return None
+    return sorted((store / "sessions").glob(f"*/*/*/rollout-*-{glob.escape(thread)}.jsonl"))
+
+
 def _kept_usage(data: Mapping[str, Any]) -> dict[str, int] | None:
     return kept_tokens(data.get("usage"))
 
@@ -89,6 +109,9 @@ class CodexExecRun(HeadlessRun):
         assert self.proc is not None
         self.parser.model = self.parser.model or configured_model(self.proc.env)
         await super().begin()
+
+    def session_files(self, home: Path, session_id: str) -> list[Path] | None:
+        return rollout_files(self, home, session_id)
 
     async def handle(self, obj: dict[str, Any]) -> list[AgentEvent]:
         events = await super().handle(obj)
@@ -152,6 +175,9 @@ class CodexAppServerRun(RpcRun):
 
     def command(self) -> list[str]:
         return [self.agent.binary, *tools_config(self.tools_command()), "app-server"]
+
+    def session_files(self, home: Path, session_id: str) -> list[Path] | None:
+        return rollout_files(self, home, session_id)
 
     async def begin(self) -> None:
         await self.call("initialize", {"clientInfo": {"name": "coding-agent-a2a", "version": "0.1.0"}})

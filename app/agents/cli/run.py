@@ -17,6 +17,13 @@ files: `repository.py`), starts the process there, feeds every stdout object to 
 the first `done` or `error`, fails it on the idle limit (paused while waiting for the user), and always
 stops the process group on the way out; at each end of a turn (`done`, `error`, `approval_required`) it
 publishes the checkout's change first.
+
+With a checkpoint store (`TaskContext.checkpoints`) a run saves its task's checkpoint (`checkpoint.py`) at
+each end of a turn (after the CLI stopped for `done`/`error`, while it waits for an approval), every
+CHECKPOINT_S while the CLI runs, and when the server drains it (`drain`: the CLI stopped, then saved). A run
+that goes on with a task another holder left (`TaskContext.resumed`) restores the checkpoint before it
+prepares the workspace and tells the CLI, resuming its session, the note `Resumed.note()` instead of the
+prompt; a run answering a task that waited elsewhere restores it too, when its session is not here.
 `cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
 naming the attached files) where it sends the user's text.
 """
@@ -31,7 +38,7 @@ import os
 import signal
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -39,6 +46,7 @@ from opentelemetry import trace
 from app.protocol.model import Message
 
 from ..approvals import ALLOW_ONCE, ToolCall, decisions, summary, unattended
+from ..checkpoints import CheckpointError
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
 from ..jail.egress import EgressProxy, Policy
 from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home
@@ -47,6 +55,7 @@ from ..repos.cache import RepoCache
 from ..repos.errors import RepoError
 from ..sdk import Request, Skill
 from .asking import OpenCalls
+from .checkpoint import RunCheckpoints
 from .folders import (
     ledger_file,
     load_allowed,
@@ -146,6 +155,19 @@ class CliRun(AgentRun):
         """The CLI skips its permission prompts: the role's `force`, unless the task asked for approvals."""
         self.approvals = OpenCalls(lambda: load_allowed(*key), lambda rules: save_allowed(*key, rules))
         """The permission requests waiting for an answer, and the context's `allow_always` rules."""
+        store = getattr(request, "checkpoints", None)
+        self.checkpoints: RunCheckpoints | None = None
+        """The task's checkpoints (None: the server keeps none, or the run works in AGENT_REPO_PATH, the
+        operator's folder, which is not archived nor replaced)."""
+        if store is not None and not self.options.repo_path:
+            self.checkpoints = RunCheckpoints(store, self, request.principal, request.context_id)
+            on_drain = getattr(request, "on_drain", None)
+            if on_drain is not None:
+                on_drain(self.drain)
+        self.note: str | None = None
+        """What the CLI is told instead of the prompt: the resumed run's note (`Resumed.note`)."""
+        self._prepared = False
+        """The workspace is restored and prepared: a checkpoint taken now is the task's."""
 
     # ---- hooks -----------------------------------------------------------------------------------
 
@@ -199,8 +221,20 @@ class CliRun(AgentRun):
         return self.tools.write(name, text, jailed=self.options.sandbox == "bwrap")
 
     def prompt(self) -> str:
-        """The user's text for the CLI: the message's text, naming the files attached to it."""
+        """The user's text for the CLI: the message's text, naming the files attached to it; a resumed
+        run's note instead."""
+        if self.note is not None:
+            return self.note
         return self.repo.prompt(self.request.message.text())
+
+    def session_files(self, home: Path, session_id: str) -> list[Path] | None:
+        """The CLI's files (or folders) of the session `session_id` in `home` that a checkpoint carries;
+        None: this adapter's sessions are not carried (a restored run starts a new one)."""
+        return None
+
+    def session_place(self, rel: PurePosixPath) -> PurePosixPath:
+        """Where a session file of a checkpoint (its path in the old HOME) goes in this machine's HOME."""
+        return rel
 
     def session_id(self) -> str | None:
         return load_session(self.options, self.adapter, self.request.principal, self.request.context_id)
@@ -275,20 +309,64 @@ class CliRun(AgentRun):
         jail = await self.agent.ready_jail()
         home = principal_home(self.options, self.request.principal)
         git = None if jail is None else jail_launcher(jail.wrap, self.workspace, home)
+        refused = await self._restore()
+        if refused is not None:
+            yield AgentEvent.error(refused)
+            return
         try:
             await self.repo.prepare(git)
         except (RepoError, OSError) as exc:
             where = f" on worker {self.options.worker}" if self.options.worker else ""
             yield AgentEvent.error(f"The task's workspace could not be prepared{where}: {exc}")
             return
+        self._prepared = True
         async with contextlib.aclosing(self._run()) as events:
             async for ev in events:
-                if ev.kind in TURN_ENDS and not self.cancelled and self.repo.checkout is not None:
-                    if ev.kind is not AgentEventKind.APPROVAL_REQUIRED:
-                        await self._shutdown(graceful=True)  # its work measured once it has stopped
-                    for artifact in await self.repo.turn_end():
-                        yield artifact
+                if ev.kind in TURN_ENDS and not self.cancelled:
+                    kept = self.repo.checkout is not None or self.checkpoints is not None
+                    if ev.kind is not AgentEventKind.APPROVAL_REQUIRED and kept:
+                        await self._shutdown(graceful=True)  # its work measured and saved once it stopped
+                    if self.repo.checkout is not None:
+                        for artifact in await self.repo.turn_end():
+                            yield artifact
+                    if self.checkpoints is not None and not self.cancelled:
+                        await self.checkpoints.save(ev.kind.value)
                 yield ev
+
+    async def _restore(self) -> str | None:
+        """Restore the task's checkpoint when this run goes on with it (module docstring); the reason the
+        run cannot go on, or None. A resumed run never goes on from half a checkpoint."""
+        resumed = getattr(self.request, "resumed", None)
+        if resumed is None and not self.request.history:
+            return None
+        if self.checkpoints is None:
+            return "cannot resume: the task has no checkpoint" if resumed is not None else None
+        try:
+            point = await self.checkpoints.store.load()
+            if point is None:
+                if resumed is not None:
+                    return "cannot resume: the task has no checkpoint"
+                return None
+            adapter = point.manifest.get("adapter")
+            if adapter != self.adapter:
+                raise CheckpointError(f"it was taken by the {adapter!r} adapter, not {self.adapter!r}")
+            if resumed is None:  # an answer: restored only when its session is not here
+                sid = point.manifest.get("sessionId")
+                if not sid or sid == self.session_id():
+                    return None
+            restored = await self.checkpoints.restore(point)
+        except (CheckpointError, OSError) as exc:
+            why = f"the task's checkpoint cannot be used: {exc}"
+            if resumed is None:
+                log.warning("a %s run goes on without its checkpoint: %s", self.adapter, why)
+                return None
+            if isinstance(exc, OSError):
+                return f"cannot resume: the checkpoint could not be restored here: {exc}"
+            return f"cannot resume: {why}"
+        log.info("%s run restored its task's checkpoint: %s", self.adapter, restored)
+        if resumed is not None:
+            self.note = resumed.note()
+        return None
 
     async def _run(self) -> AsyncIterator[AgentEvent]:
         calls = getattr(self.request, "calls", None)
@@ -319,6 +397,7 @@ class CliRun(AgentRun):
                 f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
             )
         proc: CliProcess | None = None
+        ticker: asyncio.Task[None] | None = None
         ended = False
         try:
             jail = await self.agent.ready_jail()
@@ -337,11 +416,16 @@ class CliRun(AgentRun):
                 yield AgentEvent.error(f"Cannot start {argv[0]!r} ({why}); install it or set {what}")
                 return
             self.proc = proc
+            if self.checkpoints is not None and self.options.checkpoint_s > 0:
+                ticker = asyncio.create_task(self.checkpoints.every(self.options.checkpoint_s))
             if not self.cancelled:
                 async for ev in self._read():
                     yield ev
             ended = True
         finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
             if proc is not None:
                 # Graceful (stdin closed, a grace period to exit) only after the run ended on its own: its
                 # stream ran out, or the CLI reported its result (the consumer stops reading at `done` or
@@ -424,6 +508,15 @@ class CliRun(AgentRun):
         """Stop the CLI (its own interrupt first when it has one); returns once its processes are gone."""
         self.cancelled = True
         await self._shutdown(graceful=False)
+
+    async def drain(self) -> bool:
+        """The server shuts down cleanly (`TaskContext.on_drain`): stop the CLI (its own interrupt first)
+        without a word to the task, then save the checkpoint; True when saved."""
+        self.cancelled = True
+        await self._shutdown(graceful=False)
+        if self.checkpoints is None or not self._prepared:
+            return False  # a run not yet restored and prepared: the task's checkpoint stays as it was
+        return await self.checkpoints.save("drain")
 
     async def _shutdown(self, graceful: bool) -> None:
         """Stop the process once, in a task of its own, so a cancelled caller cannot leave it half done."""
