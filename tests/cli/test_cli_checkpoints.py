@@ -1,5 +1,6 @@
-"""A CLI run's checkpoints (`app/agents/cli/checkpoint.py`): the real Claude Code and Codex, in their jail,
-against the fake model APIs, driven in-process through the agent API with an in-memory checkpoint store.
+"""A CLI run's checkpoints (`app/agents/cli/checkpoint.py`): the real Claude Code, Codex and Gemini CLI, in
+their jail, against the fake model APIs, driven in-process through the agent API with an in-memory checkpoint
+store.
 
 Two "machines" are two workspace roots (each with its principal's HOME): a task's run on the first saves a
 checkpoint; a run of the same task on the second, resumed, restores it where the second keeps its workspace
@@ -28,6 +29,7 @@ from app.agents.checkpoints import Checkpoint, CheckpointError, Resumed
 from app.agents.cli.checkpoint import Place, capture, restore
 from app.agents.cli.claude import ClaudeAgent, claude_project
 from app.agents.cli.codex import CodexAgent
+from app.agents.cli.gemini import GeminiAgent
 from app.agents.cli.run import CliAgent, CliRun
 from app.agents.options import AgentOptions
 from app.agents.sdk import Request, TaskContext
@@ -35,6 +37,8 @@ from app.protocol.events import Event, StatusUpdate
 from app.protocol.model import Message, Part, Role, TaskState
 from tests.support.clis import CLI_BIN, alive, install_clis
 from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.fakes.base import FakeServer
+from tests.support.fakes.gemini_fake import GeminiFake, gemini_env, write_gemini_home
 from tests.support.fakes.openai_fake import API_KEY_ENV, OpenAIFake, write_codex_home
 
 PRINCIPAL = "alice"
@@ -134,11 +138,12 @@ class Machine:
         return self.runs[-1].workspace.parent / ".home"
 
 
-@pytest.fixture(scope="module")
-def openai_fake() -> Iterator[OpenAIFake]:
+@pytest.fixture(scope="module", params=["codex", "gemini"])
+def model_cli(request: pytest.FixtureRequest) -> Iterator[tuple[str, FakeServer]]:
+    """Codex (`codex exec`) and Gemini CLI (`gemini -p`) unattended, each with its model API's fake."""
     install_clis()
-    fake = OpenAIFake()
-    yield fake
+    fake = OpenAIFake() if request.param == "codex" else GeminiFake()
+    yield request.param, fake
     fake.close()
 
 
@@ -155,20 +160,25 @@ def _claude(root: Path, fake: FakeAnthropic, **values: Any) -> ClaudeAgent:
     return ClaudeAgent(options)
 
 
-def _codex(root: Path, fake: OpenAIFake, **values: Any) -> CodexAgent:
+def _unattended(name: str, root: Path, fake: FakeServer) -> CliAgent:
+    """Codex or Gemini CLI, its HOME seeded with its configuration (AGENT_HOME_SEED), as a server runs it."""
     seed = root.parent / f"{root.name}-seed"
-    write_codex_home(seed / ".codex", fake.url)
+    if name == "codex":
+        write_codex_home(seed / ".codex", fake.url)
+        cli = {"codex_bin": str(CLI_BIN / "codex"), "env": {API_KEY_ENV: "sk-test"}}
+    else:
+        env = gemini_env(fake.url, write_gemini_home(seed))
+        del env["HOME"]
+        cli = {"gemini_bin": str(CLI_BIN / "gemini"), "env": env}
     options = AgentOptions(
         workspace_root=str(root),
         repo_cache_root=str(root.parent / f"{root.name}-repos"),
-        codex_bin=str(CLI_BIN / "codex"),
         home_seed=str(seed),
-        env={API_KEY_ENV: "sk-test"},
         egress_allow=fake.url.removeprefix("http://"),
         cancel_grace_s=2,
-        **values,
+        **cli,  # type: ignore[arg-type]
     )
-    return CodexAgent(options)
+    return CodexAgent(options) if name == "codex" else GeminiAgent(options)
 
 
 @pytest.fixture
@@ -316,32 +326,35 @@ async def test_claude_saves_periodically_and_drain_stops_it_and_saves(
     assert TaskState.FAILED not in states and TaskState.COMPLETED not in states
 
 
-async def test_codex_resumes_on_another_machine_with_the_first_runs_thread(
-    openai_fake: OpenAIFake, tmp_path: Path
+async def test_codex_and_gemini_resume_on_another_machine_with_the_first_runs_session(
+    model_cli: tuple[str, FakeServer], tmp_path: Path
 ) -> None:
-    a = Machine(_codex(tmp_path / "a", openai_fake), tmp_path / "a")
-    b = Machine(_codex(tmp_path / "b", openai_fake), tmp_path / "b")
+    name, fake = model_cli
+    a = Machine(_unattended(name, tmp_path / "root.a_1", fake), tmp_path / "root.a_1")
+    b = Machine(_unattended(name, tmp_path / "root.b_2", fake), tmp_path / "root.b_2")
     try:
         ids, store = _ids(), MemoryStore()
         first = await a.run("FAKE:tool:made.txt", store, **ids)
         assert first.state is TaskState.COMPLETED, first.text
-        thread = first.run.session_id()
-        assert thread and store.point is not None
+        sid = first.run.session_id()
+        assert sid and store.point is not None
         manifest = store.point.manifest
-        assert manifest["adapter"] == "codex" and manifest["sessionId"] == thread
-        assert any(thread in f for f in manifest["holds"]["home"]), manifest
+        assert manifest["adapter"] == name and manifest["sessionId"] == sid
+        assert manifest["holds"]["home"], manifest
 
-        before = len(openai_fake.requests)
+        before = len(fake.requests)
         second = await b.run("FAKE:tool:made.txt", store, resumed=RESUMED, **ids)
         assert second.state is TaskState.COMPLETED, second.text
         workspace = b.workspace(ids["context"])
+        assert workspace != a.workspace(ids["context"])
         assert (workspace / "made.txt").read_text().strip() == "hi"
         argv = second.run.proc.argv if second.run.proc else []
-        assert argv[argv.index("resume") + 1] == thread and argv[-1] == RESUMED.note()
-        bodies = [body for _, _, body in openai_fake.requests[before:] if isinstance(body, dict)]
-        texts = [json.dumps(body.get("input")) for body in bodies]
+        option = "resume" if name == "codex" else "--resume"
+        assert argv[argv.index(option) + 1] == sid
+        assert argv[-1] in (RESUMED.note(), f"--prompt={RESUMED.note()}"), "the note, not the prompt again"
+        bodies = [json.dumps(body) for _, _, body in fake.requests[before:] if isinstance(body, dict)]
         assert any(
-            "FAKE:tool:made.txt" in t and "previous run of this task was interrupted" in t for t in texts
+            "FAKE:tool:made.txt" in b and "previous run of this task was interrupted" in b for b in bodies
         )
     finally:
         await a.agent.aclose()
@@ -396,7 +409,7 @@ def test_an_archive_with_unsafe_members_is_refused_and_restores_nothing(
 
 def test_a_checkout_borrowing_objects_is_archived_whole_and_a_link_out_is_left_out(tmp_path: Path) -> None:
     """A clone with `alternates` (`--shared`) restores where its source is gone; a link out of the
-    workspace is not archived (a restore would refuse it)."""
+    workspace is not archived (a restore would refuse it), nor a lock git held when it was taken."""
     origin = tmp_path / "origin"
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q", str(origin)], check=True)
@@ -408,12 +421,14 @@ def test_a_checkout_borrowing_objects_is_archived_whole_and_a_link_out_is_left_o
     assert (place.workspace / ".git" / "objects" / "info" / "alternates").is_file()
     (place.workspace / "out").symlink_to("/etc/hostname")
     (place.workspace / "in").symlink_to("a.txt")
+    (place.workspace / ".git" / "index.lock").write_text("")  # a git command at work when it was taken
     data, manifest = capture(place, None, {"adapter": "test"}, 10**8)
     assert manifest["skipped"] == ["workspace/out"]
     subprocess.run(["rm", "-rf", str(origin)], check=True)
     there = _place(tmp_path / "m2")
     restore(data, there, lambda rel: rel)
     assert not (there.workspace / ".git" / "objects" / "info" / "alternates").exists()
+    assert not (there.workspace / ".git" / "index.lock").exists()
     fsck = subprocess.run(
         ["git", "-C", str(there.workspace), "fsck", "--full"], capture_output=True, text=True
     )

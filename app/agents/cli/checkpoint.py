@@ -6,11 +6,13 @@ The archive (tar.gz, built and unpacked in a thread) holds, under three folders:
   makes owns its objects (`repos/cache.py`: `--no-local`, no `alternates`); should one borrow objects all the
   same, the borrowed ones are put in the archive and its `alternates` left out, so it restores anywhere.
   A link that points out of the workspace (or to an absolute path) is left out, and named in the manifest:
-  a restore refuses such links.
+  a restore refuses such links. So are the locks git holds while it writes (`.git/index.lock`).
 - `home/`: the CLI's files of the session in the principal's HOME, as the adapter names them
   (`CliRun.session_files`): Claude Code's transcript under `~/.claude/projects/<the workspace's path,
-  escaped>/`, Codex's rollout file under `$CODEX_HOME/sessions/`. An adapter that names none carries no
-  session: the restored run starts a new one in the restored workspace.
+  escaped>/`, Codex's rollout file under `$CODEX_HOME/sessions/`, unattended Gemini CLI's chat files under
+  `~/.gemini/tmp/<project>/chats/`. An adapter that names none (Gemini in ACP mode, which resumes nothing;
+  Cursor, whose session store is its own) carries no session: the restored run starts a new one in the
+  restored workspace.
 - `records/`: what the server keeps beside the workspace (`folders.py`): the session record (only with the
   session's files), the `allow_always` rules, the context's recorded repository.
 
@@ -20,7 +22,8 @@ was taken and what the archive holds. An archive over the store's `max_bytes` is
 A restore unpacks into a temporary folder in the principal's root first (tarfile's `data` filter: no absolute
 names, no `..`, no links out of it, no devices; anything outside the three folders refused), then moves each
 part into this machine's place: the workspace where this machine keeps it, the session files where the CLI
-here looks for them (`CliRun.session_place`: Claude's project folder of the new path), the records. Nothing
+here looks for them (`CliRun.session_place`: Claude's and Gemini's project folder of the new path), the
+records. Nothing
 is ever restored outside the principal's root, and a checkpoint that cannot be read restores nothing.
 """
 
@@ -153,8 +156,14 @@ class _Archive:
         self.add(top, prefix, top)
         for path in _walk(top):
             rel = PurePosixPath(path.relative_to(top).as_posix())
-            if rel not in leave_out:
+            if rel not in leave_out and not _git_lock(rel):
                 self.add(path, f"{prefix}/{rel}", top)
+
+
+def _git_lock(rel: PurePosixPath) -> bool:
+    """A lock git holds while it writes (`.git/index.lock`, a ref's): a checkpoint taken meanwhile leaves it
+    out, or the restored checkout would refuse every git command."""
+    return rel.parts[:1] == (".git",) and rel.name.endswith(".lock")
 
 
 def _borrowed(workspace: Path) -> list[Path]:
@@ -306,7 +315,9 @@ class Checkpointed(Protocol):
 
     def session_files(self, home: Path, session_id: str) -> list[Path] | None: ...
 
-    def session_place(self, rel: PurePosixPath) -> PurePosixPath: ...
+    def session_place(self, rel: PurePosixPath, home: Path) -> PurePosixPath: ...
+
+    def session_restored(self, home: Path) -> None: ...
 
 
 class RunCheckpoints:
@@ -358,5 +369,11 @@ class RunCheckpoints:
     async def restore(self, point: Checkpoint) -> dict[str, Any]:
         """Restore `point` here (`restore`); CheckpointError or OSError as there."""
         async with self._lock:
-            place = await asyncio.to_thread(self.place)
-            return await asyncio.to_thread(restore, point.data, place, self.run.session_place)
+            return await asyncio.to_thread(self._restore, point.data)
+
+    def _restore(self, data: bytes) -> dict[str, Any]:
+        place = self.place()
+        done = restore(data, place, lambda rel: self.run.session_place(rel, place.home))
+        if done["home"]:
+            self.run.session_restored(place.home)
+        return done

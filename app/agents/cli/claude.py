@@ -211,7 +211,7 @@ class ClaudeRun(CliRun):
         project = home / ".claude" / "projects" / claude_project(str(self.workspace))
         return [p for p in (project / f"{session_id}.jsonl", project / session_id) if p.exists()]
 
-    def session_place(self, rel: PurePosixPath) -> PurePosixPath:
+    def session_place(self, rel: PurePosixPath, home: Path) -> PurePosixPath:
         """A session file goes to the project folder of this machine's workspace path."""
         if rel.parts[:2] == (".claude", "projects") and len(rel.parts) > 3:
             return PurePosixPath(".claude", "projects", claude_project(str(self.workspace)), *rel.parts[3:])

@@ -16,17 +16,25 @@ untrusted folder makes headless Gemini exit 55. A later unattended turn in the s
 session (`--resume <id>`). ACP turns start a new session each time: 0.61.0's `session/load` rewrites the
 stored session before reading it and then finds nothing to resume ("No previous sessions found"), and
 `--resume` is ignored with `--acp`.
+
+Gemini keeps a session in `<GEMINI_CLI_HOME or HOME>/.gemini/tmp/<project>/chats/session-<time>-<first 8 of
+the id>.jsonl`, `<project>` a name it gives the workspace's path (`.gemini/projects.json`, and the marker
+`.project_root` in that folder naming the path). An unattended run's checkpoint (`checkpoint.py`) carries the
+session's chat files; a restore puts them in the project folder of this machine's workspace path (the one
+this HOME's registry names, else the same name) and writes its marker, where `--resume` finds them. An ACP
+run carries no session (it resumes none).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..approvals import ALLOW_ALWAYS, ALLOW_ONCE, Rule, ToolCall, text_diff
 from ..events import AgentEvent
-from ..jail.sandbox import TOOLS_SERVER_NAME
+from ..jail.sandbox import TOOLS_SERVER_NAME, agent_env
 from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
@@ -79,12 +87,66 @@ def gemini_call(request_id: Any, name: str, tool_input: Any, call: dict[str, Any
     )
 
 
+PROJECT_MARKER = ".project_root"
+"""The file in a Gemini project folder naming the path it is of."""
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 class GeminiHeadlessRun(HeadlessRun):
     """One unattended `gemini -p` turn."""
 
     def __init__(self, request: Request, agent: GeminiAgent) -> None:
         super().__init__(request, agent)
         self.parser = StreamJsonParser()
+        self._restored_project: str | None = None
+
+    def _gemini_dir(self, home: Path) -> Path:
+        env = agent_env(self.options, home, {})
+        return Path(env.get("GEMINI_CLI_HOME") or home) / ".gemini"
+
+    def session_files(self, home: Path, session_id: str) -> list[Path] | None:
+        gemini = self._gemini_dir(home).resolve()
+        if gemini != home and home not in gemini.parents:
+            return None  # the operator's folder: not carried
+        projects = gemini / "tmp"
+        try:
+            folders = [p for p in projects.iterdir() if _read(p / PROJECT_MARKER) == str(self.workspace)]
+        except OSError:
+            return []
+        chats = [f for p in folders for f in (p / "chats").glob(f"session-*-{session_id[:8]}.json*")]
+        return sorted(chats) + [
+            p / "chats" / session_id for p in folders if (p / "chats" / session_id).is_dir()
+        ]
+
+    def _project_here(self, home: Path, before: str) -> str:
+        """The project folder name this HOME's registry gives the workspace, else the checkpoint's."""
+        try:
+            known = json.loads((self._gemini_dir(home) / "projects.json").read_text()).get("projects") or {}
+        except (OSError, ValueError, AttributeError):
+            known = {}
+        name = known.get(str(self.workspace)) if isinstance(known, dict) else None
+        return name if isinstance(name, str) and name and "/" not in name and name != ".." else before
+
+    def session_place(self, rel: PurePosixPath, home: Path) -> PurePosixPath:
+        base = self._gemini_dir(home).relative_to(home).parts  # GEMINI_CLI_HOME in the HOME, or the HOME
+        n = len(base)
+        if rel.parts[: n + 1] != (*base, "tmp") or len(rel.parts) < n + 3:
+            return rel
+        self._restored_project = self._project_here(home, rel.parts[n + 1])
+        return PurePosixPath(*base, "tmp", self._restored_project, *rel.parts[n + 2 :])
+
+    def session_restored(self, home: Path) -> None:
+        """The restored project folder names this machine's workspace path (its marker)."""
+        if self._restored_project is not None:
+            folder = self._gemini_dir(home) / "tmp" / self._restored_project
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / PROJECT_MARKER).write_text(str(self.workspace))
 
     def environment(self) -> dict[str, str]:
         """With the run's tools: system settings naming them (headless Gemini reads MCP servers from its

@@ -232,9 +232,12 @@ class CliRun(AgentRun):
         None: this adapter's sessions are not carried (a restored run starts a new one)."""
         return None
 
-    def session_place(self, rel: PurePosixPath) -> PurePosixPath:
-        """Where a session file of a checkpoint (its path in the old HOME) goes in this machine's HOME."""
+    def session_place(self, rel: PurePosixPath, home: Path) -> PurePosixPath:
+        """Where a session file of a checkpoint (its path in the old HOME) goes in this machine's `home`."""
         return rel
+
+    def session_restored(self, home: Path) -> None:
+        """After a restore put the session files in `home`: what else the CLI needs to find them there."""
 
     def session_id(self) -> str | None:
         return load_session(self.options, self.adapter, self.request.principal, self.request.context_id)
