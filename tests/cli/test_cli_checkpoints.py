@@ -15,12 +15,14 @@ import asyncio
 import io
 import json
 import logging
+import os
 import subprocess
 import tarfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -253,15 +255,30 @@ async def test_claude_answer_on_another_machine_restores_the_session_it_lacks(
     assert "The first prompt was: RUN: echo waited > waited.txt" in said
 
 
-async def test_claude_resume_refused_for_a_missing_corrupt_cut_or_foreign_checkpoint(
-    claude_machines: tuple[Machine, Machine], fake_api: FakeAnthropic
+def _good_checkpoint(tmp: Path, adapter: str) -> Checkpoint:
+    """A checkpoint as a run on another machine takes it: a workspace (incompressible, so a cut one is
+    cut inside its files) and a session file."""
+    place = _place(tmp)
+    place.workspace.mkdir(parents=True)
+    (place.workspace / "kept.bin").write_bytes(os.urandom(64 * 1024))
+    session = place.home / ".claude" / "projects" / "-elsewhere" / "s-1.jsonl"
+    session.parent.mkdir(parents=True)
+    session.write_text("{}\n")
+    data, manifest = capture(place, [session], {"adapter": adapter, "sessionId": "s-1"}, 10**8)
+    return Checkpoint(data, manifest, datetime.now(UTC), "test")
+
+
+@pytest.mark.parametrize("adapter", ["claude-code", "codex", "gemini"])
+async def test_resume_refused_for_a_missing_corrupt_cut_foreign_or_unsafe_checkpoint(
+    adapter: str, fake_api: FakeAnthropic, tmp_path: Path
 ) -> None:
-    a, b = claude_machines
-    ids, store = _ids(), MemoryStore()
-    first = await a.run("RUN: echo kept > kept.txt", store, **ids)
-    assert first.state is TaskState.COMPLETED, first.text
-    assert store.point is not None
-    good = store.point
+    """Each fails the run with the reason before any CLI starts, and restores nothing."""
+    root = tmp_path / "b"
+    offline = SimpleNamespace(url="http://127.0.0.1:9")  # no CLI starts: no model is asked
+    agent = _claude(root, offline) if adapter == "claude-code" else _unattended(adapter, root, offline)  # type: ignore[arg-type]
+    b = Machine(agent, root)
+    good = _good_checkpoint(tmp_path / "a", adapter)
+    other = "codex" if adapter != "codex" else "gemini"
 
     def cases() -> Iterator[tuple[MemoryStore, str]]:
         yield MemoryStore(), "cannot resume: the task has no checkpoint"
@@ -272,17 +289,26 @@ async def test_claude_resume_refused_for_a_missing_corrupt_cut_or_foreign_checkp
         cut.point = Checkpoint(good.data[: len(good.data) // 2], good.manifest, good.taken_at, "test")
         yield cut, "cannot resume: the task's checkpoint cannot be used: its archive cannot be read"
         foreign = MemoryStore()
-        foreign.point = Checkpoint(good.data, {**good.manifest, "adapter": "codex"}, good.taken_at, "test")
-        yield foreign, "it was taken by the 'codex' adapter, not 'claude-code'"
+        foreign.point = Checkpoint(good.data, {**good.manifest, "adapter": other}, good.taken_at, "test")
+        yield foreign, f"it was taken by the '{other}' adapter, not '{adapter}'"
+        unsafe = MemoryStore()
+        evil = _tar(
+            (tarfile.TarInfo("workspace/kept.txt"), b"x"), (tarfile.TarInfo("workspace/../../x"), b"x")
+        )
+        unsafe.point = Checkpoint(evil, good.manifest, good.taken_at, "test")
+        yield unsafe, "the archive's member 'workspace/../../x' points outside its folder"
 
-    before = len(fake_api.requests)
-    for refused, reason in cases():
-        out = await b.run("RUN: echo kept > kept.txt", refused, resumed=RESUMED, **ids)
-        assert out.state is TaskState.FAILED and reason in out.text, out.text
-        assert out.run.proc is None, "no CLI started"
-        assert not b.workspace(ids["context"]).exists(), "nothing restored"
-        assert not list(b.home.rglob("*.jsonl")), "no session file restored"
-    assert len(fake_api.requests) == before
+    ids = _ids()
+    try:
+        for refused, reason in cases():
+            out = await b.run("go on", refused, resumed=RESUMED, **ids)
+            assert out.state is TaskState.FAILED and reason in out.text, out.text
+            assert out.run.proc is None, "no CLI started"
+            assert not b.workspace(ids["context"]).exists(), "nothing restored"
+            assert not list(b.home.rglob("s-1.jsonl")), "no session file restored"
+            assert not (tmp_path / "x").exists()
+    finally:
+        await agent.aclose()
 
 
 async def test_claude_checkpoint_over_max_bytes_is_not_saved(
