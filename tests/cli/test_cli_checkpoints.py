@@ -19,7 +19,7 @@ import os
 import subprocess
 import tarfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,11 +114,17 @@ class Machine:
         task: str,
         resumed: Resumed | None = None,
         history: list[Message] | None = None,
+        answer: Callable[[], str] | None = None,
     ) -> tuple[TaskContext, list[Event]]:
+        """`answer`: called when the task asks (input-required); what it returns is the user's answer."""
         events: list[Event] = []
 
         async def emit(batch: list[Event]) -> None:
             events.extend(batch)
+            last = batch[-1]
+            if isinstance(last, StatusUpdate) and last.status.state is TaskState.INPUT_REQUIRED:
+                assert answer is not None, "the task asked"
+                ctx.deliver(Message(uuid.uuid4().hex, Role.USER, [Part(text=answer())]))
 
         message = Message(uuid.uuid4().hex, Role.USER, [Part(text=text)], context_id=context, task_id=task)
         ctx = TaskContext(Request(message, context, PRINCIPAL, history=history or []), task, emit)
@@ -236,15 +242,28 @@ async def test_claude_resumes_on_another_machine_with_the_first_runs_session(
     assert moved.is_file()
 
 
-async def test_claude_answer_on_another_machine_restores_the_session_it_lacks(
-    claude_machines: tuple[Machine, Machine], fake_api: FakeAnthropic
+async def test_claude_saves_while_it_waits_for_approval_and_an_answer_elsewhere_restores_it(
+    claude_machines: tuple[Machine, Machine], fake_api: FakeAnthropic, tmp_path: Path
 ) -> None:
-    """A task answered on B after it waited on A (its history not empty, no session here): restored,
-    and the answer is the prompt (no note)."""
-    a, b = claude_machines
+    """A's run asks for approval: its checkpoint is saved while Claude waits (the session named). A later
+    turn of the task on B (its history not empty, no session of it here) restores it, and the user's text
+    is the prompt (no note)."""
+    _, b = claude_machines
+    a = Machine(_claude(tmp_path / "root.asks", fake_api, force=False), tmp_path / "root.asks")
     ids, store = _ids(), MemoryStore()
-    first = await a.run("RUN: echo waited > waited.txt", store, **ids)
+    asked: list[Checkpoint | None] = []
+
+    def allow() -> str:
+        asked.append(store.point)
+        return "y"
+
+    try:
+        first = await a.run("RUN: echo waited > waited.txt", store, answer=allow, **ids)
+    finally:
+        await a.agent.aclose()
     assert first.state is TaskState.COMPLETED, first.text
+    assert asked and asked[0] is not None, "no checkpoint while it waited for approval"
+    assert asked[0].manifest["sessionId"] == first.run.session_id()
     history = [Message(uuid.uuid4().hex, Role.USER, [Part(text="RUN: echo waited > waited.txt")])]
     second = await b.run("RECALL", store, history=history, **ids)
     assert second.state is TaskState.COMPLETED, second.text

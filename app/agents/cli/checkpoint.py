@@ -360,11 +360,13 @@ class RunCheckpoints:
             log.info("checkpoint (%s) saved: %d bytes", why, manifest["bytes"])
             return True
 
-    async def every(self, period_s: float) -> None:
-        """Save every `period_s` until cancelled (while the CLI runs)."""
+    async def every(self, period_s: float, idle: Callable[[], bool]) -> None:
+        """Save every `period_s` until cancelled (while the CLI runs), but while `idle()`: a CLI waiting
+        for the user's answer changes nothing, and the end of its turn was saved."""
         while True:
             await asyncio.sleep(period_s)
-            await self.save("periodic")
+            if not idle():
+                await self.save("periodic")
 
     async def restore(self, point: Checkpoint) -> dict[str, Any]:
         """Restore `point` here (`restore`); CheckpointError or OSError as there."""

@@ -17,15 +17,16 @@ files: `repository.py`), starts the process there, feeds every stdout object to 
 the first `done` or `error`, fails it on the idle limit (paused while waiting for the user), and always
 stops the process group on the way out; at each end of a turn (`done`, `error`, `approval_required`) it
 publishes the checkout's change first.
+`cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
+naming the attached files) where it sends the user's text.
 
 With a checkpoint store (`TaskContext.checkpoints`) a run saves its task's checkpoint (`checkpoint.py`) at
 each end of a turn (after the CLI stopped for `done`/`error`, while it waits for an approval), every
-CHECKPOINT_S while the CLI runs, and when the server drains it (`drain`: the CLI stopped, then saved). A run
-that goes on with a task another holder left (`TaskContext.resumed`) restores the checkpoint before it
-prepares the workspace and tells the CLI, resuming its session, the note `Resumed.note()` instead of the
-prompt; a run answering a task that waited elsewhere restores it too, when its session is not here.
-`cancel()` returns once the CLI and its children are gone. An adapter puts `prompt()` (the message's text,
-naming the attached files) where it sends the user's text.
+CHECKPOINT_S while the CLI runs (not while it waits for the user), and when the server drains it (`drain`:
+the CLI stopped, then saved). A run that goes on with a task another holder left (`TaskContext.resumed`)
+restores the checkpoint before it prepares the workspace and tells the CLI, resuming its session, the note
+`Resumed.note()` instead of the prompt; a run answering a task that waited elsewhere restores it too, when
+its session is not here.
 """
 
 from __future__ import annotations
@@ -420,7 +421,8 @@ class CliRun(AgentRun):
                 return
             self.proc = proc
             if self.checkpoints is not None and self.options.checkpoint_s > 0:
-                ticker = asyncio.create_task(self.checkpoints.every(self.options.checkpoint_s))
+                every = self.checkpoints.every(self.options.checkpoint_s, lambda: self.waiting)
+                ticker = asyncio.create_task(every, name=f"cli-checkpoints-{proc.pid}")
             if not self.cancelled:
                 async for ev in self._read():
                     yield ev
