@@ -466,9 +466,12 @@ def test_a_checkout_borrowing_objects_is_archived_whole_and_a_link_out_is_left_o
     assert (place.workspace / ".git" / "objects" / "info" / "alternates").is_file()
     (place.workspace / "out").symlink_to("/etc/hostname")
     (place.workspace / "in").symlink_to("a.txt")
+    (place.workspace / "here").symlink_to(".")
+    (place.workspace / "sub").mkdir()
+    (place.workspace / "sub" / "up").symlink_to("../here/..")  # inside as written, outside as followed
     (place.workspace / ".git" / "index.lock").write_text("")  # a git command at work when it was taken
     data, manifest = capture(place, None, {"adapter": "test"}, 10**8)
-    assert manifest["skipped"] == ["workspace/out"]
+    assert sorted(manifest["skipped"]) == ["workspace/out", "workspace/sub/up"]
     subprocess.run(["rm", "-rf", str(origin)], check=True)
     there = _place(tmp_path / "m2")
     restore(data, there, lambda rel: rel)
@@ -483,6 +486,7 @@ def test_a_checkout_borrowing_objects_is_archived_whole_and_a_link_out_is_left_o
     )
     assert log.stdout.strip() == "one"
     assert (there.workspace / "in").read_text() == "from origin\n" and not (there.workspace / "out").exists()
+    assert (there.workspace / "here").is_symlink() and not (there.workspace / "sub" / "up").exists()
 
 
 def test_claude_project_names_match_the_cli_escaping() -> None:

@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 VERSION = 1
 """The archive's layout (`version` in the manifest)."""
 WORKSPACE, HOME, RECORDS = "workspace", "home", "records"
-RECORD_NAMES = ("session", "allowed", "ledger")
 ALTERNATES = PurePosixPath(".git/objects/info/alternates")
 COMPRESS_LEVEL = 6
 
@@ -103,11 +102,13 @@ class _Capped(io.RawIOBase):
 
 
 def _inside(link: Path, target: str, top: Path) -> bool:
-    """Whether the symlink `link` → `target` stays under `top` (a relative target only)."""
+    """Whether the symlink `link` → `target` stays under `top` (a relative target only), followed through
+    the links before it as a restore's `data` filter follows them."""
     if os.path.isabs(target):
         return False
-    resolved = os.path.normpath(os.path.join(os.path.dirname(link), target))
-    return resolved == str(top) or resolved.startswith(str(top) + os.sep)
+    resolved = os.path.realpath(os.path.join(os.path.dirname(link), target))
+    real_top = os.path.realpath(top)
+    return resolved == real_top or resolved.startswith(real_top + os.sep)
 
 
 def _walk(top: Path) -> Iterator[Path]:
