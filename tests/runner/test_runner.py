@@ -9,7 +9,6 @@ import asyncio
 from app.agents.sdk import TaskContext
 from app.protocol.model import TaskState
 from app.store.writer import Writer
-
 from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
 
 RESTARTED_LOST = "The server restarted while this task was running. The agent's work was lost."
