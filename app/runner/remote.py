@@ -59,19 +59,41 @@ class Server:
     ) -> tuple[int, dict[str, Any]]:
         """The answer's status and JSON; retried while the server cannot answer, for up to `give_up_s`
         (then TimeoutError; None: for good)."""
+        if method == "GET":
+            resp = await self.send(method, path, give_up_s=give_up_s)
+        else:
+            json = {**self.ask, **self.load(), **(body or {})}
+            resp = await self.send(method, path, json=json, give_up_s=give_up_s)
+        return resp.status_code, resp.json()
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        give_up_s: float | None = None,
+    ) -> httpx.Response:
+        """The answer below 500, to a JSON body (`json`), raw bytes (`content`, with the role and instance in
+        the query) or none (the same query); retried as `call` is. ServerError when the credential is
+        refused."""
         loop = asyncio.get_running_loop()
         deadline = None if give_up_s is None else loop.time() + give_up_s
         delay = 0.1
         while True:
             try:
-                if method == "GET":
-                    resp = await self._http.get(path, params=self.ask)
+                if json is not None:
+                    resp = await self._http.request(method, path, json=json, headers=headers)
                 else:
-                    resp = await self._http.post(path, json={**self.ask, **self.load(), **(body or {})})
+                    resp = await self._http.request(
+                        method, path, params=self.ask, content=content, headers=headers
+                    )
                 if resp.status_code < 500:
                     if resp.status_code in (401, 403):
                         raise ServerError(f"the server refused the worker credential: {resp.text}")
-                    return resp.status_code, resp.json()
+                    return resp
                 why = f"HTTP {resp.status_code}"
             except httpx.HTTPError as exc:
                 why = f"{type(exc).__name__}: {exc}"

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.bus.base import Subscription
 from app.protocol.events import EventRecord, StatusUpdate, event_kind
@@ -31,6 +31,9 @@ from .held import LiveTask
 from .live import LiveTasks
 from .step import WORKER_PREFIX
 from .worker_wire import Claimed, events_from_wire, known_from_wire
+
+if TYPE_CHECKING:
+    from app.store.run_checkpoints import RunCheckpoints
 
 MAX_WAIT_S = 30.0
 Contexts = Callable[[Sequence[tuple[str, str]]], Awaitable[Mapping[tuple[str, str], tuple[int, str]]]]
@@ -107,12 +110,16 @@ class WorkerDesk:
         announce: Announcer | None = None,
         contexts: Contexts | None = None,
         ended: Callable[[str, str], Awaitable[None]] | None = None,
+        checkpoints: RunCheckpoints | None = None,
     ) -> None:
         """It reads, writes and leases through the role's parts (`tasks.parts`), its leases in each worker's
         name (`Leases.for_holder`); `contexts` answers a worker's workspace sweep (the wiring's, over the
         store, of the role's tasks only); `ended(owner, task_id)` cancels the children a worker's task left
-        running when its events end it (the worker's own calls end with its hold of the task)."""
+        running when its events end it (the worker's own calls end with its hold of the task); `checkpoints`
+        keeps the checkpoints a worker's runs save, as the task's owner, while it holds their tasks
+        (`running`)."""
         self.announce = announce
+        self.checkpoints = checkpoints
         self.contexts = contexts
         self._ended = ended
         self._tasks = tasks

@@ -10,11 +10,12 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
 - `POST /workers/v1/contexts` `{role, instance, contexts: [[owner, contextId]]}` → `{contexts: [[owner,
   contextId, open, lastStatusAt]]}`: of those, the contexts with tasks of the role left, how many have not
   ended and the time of the last status (the worker's workspace sweep, `agents/cli/sweep.py`)
-- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS}` (a worker calls at least
-  every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
+- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS, checkpointMaxBytes}` (a
+  worker calls at least every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
 - `POST /workers/v1/tasks/{id}/calls` `{role, instance, op, args}`: the run's calls to other agents
   (`worker_calls.py`)
+- `PUT|GET /workers/v1/tasks/{id}/checkpoint?role=&instance=`: the run's checkpoint (`worker_checkpoints.py`)
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
 """
@@ -180,11 +181,14 @@ async def contexts(request: Request) -> Response:
 @router.get("/whoami")
 @_answers
 async def whoami(request: Request) -> Response:
-    """The worker's lease holder name, the lease TTL it must renew within, and how often it must call to
-    stay listed in discovery."""
+    """The worker's lease holder name, the lease TTL it must renew within, how often it must call to stay
+    listed in discovery, and the largest checkpoint archive the server keeps (None: it keeps none)."""
     _, desk, holder = await _open(request, _Ask, query=True)
     heartbeat = desk.announce.every_s if desk.announce is not None else None
-    return _json({"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat})
+    most = desk.checkpoints.max_bytes if desk.checkpoints is not None else None
+    return _json(
+        {"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat, "checkpointMaxBytes": most}
+    )
 
 
 @router.post("/release")
