@@ -180,6 +180,10 @@ class RemoteTasks:
         """Nobody follows a task at a worker: its clients follow it at the replicas."""
         return None
 
+    async def hand_on(self, task_id: str, why: str) -> str | None:
+        """A drained task of this worker: not handed on from here yet (the server fails it)."""
+        return " A remote worker does not hand its tasks on at shutdown yet."
+
     async def release(self, task_ids: list[str]) -> None:
         for task_id in task_ids:
             self._live.pop(task_id, None)
