@@ -9,7 +9,8 @@ archive (`tasks/worker_wire.py` `checkpoint_to_wire`). A GET's answer names who 
 The worker credential reaches a task's checkpoint only while this worker instance holds the lease of the
 running task (`WorkerDesk.running`, as for its calls): for any other task, another instance, another
 principal's worker, or once the run has ended, 409 `not_held`, which says nothing of the task. The server
-saves and reads it as the task's owner (the store binds the owner; the worker never names one).
+saves and reads it as the task's owner, with the worker as its holder (`runner/checkpoints.py`
+`TaskCheckpoints`, as a replica's run's); the worker never names an owner.
 
 Errors (`{error: {code, message}}`): an archive over CHECKPOINT_MAX_MB (or a manifest over 1 MiB) is 413
 `too_large`, refused from its Content-Length before the body is read, and a body sent without one is read
@@ -19,12 +20,14 @@ only up to that bound; a body that is not a checkpoint is 400 `invalid`; no chec
 
 from __future__ import annotations
 
+from datetime import UTC
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.agents.checkpoints import CheckpointError, CheckpointStore
+from app.runner.checkpoints import TaskCheckpoints
 from app.tasks.worker_wire import (
     CHECKPOINT_TYPE,
     HOLDER_HEADER,
@@ -56,7 +59,7 @@ async def _store(request: Request, task_id: str) -> CheckpointStore:
                 "its worker holds its task",
             )
         )
-    return desk.checkpoints.for_task(task_id, running[0], holder)
+    return TaskCheckpoints(desk.checkpoints, task_id, running[0], holder)
 
 
 def _too_large(max_bytes: int) -> _Refused:
@@ -114,5 +117,6 @@ async def load(task_id: str, request: Request) -> Response:
         return _error(422, "unusable", f"The task's checkpoint cannot be used: {exc}")
     if found is None:
         return _error(404, "no_checkpoint", f"Task {task_id} has no checkpoint")
-    headers = {HOLDER_HEADER: quote(found.holder, safe=":@"), TAKEN_AT_HEADER: found.taken_at.isoformat()}
+    taken_at = found.taken_at if found.taken_at.tzinfo else found.taken_at.replace(tzinfo=UTC)  # SQLite's
+    headers = {HOLDER_HEADER: quote(found.holder, safe=":@"), TAKEN_AT_HEADER: taken_at.isoformat()}
     return Response(checkpoint_to_wire(found.data, found.manifest), 200, headers, media_type=CHECKPOINT_TYPE)

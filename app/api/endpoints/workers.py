@@ -16,6 +16,9 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
 - `POST /workers/v1/tasks/{id}/calls` `{role, instance, op, args}`: the run's calls to other agents
   (`worker_calls.py`)
 - `PUT|GET /workers/v1/tasks/{id}/checkpoint?role=&instance=`: the run's checkpoint (`worker_checkpoints.py`)
+- `POST /workers/v1/tasks/{id}/requeue` `{role, instance, reason}` → `{handedOn, why?}`: a worker shutting
+  down hands a working task whose run saved a checkpoint back to the queue (`tasks/resume.py`); 409 `lost`
+  once the task is not the worker's
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
 """
@@ -200,6 +203,25 @@ async def release(request: Request) -> Response:
     if ask.leaving and desk.announce is not None:
         await desk.announce.gone(holder)
     return _json({})
+
+
+class _HandOn(_Ask):
+    reason: str = Field(min_length=1, max_length=2000)
+    """What happened to the worker ("Worker box:vm1 shut down while this task was running.")."""
+
+
+@router.post("/tasks/{task_id}/requeue")
+@_answers
+async def requeue(task_id: str, request: Request) -> Response:
+    """The worker shut down cleanly and its run saved a checkpoint: the task goes back to the queue to go
+    on elsewhere, if it has a checkpoint and attempts left (`{handedOn: true}`), else `{handedOn: false,
+    why}` and the worker fails it with that reason."""
+    ask, desk, holder = await _open(request, _HandOn)
+    try:
+        why = await desk.hand_on(holder, task_id, ask.reason)
+    except WorkerLostError:
+        return _error(409, "lost", f"Task {task_id} is not working at this worker")
+    return _json({"handedOn": True} if why is None else {"handedOn": False, "why": why})
 
 
 @router.get("/tasks/{task_id}")
