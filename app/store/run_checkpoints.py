@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.protocol.model import utcnow
 
-from .tables import task_checkpoints as _cp
+from .tables import task_checkpoints as _cp, tasks as _tasks
 
 _c = _cp.c
 
@@ -63,7 +63,8 @@ class RunCheckpoints:
     async def save(
         self, task_id: str, owner: str, data: bytes, manifest: dict[str, Any], holder: str
     ) -> None:
-        """Replace the task's checkpoint: one delete and one insert in one transaction."""
+        """Replace the task's checkpoint: one delete and one insert in one transaction, only for the task's
+        owner (`CheckpointRefusedError` for anyone else's)."""
         if len(data) > self.max_bytes:
             raise CheckpointTooLargeError(
                 f"the checkpoint is {len(data)} bytes, over the limit of {self.max_bytes} (CHECKPOINT_MAX_MB)"
@@ -79,7 +80,10 @@ class RunCheckpoints:
             "data": data,
         }
         async with self._engine.begin() as conn:
-            await conn.execute(delete(_cp).where(_c.task_id == task_id, _c.owner == owner))
+            found = await conn.execute(select(_tasks.c.owner).where(_tasks.c.id == task_id))
+            if found.scalar() != owner:
+                raise CheckpointRefusedError("the task is not this principal's")
+            await conn.execute(delete(_cp).where(_c.task_id == task_id))
             await conn.execute(insert(_cp).values(row))
 
     async def load(self, task_id: str, owner: str) -> StoredCheckpoint | None:

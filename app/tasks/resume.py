@@ -66,5 +66,5 @@ async def hand_on(tasks: Writes, live: LiveTask, why: str, holder: str) -> str |
     tasks.lose(task.id)
     await leases.release([task.id])
     await parts.bus.ring_queue()
-    log.warning("task %s: %s; handed on from its checkpoint (attempt %d)", task.id, why, done + 2)
+    log.warning("task %s handed on from its checkpoint (attempt %d): %s", task.id, done + 2, why)
     return None

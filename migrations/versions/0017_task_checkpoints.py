@@ -25,9 +25,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "task_checkpoints",
-        sa.Column(
-            "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
-        ),
+        sa.Column("task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("owner", sa.String(256), nullable=False),
         sa.Column("holder", sa.String(256), nullable=False),
         sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False),
