@@ -7,7 +7,9 @@ A worker is a lease holder named `worker:<principal>:<instance>`. It claims its 
 stored once), and renews its leases while it learns what others did to its tasks (`sync`, a long poll on
 the tasks' channels): an answer to a waiting task, a cancel, a lease taken. Whichever replica serves a call
 writes for it through `LiveTasks.apply`, the one way tasks change. A worker that stops syncing is reaped as
-a dead replica is, the reason naming the worker.
+a dead replica is, the reason naming the worker. Its runs' checkpoints are kept in the role's store
+(`checkpoints`, reached only while it holds the running task), and a worker drained at shutdown hands its
+task on from there (`hand_on`, as a replica's drain does).
 """
 
 from __future__ import annotations

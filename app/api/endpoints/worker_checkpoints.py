@@ -14,8 +14,9 @@ saves and reads it as the task's owner, with the worker as its holder (`runner/c
 
 Errors (`{error: {code, message}}`): an archive over CHECKPOINT_MAX_MB (or a manifest over 1 MiB) is 413
 `too_large`, refused from its Content-Length before the body is read, and a body sent without one is read
-only up to that bound; a body that is not a checkpoint is 400 `invalid`; no checkpoint is 404
-`no_checkpoint`; a stored one that cannot be used (corrupt) is 422 `unusable` with the store's reason.
+only up to that bound (the edge's guard bounds it so too: `auth_guard.Guard`); a body that is not a
+checkpoint is 400 `invalid`; one the store refuses is 422 `refused`; no checkpoint is 404 `no_checkpoint`;
+a stored one that cannot be used (corrupt) is 422 `unusable` with the store's reason.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ async def save(task_id: str, request: Request) -> Response:
     try:
         await store.save(data, manifest)
     except CheckpointError as exc:
-        return _error(413, "too_large", str(exc))
+        return _error(422, "refused", f"The checkpoint was not saved: {exc}")
     return Response(status_code=204)
 
 
