@@ -6,7 +6,10 @@ no database or Redis credential.
 It is the replica's `Runner`, jailed agents and all, over the stand-ins of `runner/remote.py` for what a
 replica reads from the database (`RemoteLeases`, `RemoteTasks`), without a reaper (the replicas reap). A
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
-task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
+task goes to its run, a cancel or a lease taken stops it. At SIGTERM the runner drains its working runs
+(each agent stops and saves a checkpoint) and hands their tasks back to the server's queue
+(`RemoteTasks.hand_on`), the syncs renewing the leases until it is done. The protocol is in
+`app/api/endpoints/workers.py`.
 Like a replica it sweeps its own disk's workspaces (`agents/cli/sweep.py`), asking the server about their
 contexts (`/workers/v1/contexts`: only its role's tasks count).
 
@@ -69,6 +72,8 @@ class Worker:
         self.slots = slots
         self.runner: Runner | None = None
         self.tasks: RemoteTasks | None = None
+        self.stopping = False
+        """The worker is shutting down: an answer to a waiting task is left to whoever takes the task next."""
         self.checkpoint_max_bytes: int | None = int(settings.checkpoint_max_mb * 1024 * 1024)
         """The largest checkpoint archive a run saves: the worker's CHECKPOINT_MAX_MB, or the server's when
         lower; None: the server keeps none."""
@@ -119,11 +124,14 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            news.cancel()
-            await asyncio.gather(news, return_exceptions=True)
+            # The news loop's syncs renew the leases while the runs drain (a checkpoint may take a while to
+            # save and send): it stops after the runner, taking no answer meanwhile.
+            self.stopping = True
             if sweep is not None:
                 await sweep.aclose()
             await self.runner.aclose()
+            news.cancel()
+            await asyncio.gather(news, return_exceptions=True)
             await self.agent.aclose()
             with contextlib.suppress(Exception):
                 await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
@@ -168,6 +176,8 @@ class Worker:
         assert self.tasks is not None and self.runner is not None
         if item.get("lost"):
             self.runner.lost(task_id)
+            return
+        if self.stopping:
             return
         live = self.tasks.get(task_id)
         message = item.get("message")

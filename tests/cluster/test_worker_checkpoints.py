@@ -7,7 +7,8 @@ A run on the worker saves a checkpoint and reads it back; it is in the server's 
 owner (alice), with the worker as its holder, within the server's CHECKPOINT_MAX_MB. A worker stopped with
 SIGTERM drains its working run (the agent's drain hook saves a last checkpoint) and hands the task back
 (`POST /workers/v1/tasks/{id}/requeue`): a second worker claims it, its run is told it goes on (attempt 2,
-from the first worker) and finds the drained checkpoint, and the task completes.
+from the first worker) and finds the drained checkpoint, and the task completes. The drain outlasts the
+lease's TTL: the stopping worker keeps its leases renewed until it has handed the task back.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ remember(WORKER_KEY)
 DEADLINE_S = 90
 POLL_S = 0.1
 CAP_MB = 1.0
+DRAIN_S = 14
+"""How long the drained agent takes to stop and save: beyond the lease's two TTLs."""
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +59,9 @@ async def server(tmp_path_factory: Any) -> AsyncIterator[ServerProcess]:
             DISCOVERY_MAX_AGE_S="10",
             # A handed-on task waits for the second worker, however slowly it starts on a busy machine.
             ROLE_WAIT_S="120",
+            # A worker's lease is void about twice LEASE_TTL_S after its last renewal: the drain below takes
+            # longer, so the task goes on from the drained checkpoint only if the worker renews meanwhile.
+            LEASE_TTL_S="5",
             CHECKPOINT_MAX_MB=str(CAP_MB),
         ),
     )
@@ -139,7 +145,7 @@ async def test_a_drained_worker_hands_its_task_to_the_next(server: ServerProcess
     try:
         await until_listed(server.base_url, "keeper", True, headers=key_of("alice"))
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
-            task_id = await send(c, {"save": "before", "hold": True})
+            task_id = await send(c, {"save": "before", "hold": True, "drainS": DRAIN_S})
             await until(
                 c,
                 task_id,

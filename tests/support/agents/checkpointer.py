@@ -3,7 +3,8 @@
 The message text is JSON `{"save": text, "hold": bool}`: the run saves `text` as its archive (manifest
 `{"step": "first", "text": text}`), reads it back, and completes with what it read (JSON: `data`,
 `manifest`, `holder`, `maxBytes`). With `hold` it announces `holding` instead and waits until the server
-drains it: its drain hook saves the archive `drained` (manifest `{"step": "drain"}`) and says it saved one.
+drains it: its drain hook takes `drainS` seconds (0 unless given), saves the archive `drained` (manifest
+`{"step": "drain"}`) and says it saved one.
 A run that goes on with a task another holder left (`TaskContext.resumed`) completes at once with the
 checkpoint it finds and the resume (`resumed`: its attempt, `previous`).
 """
@@ -45,6 +46,7 @@ class CheckpointAgent(Agent):
             return
 
         async def drained() -> bool:
+            await asyncio.sleep(plan.get("drainS", 0))  # a CLI stopping and archiving a large workspace
             await store.save(b"drained", {"step": "drain"})
             return True
 
