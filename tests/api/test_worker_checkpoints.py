@@ -192,6 +192,12 @@ async def test_too_large_malformed_and_none(replica: Replica) -> None:
 
     chunked = await put(c, task_id, b"", content=streamed())  # refused by the edge's bound, in its shape
     assert chunked.status_code == 413 and "exceeds" in chunked.json()["error"]["message"], chunked.text
+    elsewhere = await c.post(  # only the checkpoint upload may pass MAX_BODY_BYTES
+        f"/workers/v1/tasks/{task_id}/events",
+        content=json.dumps({**ask(), "after": 1, "events": [], "pad": "x" * 1500}),
+        headers={**worker(), "Content-Type": "application/json"},
+    )
+    assert elsewhere.status_code == 413, elsewhere.text
     for bad in (b"no newline at all", b"[1, 2]\nx", b"{not json\nx"):
         assert "Invalid checkpoint" in error(await put(c, task_id, b"", content=bad), 400, "invalid")
     error(await get(c, task_id), 404, "no_checkpoint")
