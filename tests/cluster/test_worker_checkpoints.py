@@ -8,7 +8,9 @@ owner (alice), with the worker as its holder, within the server's CHECKPOINT_MAX
 SIGTERM drains its working run (the agent's drain hook saves a last checkpoint) and hands the task back
 (`POST /workers/v1/tasks/{id}/requeue`): a second worker claims it, its run is told it goes on (attempt 2,
 from the first worker) and finds the drained checkpoint, and the task completes. The drain outlasts the
-lease's TTL: the stopping worker keeps its leases renewed until it has handed the task back.
+lease's TTL: the stopping worker keeps its leases renewed until it has handed the task back. A worker killed
+with SIGKILL has its task handed on by the server's reaper, and the next worker goes on from its last
+checkpoint.
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ def ended(task: dict[str, Any]) -> bool:
     return task["status"]["state"] in ("completed", "failed", "canceled", "rejected")
 
 
+def holding(task: dict[str, Any]) -> bool:
+    """The run saved its first checkpoint and waits (`hold`)."""
+    return (task["status"].get("message") or {}).get("parts") == [{"kind": "text", "text": "holding"}]
+
+
 def final(task: dict[str, Any]) -> dict[str, Any]:
     assert task["status"]["state"] == "completed", task["status"]
     return dict(json.loads(task["status"]["message"]["parts"][0]["text"]))
@@ -146,14 +153,7 @@ async def test_a_drained_worker_hands_its_task_to_the_next(server: ServerProcess
         await until_listed(server.base_url, "keeper", True, headers=key_of("alice"))
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
             task_id = await send(c, {"save": "before", "hold": True, "drainS": DRAIN_S})
-            await until(
-                c,
-                task_id,
-                lambda t: (
-                    (t["status"].get("message") or {}).get("parts") == [{"kind": "text", "text": "holding"}]
-                    or ended(t)
-                ),
-            )
+            await until(c, task_id, lambda t: holding(t) or ended(t))
             w2 = keeper(server, tmp_path, "w2")
             w1.stop()  # SIGTERM: the run is drained and its task handed back
             task = await until(c, task_id, ended)
@@ -173,3 +173,32 @@ async def test_a_drained_worker_hands_its_task_to_the_next(server: ServerProcess
     texts = [p.get("text", "") for m in task.get("history", []) for p in m["parts"]]
     assert any("Worker box:w1 shut down" in t for t in texts), texts
     assert any(t.startswith("Worker box:w2 goes on") for t in texts), texts
+
+
+async def test_a_killed_workers_task_goes_on_from_its_last_checkpoint(server: ServerProcess, tmp_path: Path):
+    """`kill -9` after the first checkpoint: the server's reaper hands the task on (the worker's lease void),
+    and a second worker goes on from what the first saved."""
+    w1 = keeper(server, tmp_path, "k1")
+    w2: WorkerProcess | None = None
+    try:
+        await until_listed(server.base_url, "keeper", True, headers=key_of("alice"))
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as c:
+            task_id = await send(c, {"save": "saved before the crash", "hold": True})
+            await until(c, task_id, lambda t: holding(t) or ended(t))
+            w2 = keeper(server, tmp_path, "k2")
+            w1.kill()
+            task = await until(c, task_id, ended)
+    finally:
+        w1.stop()
+        if w2 is not None:
+            w2.stop()
+    logs = f"k1:\n{w1.log()[-3000:]}\nk2:\n{w2.log()[-3000:] if w2 else ''}"
+    assert final(task) == {
+        "data": "saved before the crash",
+        "manifest": {"step": "first", "text": "saved before the crash"},
+        "holder": "worker:box:k1",
+        "resumed": {"attempt": 2, "previous": "worker box:k1"},
+    }, logs
+    texts = [p.get("text", "") for m in task.get("history", []) for p in m["parts"]]
+    assert any("Worker box:k1 running this task stopped renewing its lease" in t for t in texts), texts
+    assert any(t.startswith("Worker box:k2 goes on") for t in texts), texts
