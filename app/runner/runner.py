@@ -204,11 +204,18 @@ class Runner:
         checkpoint and the task goes on elsewhere (`tasks/resume.py`), or else ends failed with the reason;
         tasks waiting for input are released so any replica can take the answer."""
         self._closing = True
-        for loop in (*self._loops, *self._checks.values()):
+        claims, heartbeat = self._loops or (None, None)
+        # The heartbeat goes on while the runs drain: a drain longer than two lease TTLs must not let a
+        # reaper take the task (and refuse its checkpoint) before it is handed on.
+        stopping = [t for t in (claims, *self._checks.values()) if t is not None]
+        for loop in stopping:
             loop.cancel()
-        await asyncio.gather(*self._loops, *self._checks.values(), return_exceptions=True)
+        await asyncio.gather(*stopping, return_exceptions=True)
         ids = list(self._runs)
         drained = await asyncio.gather(*(self._drain(t) for t in ids))
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
         waiting: list[str] = []
         for task_id, saved in zip(ids, drained, strict=True):
             await self.stop(task_id)

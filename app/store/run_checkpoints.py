@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select
@@ -64,7 +64,8 @@ class RunCheckpoints:
         self, task_id: str, owner: str, data: bytes, manifest: dict[str, Any], holder: str
     ) -> None:
         """Replace the task's checkpoint: one delete and one insert in one transaction, only for the task's
-        owner (`CheckpointRefusedError` for anyone else's)."""
+        owner and by its lease holder (`CheckpointRefusedError` otherwise: a holder that has just lost the
+        task never overwrites what its next holder goes on from; the task's row is locked meanwhile)."""
         if len(data) > self.max_bytes:
             raise CheckpointTooLargeError(
                 f"the checkpoint is {len(data)} bytes, over the limit of {self.max_bytes} (CHECKPOINT_MAX_MB)"
@@ -80,9 +81,14 @@ class RunCheckpoints:
             "data": data,
         }
         async with self._engine.begin() as conn:
-            found = await conn.execute(select(_tasks.c.owner).where(_tasks.c.id == task_id))
-            if found.scalar() != owner:
+            query = select(_tasks.c.owner, _tasks.c.lease_owner).where(_tasks.c.id == task_id)
+            if self._engine.dialect.name == "postgresql":
+                query = query.with_for_update()
+            found = (await conn.execute(query)).first()
+            if found is None or found.owner != owner:
                 raise CheckpointRefusedError("the task is not this principal's")
+            if found.lease_owner != holder:
+                raise CheckpointRefusedError("the task is no longer held by the one saving it")
             await conn.execute(delete(_cp).where(_c.task_id == task_id))
             await conn.execute(insert(_cp).values(row))
 
@@ -100,7 +106,7 @@ class RunCheckpoints:
         if len(data) != row.size or hashlib.sha256(data).hexdigest() != row.sha256:
             taken = f"{row.taken_at:%Y-%m-%d %H:%M:%S} UTC"
             raise CorruptCheckpointError(f"its checkpoint of {taken} is corrupt (its digest does not match)")
-        return StoredCheckpoint(data, dict(row.manifest), row.taken_at, row.holder)
+        return StoredCheckpoint(data, dict(row.manifest), _utc(row.taken_at), row.holder)
 
     async def info(self, task_id: str) -> CheckpointInfo | None:
         """Whether the task has a checkpoint (read by its writer, which knows its owner), without the
@@ -108,4 +114,9 @@ class RunCheckpoints:
         query = select(_c.taken_at, _c.holder, _c.size).where(_c.task_id == task_id)
         async with self._engine.connect() as conn:
             row = (await conn.execute(query)).first()
-        return None if row is None else CheckpointInfo(row.taken_at, row.holder, row.size)
+        return None if row is None else CheckpointInfo(_utc(row.taken_at), row.holder, row.size)
+
+
+def _utc(moment: datetime) -> datetime:
+    """A stored time as UTC (SQLite gives it back without its zone)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -35,16 +35,19 @@ async def test_a_checkpoint_is_saved_whole_replaced_and_read_by_its_owner_only(e
     assert await store.load("t1", OWNER) is None
     assert await store.info("t1") is None
     await store.save("t1", OWNER, b"first", {"adapter": "claude", "n": 1}, "r1")
-    await store.save("t1", OWNER, b"\x00second\xff", {"adapter": "claude", "n": 2}, "worker:alice:w1")
+    with pytest.raises(CheckpointRefusedError, match="no longer held"):
+        await store.save("t1", OWNER, b"late", {}, "worker:alice:w1")
+    await store.save("t1", OWNER, b"\x00second\xff", {"adapter": "claude", "n": 2}, "r1")
     got = await store.load("t1", OWNER)
     assert got is not None
     assert (got.data, got.manifest, got.holder) == (
         b"\x00second\xff",
         {"adapter": "claude", "n": 2},
-        "worker:alice:w1",
+        "r1",
     )
     info = await store.info("t1")
-    assert info is not None and (info.size, info.holder) == (len(b"\x00second\xff"), "worker:alice:w1")
+    assert info is not None and (info.size, info.holder) == (len(b"\x00second\xff"), "r1")
+    assert info.taken_at.tzinfo is not None
     assert await store.load("t1", "mallory") is None, "another principal never gets it"
     with pytest.raises(CheckpointRefusedError, match="not this principal's"):
         await store.save("t1", "mallory", b"x", {}, "r1")
