@@ -29,7 +29,7 @@ from app.api.edge.fallback import Fallback, http_error
 from app.api.edge.metrics import Metrics, RequestMetrics
 from app.api.edge.observe import Observe
 from app.api.edge.slashes import StripTrailingSlash
-from app.api.endpoints import console, health, worker_calls, workers
+from app.api.endpoints import console, health, worker_calls, worker_checkpoints, workers
 from app.api.endpoints.discovery import router as discovery_router
 from app.api.endpoints.metrics_live import Live
 from app.api.endpoints.usage import router as usage_router
@@ -37,6 +37,7 @@ from app.api.extensions import EchoExtensions
 from app.api.paths import MCP_PATH
 from app.roles import Role
 from app.settings import Settings, get_settings
+from app.tasks.worker_wire import checkpoint_body_max
 from app.wiring import price_table, wire
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     app.include_router(health.router)
     app.include_router(workers.router)
     app.include_router(worker_calls.router)
+    app.include_router(worker_checkpoints.router)
     app.include_router(discovery_router)
     app.include_router(usage_router)
     app.include_router(openapi.router)
@@ -96,7 +98,12 @@ def create_app(settings: Settings | None = None, agent: Agent | None = None) -> 
     # Next: the extensions a call activated, echoed in its response's headers.
     app.add_middleware(EchoExtensions)
     # Added last is outermost: CORS answers preflights before the guard asks for a credential.
-    app.add_middleware(Guard, authenticator=authenticator, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        Guard,
+        authenticator=authenticator,
+        max_body_bytes=settings.max_body_bytes,
+        checkpoint_body_bytes=checkpoint_body_max(int(settings.checkpoint_max_mb * 1024 * 1024)),
+    )
     if settings.cors_origin_list:
         app.add_middleware(CorsExceptCard, origins=settings.cors_origin_list)
     # Outside the guard and CORS: whatever escapes them is answered in the binding's error shape.

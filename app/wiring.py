@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import limits, roles as roles_
 from app.agents.calls import AgentCalls, AgentInfo
+from app.agents.checkpoints import CheckpointStore
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
 from app.agents.sdk import Agent
@@ -49,6 +50,7 @@ from app.push.configs import PushConfigs
 from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
 from app.roles import Role
 from app.runner.calls import CallsFactory
+from app.runner.checkpoints import TaskCheckpoints
 from app.runner.discovery import Discovery, Instance
 from app.runner.idle import Idle
 from app.runner.prices import PriceTable, PriceTableError
@@ -63,6 +65,7 @@ from app.store.instances import InstanceRecord, Instances
 from app.store.leases import Leases
 from app.store.repo import Repository
 from app.store.retention import Pruning
+from app.store.run_checkpoints import RunCheckpoints
 from app.store.tree import Tree
 from app.store.usage import UsageReads
 from app.store.writer import Writer
@@ -110,7 +113,17 @@ def role_parts(
     effects (`Leases`)."""
     scope = name if several else None
     leases = Leases(engine, bus.replica_id, settings.lease_ttl_s, scope, runs_once=runs_once)
-    return RoleParts(Repository(engine, scope), writer, bus, leases, scope, name)
+    checkpoints = RunCheckpoints(engine, int(settings.checkpoint_max_mb * 1024 * 1024))
+    return RoleParts(
+        Repository(engine, scope),
+        writer,
+        bus,
+        leases,
+        scope,
+        name,
+        checkpoints=checkpoints,
+        resume_attempts=settings.resume_attempts,
+    )
 
 
 E = TypeVar("E", bound=Executor)
@@ -452,7 +465,14 @@ def _executor(
         prices=prices,
         role=role.name,
         calls=partial(_run_calls, calls, role.name),
+        checkpoints=partial(_run_checkpoints, tasks.parts),
     )
+
+
+def _run_checkpoints(parts: RoleParts, live: LiveTask) -> CheckpointStore:
+    """A run's checkpoint store on this replica: its task's row of `task_checkpoints`."""
+    assert parts.checkpoints is not None
+    return TaskCheckpoints(parts.checkpoints, live.task.id, live.owner, parts.replica_id)
 
 
 def _run_calls(calls: CallsFactory, role: str, live: LiveTask) -> AgentCalls:

@@ -69,7 +69,8 @@ http {{
     server_tokens off;
     # Event streams must not be compressed (gzip would hold events back until its buffer fills).
     gzip off;
-    client_max_body_size 32m;
+    # Above CHECKPOINT_MAX_MB (64) and its manifest: a remote worker's checkpoint upload passes here.
+    client_max_body_size 72m;
 {http}
     upstream a2a {{
         # Passive health: one failure (refused, reset, timeout, 502) takes a replica out for 2 s, so a

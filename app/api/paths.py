@@ -5,6 +5,8 @@ the route path without the prefix, and the paths it decides by are named here.""
 
 from __future__ import annotations
 
+import re
+
 ROLE_PREFIX = "/agents/"
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
@@ -23,6 +25,8 @@ MCP_PATH = "/mcp"
 """MCP for hosts (`bindings/mcp.py`): authenticated like the A2A endpoints, at the root only."""
 WORKER_PATHS = "/workers/"
 """Remote workers' endpoints: a worker credential only, and it nowhere else."""
+CHECKPOINT_PATH = re.compile(r"^/workers/v1/tasks/[^/]+/checkpoint$")
+"""A worker's run's checkpoint (`endpoints/worker_checkpoints.py`): its upload may pass MAX_BODY_BYTES."""
 
 
 def route_path(path: str) -> str:

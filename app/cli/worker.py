@@ -6,7 +6,10 @@ no database or Redis credential.
 It is the replica's `Runner`, jailed agents and all, over the stand-ins of `runner/remote.py` for what a
 replica reads from the database (`RemoteLeases`, `RemoteTasks`), without a reaper (the replicas reap). A
 third loop (`Worker._news`) long-polls the server for what others did to its tasks: an answer to a waiting
-task goes to its run, a cancel or a lease taken stops it. The protocol is in `app/api/endpoints/workers.py`.
+task goes to its run, a cancel or a lease taken stops it. At SIGTERM the runner drains its working runs
+(each agent stops and saves a checkpoint) and hands their tasks back to the server's queue
+(`RemoteTasks.hand_on`), the syncs renewing the leases until it is done. The protocol is in
+`app/api/endpoints/workers.py`.
 Like a replica it sweeps its own disk's workspaces (`agents/cli/sweep.py`), asking the server about their
 contexts (`/workers/v1/contexts`: only its role's tasks count).
 
@@ -15,7 +18,8 @@ worker's REPO_ALLOW and checked out under its REPO_CACHE_ROOT and AGENT_WORKSPAC
 that admitted it checked it against its own.
 
 A run's calls to other agents (`send_to_agent`, ...) are made by the server, over the worker API
-(`runner/remote_calls.py`), while this worker holds the run's task.
+(`runner/remote_calls.py`), while this worker holds the run's task; so are its checkpoints kept
+(`runner/remote_checkpoints.py`), as the task's owner's, within the lower of the two CHECKPOINT_MAX_MB.
 
 It imports the runner and its remote stand-ins, the roles, the agents' options and the settings;
 `app.wiring` only for the price table and the workspace sweep, as a replica builds them.
@@ -41,6 +45,7 @@ from app.protocol.model import INTERRUPTED_STATES, Message, TaskState
 from app.runner.prices import PriceTable
 from app.runner.remote import CLAIM_WAIT_S, NoBell, RemoteLeases, RemoteTasks, Server, ServerError
 from app.runner.remote_calls import RemoteCalls
+from app.runner.remote_checkpoints import RemoteCheckpoints
 from app.runner.runner import Runner
 from app.settings import Settings
 from app.tasks.held import LiveTask
@@ -67,12 +72,22 @@ class Worker:
         self.slots = slots
         self.runner: Runner | None = None
         self.tasks: RemoteTasks | None = None
+        self.stopping = False
+        """The worker is shutting down: an answer to a waiting task is left to whoever takes the task next."""
+        self.checkpoint_max_bytes: int | None = int(settings.checkpoint_max_mb * 1024 * 1024)
+        """The largest checkpoint archive a run saves: the worker's CHECKPOINT_MAX_MB, or the server's when
+        lower; None: the server keeps none."""
 
     async def run(self, stop: asyncio.Event) -> None:
         status, me = await self.server.call("GET", "/workers/v1/whoami")
         if status != 200:
             raise ServerError(f"the server does not serve role {self.role.name!r} to workers: {me}")
         ttl = float(me["leaseTtlS"])
+        server_most = me.get("checkpointMaxBytes")
+        if server_most is None:
+            self.checkpoint_max_bytes = None
+        else:
+            self.checkpoint_max_bytes = min(self.checkpoint_max_bytes, int(server_most))
         self.tasks = RemoteTasks(self.server, me["holder"], self.settings.db_outage_grace_s)
         leases = RemoteLeases(self.server, self.tasks)
         if me.get("heartbeatS"):
@@ -91,6 +106,7 @@ class Worker:
             prices=self.prices,
             role=self.role.name,
             calls=self._calls,
+            checkpoints=self._checkpoints if self.checkpoint_max_bytes is not None else None,
         )
         runner = self.runner
         self.server.load = lambda: {"slots": runner.slots, "running": runner.running}
@@ -108,11 +124,14 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            news.cancel()
-            await asyncio.gather(news, return_exceptions=True)
+            # The news loop's syncs renew the leases while the runs drain (a checkpoint may take a while to
+            # save and send): it stops after the runner, taking no answer meanwhile.
+            self.stopping = True
             if sweep is not None:
                 await sweep.aclose()
             await self.runner.aclose()
+            news.cancel()
+            await asyncio.gather(news, return_exceptions=True)
             await self.agent.aclose()
             with contextlib.suppress(Exception):
                 await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
@@ -120,6 +139,11 @@ class Worker:
     def _calls(self, live: LiveTask) -> RemoteCalls:
         """A run's calls to other agents, made by the server for its task while this worker holds it."""
         return RemoteCalls(self.server, live.task.id, self.settings.agent_call_wait_s)
+
+    def _checkpoints(self, live: LiveTask) -> RemoteCheckpoints:
+        """A run's checkpoints, kept by the server for its task while this worker holds it."""
+        assert self.checkpoint_max_bytes is not None
+        return RemoteCheckpoints(self.server, live.task.id, self.checkpoint_max_bytes)
 
     async def _contexts(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, str]]:
         """The server's answer for the workspace sweep of this worker's disk (only its role's tasks count);
@@ -152,6 +176,8 @@ class Worker:
         assert self.tasks is not None and self.runner is not None
         if item.get("lost"):
             self.runner.lost(task_id)
+            return
+        if self.stopping:
             return
         live = self.tasks.get(task_id)
         message = item.get("message")

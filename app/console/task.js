@@ -28,6 +28,11 @@ function applyEvent(task, item) {
     if (!last || last.state !== status.status.state || last.timestamp !== status.status.timestamp) {
       transitions.push({ state: status.status.state, timestamp: status.status.timestamp });
     }
+    const resume = status.metadata?.resume;
+    if (resume) {
+      const attempts = (task.metadata.attempts = task.metadata.attempts || []);
+      if (!attempts.some((a) => a.attempt === resume.attempt)) attempts.push(resume);
+    }
     if (status.status.message) {
       task.history = task.history || [];
       if (!task.history.some((m) => m.messageId === status.status.message.messageId)) task.history.push(status.status.message);
@@ -89,7 +94,20 @@ function optionFacts(task) {
     model ? [el("dt", { text: "Model" }), el("dd", { id: "task-model", text: model })] : [],
     timeout ? [el("dt", { text: "Timeout" }), el("dd", { id: "task-timeout", text: timeout })] : [],
     taskSpend(task) ? [el("dt", { text: "Spend / budget" }), taskSpend(task)] : [],
+    attemptFacts(meta.attempts),
   ].flat();
+}
+
+function attemptFacts(attempts) {
+  // Each time the task's holder died or shut down and the task went on from its checkpoint elsewhere.
+  if (!Array.isArray(attempts) || !attempts.length) return [];
+  return [
+    el("dt", { text: "Attempts" }),
+    el("dd", { id: "task-attempts" },
+      el("span", { text: `${attempts.length + 1}` }),
+      el("ol", { class: "attempts" }, attempts.map((a) =>
+        el("li", { text: `Attempt ${a.attempt}: ${a.previous} stopped (${a.reason}); went on from the checkpoint of ${a.checkpointAt}` })))),
+  ];
 }
 
 function renderTask(head, tail, info, task) {

@@ -5,6 +5,7 @@
   TTL after its mark (`Leases.expired`), never a run alive here.
 - For a role run here: the running tasks this replica's previous life held, once at start (their agents were
   lost with it); the runner recovers the rest.
+- Either way a task with a checkpoint and attempts left goes on elsewhere instead (`tasks/resume.py`).
 - For a role run only elsewhere (`runner/idle.py`): its tasks queued past ROLE_WAIT_S while no instance of it
   is live anywhere.
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from app import background
 from app.store.outage import OutageLog, is_unavailable
-from app.tasks.step import WORKER_PREFIX
+from app.tasks.step import holder_name
 
 if TYPE_CHECKING:
     from app.store.leases import Leases
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
 """Longest wait before the next pass after the database failed one."""
-RESTARTED = "The server restarted while this task was running; its agent was lost."
+RESTARTED = "The server restarted while this task was running."
 
 
 class Reaper:
@@ -131,13 +132,9 @@ async def reap(leases: Leases, losses: Losses, alive: Collection[str] = ()) -> N
 
 
 def lost_reason(holder: str) -> str:
-    """Why a reaper ended a task: its holder (a replica, or a remote worker) stopped renewing its lease."""
-    who = (
-        f"Worker {holder.removeprefix(WORKER_PREFIX)}"
-        if holder.startswith(WORKER_PREFIX)
-        else f"Replica {holder}"
-    )
+    """What happened to a task's holder (a replica, or a remote worker) when a reaper takes the task: it
+    stopped renewing its lease."""
     return (
-        f"{who} running this task stopped renewing its lease (it died or lost contact); "
-        "the agent's work was lost."
+        f"{holder_name(holder, start=True)} running this task stopped renewing its lease "
+        "(it died or lost contact)."
     )

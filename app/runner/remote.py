@@ -3,7 +3,8 @@ endpoints (`app/api/endpoints/workers.py`), beside the protocols they implement 
 `run.RunTasks`, `runner.QueueBell`): `Server` (the calls, retried while the server cannot answer),
 `RemoteTasks` (the runs' tasks, whose events the worker numbers itself with the same `tasks.step.step` and
 hands to the server in order, retried until acknowledged: idempotent by event number, so a replica
-restarting under it loses and doubles nothing), `RemoteLeases` (claims, lease renewals, a lease read) and
+restarting under it loses and doubles nothing; at a clean shutdown a drained task is handed back to the
+queue, `hand_on`), `RemoteLeases` (claims, lease renewals, a lease read) and
 `NoBell`. The worker process (`app/cli/worker.py`) builds its `Runner` on them, with no reaper: the
 replicas reap for it.
 
@@ -33,6 +34,8 @@ log = logging.getLogger("app.worker")
 
 CLAIM_WAIT_S = 20.0
 """How long one claim waits at the server for work (a long poll)."""
+HAND_ON_S = 10.0
+"""How long a shutting-down worker retries handing a drained task back while the server cannot answer."""
 
 
 class ServerError(Exception):
@@ -43,9 +46,17 @@ class Server:
     """The worker endpoints of one server, retried across connection failures and 5xx (a replica restarting
     behind the load balancer) with backoff."""
 
-    def __init__(self, url: str, headers: dict[str, str], role: str, instance: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        role: str,
+        instance: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport`: httpx's own by default (a test's app in process otherwise)."""
         self._http = httpx.AsyncClient(
-            base_url=url.rstrip("/"), headers=headers, timeout=httpx.Timeout(10, read=45)
+            base_url=url.rstrip("/"), headers=headers, timeout=httpx.Timeout(10, read=45), transport=transport
         )
         self.ask = {"role": role, "instance": instance}
         self.load: Callable[[], dict[str, int]] = dict
@@ -59,19 +70,41 @@ class Server:
     ) -> tuple[int, dict[str, Any]]:
         """The answer's status and JSON; retried while the server cannot answer, for up to `give_up_s`
         (then TimeoutError; None: for good)."""
+        if method == "GET":
+            resp = await self.send(method, path, give_up_s=give_up_s)
+        else:
+            json = {**self.ask, **self.load(), **(body or {})}
+            resp = await self.send(method, path, json=json, give_up_s=give_up_s)
+        return resp.status_code, resp.json()
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        give_up_s: float | None = None,
+    ) -> httpx.Response:
+        """The answer below 500, to a JSON body (`json`), raw bytes (`content`, with the role and instance in
+        the query) or none (the same query); retried as `call` is. ServerError when the credential is
+        refused."""
         loop = asyncio.get_running_loop()
         deadline = None if give_up_s is None else loop.time() + give_up_s
         delay = 0.1
         while True:
             try:
-                if method == "GET":
-                    resp = await self._http.get(path, params=self.ask)
+                if json is not None:
+                    resp = await self._http.request(method, path, json=json, headers=headers)
                 else:
-                    resp = await self._http.post(path, json={**self.ask, **self.load(), **(body or {})})
+                    resp = await self._http.request(
+                        method, path, params=self.ask, content=content, headers=headers
+                    )
                 if resp.status_code < 500:
                     if resp.status_code in (401, 403):
                         raise ServerError(f"the server refused the worker credential: {resp.text}")
-                    return resp.status_code, resp.json()
+                    return resp
                 why = f"HTTP {resp.status_code}"
             except httpx.HTTPError as exc:
                 why = f"{type(exc).__name__}: {exc}"
@@ -157,6 +190,24 @@ class RemoteTasks:
     def resync(self, task_id: str) -> None:
         """Nobody follows a task at a worker: its clients follow it at the replicas."""
         return None
+
+    async def hand_on(self, task_id: str, why: str) -> str | None:
+        """Hand a drained task (its run stopped, its checkpoint saved) back to the server's queue to go on
+        elsewhere (`POST /workers/v1/tasks/{id}/requeue`); None when the server did, else why not (the
+        runner then fails the task with it). TaskLostError once it is not this worker's."""
+        if task_id not in self._live:
+            return " It was no longer held here."
+        path = f"/workers/v1/tasks/{task_id}/requeue"
+        status, body = await self._server.call("POST", path, {"reason": why}, give_up_s=HAND_ON_S)
+        if status == 409:
+            self.lose(task_id)
+            raise TaskLostError(task_id)
+        if status != 200:
+            raise RuntimeError(f"the server refused to hand task {task_id} on (HTTP {status}): {body}")
+        if body.get("handedOn"):
+            self._live.pop(task_id, None)
+            return None
+        return str(body.get("why") or "")
 
     async def release(self, task_ids: list[str]) -> None:
         for task_id in task_ids:

@@ -20,22 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from app.agents.checkpoints import Resumed
 from app.agents.emissions import response_artifact_id
 from app.agents.sdk import Agent, Request, TaskContext
 from app.agents.workspace import serve
+from app.protocol.attempts import resume_of
 from app.protocol.events import ArtifactUpdate, StatusUpdate, status_update
 from app.protocol.model import Part, Role, TaskState
 from app.protocol.task_options import chosen_model, run_timeout
 from app.store.outage import backoff, is_unavailable
 from app.tasks.held import LiveTask, StillbornError, TaskLostError, UnrecordedError
+from app.tasks.step import holder_name
 from app.telemetry import logs, traces
 
 from .run_calls import RunCalls
 
 if TYPE_CHECKING:
     from app.agents.calls import AgentCalls
+    from app.agents.checkpoints import CheckpointStore
     from app.protocol.events import Event
-    from app.protocol.model import Message
+    from app.protocol.model import Message, Task
 
     from .prices import PriceTable
 
@@ -61,6 +65,7 @@ class RunTasks(Protocol):
     def forget(self, task_id: str) -> None: ...
     def lose(self, task_id: str) -> bool: ...
     async def release(self, task_ids: list[str]) -> None: ...
+    async def hand_on(self, task_id: str, why: str) -> str | None: ...
     async def webhooked(self, task_ids: list[str]) -> set[str]: ...
     def resync(self, task_id: str) -> None: ...
 
@@ -87,6 +92,12 @@ class RunSetup:
     calls: Callable[[LiveTask], AgentCalls] | None = None
     """A run's calls to other agents, for its task (the parent): the replica's `LocalCalls`, a remote
     worker's own; None: its agents get none (`TaskContext.calls`)."""
+    checkpoints: Callable[[LiveTask], CheckpointStore] | None = None
+    """A run's checkpoint store, bound to its task (`TaskContext.checkpoints`): the database's on a replica
+    (`checkpoints.py`), the worker endpoints' in a remote worker; None: runs keep none."""
+    holder: str = ""
+    """Who runs here, as leases name it (a replica's id, `worker:...`): the status of a run that goes on
+    with a task names it."""
 
 
 class AgentRun:
@@ -205,6 +216,15 @@ class AgentRun:
         self.ctx = ctx = TaskContext(request, task_id, queue.put, response_started=started, price=price)
         calls = RunCalls(self._setup.calls(live), ctx.record_child) if self._setup.calls else None
         ctx.calls = calls
+        if self._setup.checkpoints is not None:
+            ctx.checkpoints = self._setup.checkpoints(live)
+        ctx.resumed = resumed(task)
+        if ctx.resumed is not None:
+            text = (
+                f"{holder_name(self._setup.holder, start=True)} goes on with this task from its checkpoint "
+                f"(attempt {ctx.resumed.attempt})."
+            )
+            await queue.put([status_update(task_id, task.context_id, TaskState.WORKING, text)])
         live.on_end = self._ended
         timeout_s = run_timeout(task.metadata, self._setup.timeout_s)
         try:
@@ -289,6 +309,16 @@ class AgentRun:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+
+
+def resumed(task: Task) -> Resumed | None:
+    """The resume a run goes on with: the task's last message is the status that handed it on
+    (`tasks/resume.py`), so no run has started on it since."""
+    last = task.history[-1] if task.history else None
+    info = resume_of(last.metadata) if last is not None and last.role is Role.AGENT else None
+    if info is None:
+        return None
+    return Resumed(attempt=info["attempt"], previous=info["previous"], reason=info["reason"])
 
 
 def request_for(

@@ -25,11 +25,13 @@ from app.protocol.errors import InternalError
 from app.protocol.model import Role, TaskState
 from app.store.leases import Held
 from app.store.outage import OutageLog, is_unavailable
+from app.tasks.step import holder_name
 
 from .run import AgentRun, RunSetup, RunTasks, request_for
 
 if TYPE_CHECKING:
     from app.agents.calls import AgentCalls
+    from app.agents.checkpoints import CheckpointStore
     from app.protocol.model import Message
     from app.tasks.held import LiveTask
 
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
 """Longest wait before a background loop tries again after the database failed it."""
+DRAIN_S = 30.0
+"""How long a draining agent has, beyond the cancel grace, to save its checkpoint at shutdown."""
 
 
 class RunLeases(Protocol):
@@ -75,8 +79,10 @@ class Runner:
         prices: PriceTable | None = None,
         role: str = "default",
         calls: Callable[[LiveTask], AgentCalls] | None = None,
+        checkpoints: Callable[[LiveTask], CheckpointStore] | None = None,
     ) -> None:
-        """`calls`: each run's calls to other agents, made for its task (`RunSetup.calls`)."""
+        """`calls`: each run's calls to other agents, made for its task (`RunSetup.calls`); `checkpoints`:
+        each run's checkpoint store (`RunSetup.checkpoints`)."""
         self._tasks = tasks
         self.role = role
         """The role whose agents run here (what a run's log records and span name)."""
@@ -100,6 +106,8 @@ class Runner:
             over=self._over,
             closing=lambda: self._closing,
             calls=calls,
+            checkpoints=checkpoints,
+            holder=leases.replica_id,
         )
         self._wake = asyncio.Event()
         self._backlog = True
@@ -192,21 +200,35 @@ class Runner:
         ]
 
     async def aclose(self) -> None:
-        """Stop taking work and stop every run. A task that was working ends failed with the reason;
+        """Stop taking work and stop every run. A task that was working is drained: its agent saves a
+        checkpoint and the task goes on elsewhere (`tasks/resume.py`), or else ends failed with the reason;
         tasks waiting for input are released so any replica can take the answer."""
         self._closing = True
-        for loop in (*self._loops, *self._checks.values()):
+        claims, heartbeat = self._loops or (None, None)
+        # The heartbeat goes on while the runs drain: a drain longer than two lease TTLs must not let a
+        # reaper take the task (and refuse its checkpoint) before it is handed on.
+        stopping = [t for t in (claims, *self._checks.values()) if t is not None]
+        for loop in stopping:
             loop.cancel()
-        await asyncio.gather(*self._loops, *self._checks.values(), return_exceptions=True)
+        await asyncio.gather(*stopping, return_exceptions=True)
+        ids = list(self._runs)
+        drained = await asyncio.gather(*(self._drain(t) for t in ids))
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
         waiting: list[str] = []
-        for task_id in list(self._runs):
+        for task_id, saved in zip(ids, drained, strict=True):
             await self.stop(task_id)
             live = self._tasks.get(task_id)
             if live is None:
                 continue
             if live.task.status.state is TaskState.WORKING:
+                who = holder_name(self._leases.replica_id, start=True)
+                why = f"{who} shut down while this task was running."
                 try:
-                    await self._tasks.fail(task_id, "The server shut down while this task was running.")
+                    not_on = await self._tasks.hand_on(task_id, why) if saved else ""
+                    if not_on is not None:
+                        await self._tasks.fail(task_id, f"{why} The agent's work was lost.{not_on}")
                 except Exception:
                     # The database is away: the lease, no longer renewed, lets a reaper end it.
                     log.warning("could not record the end of task %s at shutdown", task_id)
@@ -214,6 +236,19 @@ class Runner:
                 waiting.append(task_id)
         with contextlib.suppress(Exception):
             await self._tasks.release(waiting)
+
+    async def _drain(self, task_id: str) -> bool:
+        """Have a working task's agent stop and save its checkpoint (`TaskContext.drain`); True if saved."""
+        run = self._runs.get(task_id)
+        live = self._tasks.get(task_id)
+        if run is None or run.ctx is None or live is None or live.task.status.state is not TaskState.WORKING:
+            return False
+        try:
+            async with asyncio.timeout(self._setup.grace_s + DRAIN_S):
+                return await run.ctx.drain()
+        except Exception:
+            log.exception("draining the agent of task %s failed", task_id)
+            return False
 
     async def _every(
         self,

@@ -68,7 +68,6 @@ class Leases:
         self._engine = engine
         self.replica_id = replica_id
         self._role_name = role
-        self._scoped = role is not None
         self._role = _tasks.c.role == role if role is not None else true()
         self.ttl_s = ttl_s
         self.ttl = timedelta(seconds=ttl_s)
@@ -102,12 +101,11 @@ class Leases:
             or_(_tasks.c.lease_owner.is_(None), self._void(now)),
             _tasks.c.run_started_at.is_(None),
         )
-        if self._scoped:
-            # With several roles, a `working` task nobody holds was answered on a replica that does not run
-            # its role: a runner of the role resumes it (a `working` task with a void lease is the reaper's).
-            # With one, every replica runs it: there is none, and the claim stays one index range.
-            resumable = and_(_tasks.c.state == TaskState.WORKING.value, _tasks.c.lease_owner.is_(None))
-            free = or_(free, resumable)
+        # A `working` task nobody holds was handed on from its checkpoint (`tasks/resume.py`), or, with
+        # several roles, answered on a replica that does not run its role: a runner of the role goes on with
+        # it (a `working` task with a void lease is the reaper's).
+        resumable = and_(_tasks.c.state == TaskState.WORKING.value, _tasks.c.lease_owner.is_(None))
+        free = or_(free, resumable)
         pick = select(_tasks.c.id).where(self._role, free).order_by(_tasks.c.created_at).limit(limit)
         if self._pg:
             pick = pick.with_for_update(skip_locked=True)

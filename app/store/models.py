@@ -1,6 +1,6 @@
 """Tables: tasks, messages (history), artifacts (append-only chunks), the event log, push webhooks
 with their delivery outbox, the callers' Idempotency-Keys, the agent instances live for discovery, and
-what the agents' runs used (`task_usage`)."""
+what the agents' runs used (`task_usage`), and each coding task's last checkpoint (`task_checkpoints`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     UniqueConstraint,
@@ -329,3 +330,22 @@ class TaskUsageRow(Base):
     )
     """One owner's sums read a range of (owner, day), a context's of (owner, context_id, day); an admin's
     sums over every owner a range of day."""
+
+
+class TaskCheckpointRow(Base):
+    """A task's last checkpoint (`store/run_checkpoints.py`): the archive its holder saved, whole, and its
+    digest, so another holder can go on with the task when this one dies. One row per task, replaced in one
+    statement; deleted with its task."""
+
+    __tablename__ = "task_checkpoints"
+
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    """The task's owner: a checkpoint is read for its owner only."""
+    holder: Mapped[str] = mapped_column(String(256))
+    """Who saved it: a replica's id, or `worker:<principal>:<instance>`."""
+    taken_at: Mapped[datetime]
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    manifest: Mapped[dict[str, Any]]
+    data: Mapped[bytes] = mapped_column(LargeBinary)

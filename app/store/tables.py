@@ -11,6 +11,7 @@ from .models import (
     MessageRow,
     PushConfigRow,
     PushOutboxRow,
+    TaskCheckpointRow,
     TaskCountRow,
     TaskRow,
     TaskUsageRow,
@@ -26,3 +27,4 @@ push_outbox = PushOutboxRow.__table__
 idempotency_keys = IdempotencyKeyRow.__table__
 agent_instances = AgentInstanceRow.__table__
 task_usage = TaskUsageRow.__table__
+task_checkpoints = TaskCheckpointRow.__table__

@@ -32,6 +32,7 @@ from .commits import Commits
 from .held import HeldElsewhereError, LiveTask, StillbornError, TaskLostError
 from .notices import LostNotices
 from .parts import RoleParts
+from .resume import hand_on
 from .step import (
     STOP_STATES,
     WORKER_PREFIX,
@@ -429,6 +430,14 @@ class LiveTasks:
                 fut.set_exception(HeldElsewhereError(""))
         live.waiters.clear()
         return True
+
+    async def hand_on(self, task_id: str, why: str) -> str | None:
+        """Put a working task held here back in the queue to go on from its checkpoint (`resume.hand_on`):
+        its run here has stopped (a drain). None when it did, else why not."""
+        live = self._live.get(task_id)
+        if live is None:
+            return " It was no longer held here."
+        return await hand_on(self, live, why, live.holder or self.parts.replica_id)
 
     async def release(self, task_ids: list[str]) -> None:
         """Stop holding these tasks here: queued ones go back to the queue, waiting ones to anyone."""

@@ -1,6 +1,7 @@
 """Endings of tasks no run will end, a replica's alone: a running task whose holder is gone (`end_lost`:
-a void lease, or what this replica's previous life ran) and a queued task whose role has no live instance
-(`refuse`). A remote worker ends neither: the replicas do.
+a void lease, or what this replica's previous life ran), unless it goes on elsewhere from its checkpoint
+(`resume.hand_on`), and a queued task whose role has no live instance (`refuse`). A remote worker ends
+neither: the replicas do.
 
 It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the stores;
 the reaper (`runner/reaper.py`, one per role, its `Losses` given by the wiring) calls it.
@@ -16,6 +17,7 @@ from app.protocol.model import TaskState
 from app.store.writer import SeqTakenError
 
 from .held import LiveTask
+from .resume import hand_on
 
 if TYPE_CHECKING:
     from app.store.leases import Held
@@ -33,8 +35,10 @@ class Losses:
         self._leases = tasks.parts.leases
         self._repo = tasks.parts.repo
 
-    async def end_lost(self, held: Held, reason: str, *, restarted: bool = False) -> bool:
-        """Fail a working task whose agent is gone, if this replica can take it; True when it did.
+    async def end_lost(self, held: Held, why: str, *, restarted: bool = False) -> bool:
+        """Hand on (`resume.hand_on`) or else fail a working task whose agent is gone, if this replica can
+        take it; True when it did. `why`: what happened to its holder (the failure adds that the agent's
+        work was lost, and why it could not go on).
 
         With `restarted`, the holder is this replica's previous life (its name): gone for sure. Otherwise
         the lease is seized only if its holder left it void (`Leases.seize`), and a holder that commits
@@ -58,8 +62,14 @@ class Losses:
             return False
         live = LiveTask(stored.task, stored.owner, expected or stored.last_seq, stored.push)
         self._tasks.hold(live)
-        event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
         try:
+            not_on = await hand_on(self._tasks, live, why, held.owner)
+            if not_on is None:
+                if not restarted:
+                    self._tasks.notices.tell(held.owner, held.task_id)
+                return True
+            reason = f"{why} The agent's work was lost.{not_on}"
+            event = status_update(held.task_id, stored.task.context_id, TaskState.FAILED, reason)
             ended = bool(await self._tasks.apply(live, [event]))
         except SeqTakenError:
             return False

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from app.bus.base import Bus
     from app.store.leases import Leases
     from app.store.repo import Repository
+    from app.store.run_checkpoints import RunCheckpoints
     from app.store.writer import Writer
 
 
@@ -32,6 +33,10 @@ class RoleParts:
     """The role whose tasks these are, in a deployment of several (None: the only one, no filter anywhere)."""
     role_name: str = "default"
     """The role's name, also with one role (what usage rows and metrics name)."""
+    checkpoints: RunCheckpoints | None = None
+    """The tasks' checkpoints (`store/run_checkpoints.py`); None: none is kept, no task resumes."""
+    resume_attempts: int = 0
+    """How many times a task whose holder stopped goes on from its checkpoint (RESUME_ATTEMPTS)."""
 
     @property
     def replica_id(self) -> str:

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.protocol.attempts import ATTEMPTS_KEY, attempts_of, resume_of
 from app.protocol.budget import over_budget
 from app.protocol.events import ArtifactUpdate, EventRecord, StatusUpdate, fold_artifact, status_update
 from app.protocol.model import (
@@ -48,6 +49,17 @@ STOP_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 WORKER_PREFIX = "worker:"
 """Lease holders with this prefix are remote workers (`a2a-server worker`), not replicas: they write
 through the worker endpoints, and requests for their tasks are written by whichever replica takes them."""
+
+
+def holder_name(holder: str, *, start: bool = False) -> str:
+    """A lease holder for people: "replica r1", or "worker <principal>:<instance>" (capitalised to `start`
+    a sentence)."""
+    kind, name = (
+        ("worker", holder.removeprefix(WORKER_PREFIX))
+        if holder.startswith(WORKER_PREFIX)
+        else ("replica", holder)
+    )
+    return f"{kind.capitalize() if start else kind} {name}"
 
 
 @dataclass(slots=True)
@@ -113,7 +125,7 @@ class Step:
 def step(task: Task, seq: int, events: list[Event], messages: list[Message] | None = None) -> Step:
     """Number `events` after `seq` and check each status change against the state machine; sum the usage
     the status events report into the task's metadata (an ended child's into its `children`, once per
-    child), and keep the last session one reports there.
+    child), keep the last session one reports there, and list a resume (`protocol/attempts.py`) in `attempts`.
 
     The status event whose usage takes the task's spend past its budget (`protocol/budget.py`) while the
     task is open ends it: `events` is cut after it and a `failed` status naming the budget and the spend is
@@ -139,9 +151,12 @@ def step(task: Task, seq: int, events: list[Event], messages: list[Message] | No
         if status.message is not None:
             history_add.append(status.message)
         report, child, session = reported_usage(ev), child_usage(ev), session_of(ev.metadata)
-        if report is None and child is None and session is None:
+        resume = resume_of(ev.metadata)
+        if report is None and child is None and session is None and resume is None:
             continue
         metadata = dict(task.metadata or {}) if metadata is None else metadata
+        if resume is not None:
+            metadata[ATTEMPTS_KEY] = [*attempts_of(metadata), resume]
         if report is not None:
             usage.append((seq, report))
             metadata[USAGE_KEY] = add_to_summary(metadata.get(USAGE_KEY), report)

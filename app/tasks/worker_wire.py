@@ -1,6 +1,7 @@
 """The remote worker protocol's wire forms, both ways, in one place: a claimed task (`Claimed`), a task, a
-run's events, and a held task as the worker knows it. The server's side (`tasks/workers.py`) and the
-worker's (`runner/remote.py`) import this, so an encoding and its decoding are read and changed together.
+run's events, a held task as the worker knows it, and a checkpoint's body. The server's side
+(`tasks/workers.py`, `api/endpoints/workers.py`) and the worker's (`runner/remote.py`,
+`runner/remote_checkpoints.py`) import this, so an encoding and its decoding are read and changed together.
 
 It imports the protocol's types and `held.py` only: the worker has nothing else of the replica's tasks.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from app.protocol.events import Event, event_from_store, event_kind
 from app.protocol.model import Artifact, Message, Role, StateTransition, Task, TaskState, TaskStatus
@@ -86,3 +89,40 @@ class Claimed:
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> Claimed:
         return cls(task_from_wire(d["task"]), d["owner"], d["lastSeq"], d.get("traceparent"))
+
+
+CHECKPOINT_TYPE = "application/vnd.a2a.checkpoint"
+"""A checkpoint's body, both ways: its manifest as one line of JSON, a newline, then the archive's bytes. The
+manifest rides in the body, not a header, as proxies cap headers at a few KiB (nginx: 4-8 KiB)."""
+MANIFEST_MAX_BYTES = 1024 * 1024
+"""The largest manifest line taken, beside the archive's own cap (CHECKPOINT_MAX_MB)."""
+HOLDER_HEADER = "X-A2A-Checkpoint-Holder"
+TAKEN_AT_HEADER = "X-A2A-Checkpoint-Taken-At"
+
+
+def checkpoint_body_max(max_bytes: int) -> int:
+    """The largest checkpoint body for an archive cap of `max_bytes`: archive, manifest and newline."""
+    return max_bytes + MANIFEST_MAX_BYTES + 1
+
+
+def checkpoint_to_wire(data: bytes, manifest: Mapping[str, Any]) -> bytes:
+    """The body of a checkpoint (`CHECKPOINT_TYPE`); orjson writes no raw newline, so the first ends the
+    manifest."""
+    return orjson.dumps(manifest) + b"\n" + data
+
+
+def checkpoint_from_wire(body: bytes) -> tuple[dict[str, Any], bytes]:
+    """`checkpoint_to_wire` read back: (manifest, archive); ValueError, saying what is wrong, for a body that
+    is not one."""
+    line, sep, data = body.partition(b"\n")
+    if not sep:
+        raise ValueError("the body has no manifest line (JSON, then a newline, then the archive)")
+    if len(line) > MANIFEST_MAX_BYTES:
+        raise ValueError(f"the manifest is over {MANIFEST_MAX_BYTES} bytes")
+    try:
+        manifest = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"the manifest is not JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise ValueError("the manifest is not a JSON object")
+    return manifest, data

@@ -7,7 +7,9 @@ A worker is a lease holder named `worker:<principal>:<instance>`. It claims its 
 stored once), and renews its leases while it learns what others did to its tasks (`sync`, a long poll on
 the tasks' channels): an answer to a waiting task, a cancel, a lease taken. Whichever replica serves a call
 writes for it through `LiveTasks.apply`, the one way tasks change. A worker that stops syncing is reaped as
-a dead replica is, the reason naming the worker.
+a dead replica is, the reason naming the worker. Its runs' checkpoints are kept in the role's store
+(`checkpoints`, reached only while it holds the running task), and a worker drained at shutdown hands its
+task on from there (`hand_on`, as a replica's drain does).
 """
 
 from __future__ import annotations
@@ -18,19 +20,23 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.bus.base import Subscription
 from app.protocol.events import EventRecord, StatusUpdate, event_kind
-from app.protocol.model import Role, Task, utcnow
+from app.protocol.model import Role, Task, TaskState, utcnow
 from app.store.instances import InstanceRecord, Instances, instance_name
 from app.store.leases import Leases
 from app.store.writer import SeqTakenError
 
-from .held import LiveTask
+from .held import LiveTask, TaskLostError
 from .live import LiveTasks
+from .resume import hand_on
 from .step import WORKER_PREFIX
 from .worker_wire import Claimed, events_from_wire, known_from_wire
+
+if TYPE_CHECKING:
+    from app.store.run_checkpoints import RunCheckpoints
 
 MAX_WAIT_S = 30.0
 Contexts = Callable[[Sequence[tuple[str, str]]], Awaitable[Mapping[tuple[str, str], tuple[int, str]]]]
@@ -113,6 +119,9 @@ class WorkerDesk:
         store, of the role's tasks only); `ended(owner, task_id)` cancels the children a worker's task left
         running when its events end it (the worker's own calls end with its hold of the task)."""
         self.announce = announce
+        self.checkpoints: RunCheckpoints | None = tasks.parts.checkpoints
+        """Where a worker's runs' checkpoints are kept, as their tasks' owners', while it holds their tasks
+        (`running`); None: none is."""
         self.contexts = contexts
         self._ended = ended
         self._tasks = tasks
@@ -177,7 +186,7 @@ class WorkerDesk:
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push, holder=holder)
         try:
             await self._tasks.apply(live, decoded[done:])
-        except SeqTakenError:
+        except (SeqTakenError, TaskLostError):
             raise WorkerLostError(task_id) from None
         if self._ended is not None and live.task.status.state.terminal:
             await self._ended(stored.owner, task_id)
@@ -248,6 +257,25 @@ class WorkerDesk:
 
     async def release(self, holder: str, task_ids: list[str]) -> None:
         await self._leases(holder).release(task_ids)
+
+    async def hand_on(self, holder: str, task_id: str, why: str) -> str | None:
+        """The worker shut down cleanly and its run of `task_id` saved a checkpoint: put the task back in the
+        queue to go on elsewhere (`resume.hand_on`, as a replica's drain does). None when it did, else why
+        not; WorkerLostError when the worker no longer holds the working task."""
+        stored = await self._repo.get_task(task_id, owner=None, to_write=True)
+        recorded = await self._leases(holder).recorded(task_id)
+        if (
+            stored is None
+            or recorded is None
+            or recorded[1] != holder
+            or stored.task.status.state is not TaskState.WORKING
+        ):
+            raise WorkerLostError(task_id)
+        live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push, holder=holder)
+        try:
+            return await hand_on(self._tasks, live, why, holder)
+        except (SeqTakenError, TaskLostError):
+            raise WorkerLostError(task_id) from None
 
     @property
     def ttl_s(self) -> float:

@@ -1,7 +1,8 @@
 """A remote worker's agents run on the worker's own settings, named as the worker: a repository its REPO_ALLOW
 refuses is refused naming the worker's setting (the server admitted it with its own), and its CLIs are
 tagged `worker:<instance>:<workspace root>`, never as a replica of the same machine or a worker of another
-cluster named alike (whose start-up would kill them as its orphans)."""
+cluster named alike (whose start-up would kill them as its orphans); the worker's CHECKPOINT_S reaches its
+CLI agents."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from app import roles as roles_
+from app.agents.cli.run import CliAgent
 from app.agents.options import AgentOptions
 from app.agents.repos.errors import RepoError
 from app.cli.worker import worker_options
@@ -52,3 +55,20 @@ def test_a_servers_refusal_names_the_servers_setting(tmp_path: Path) -> None:
     assert options.worker is None
     with pytest.raises(RepoError, match="the server's REPO_ALLOW"):
         options.repos.named({"repository": str(tmp_path / "elsewhere" / "app.git")})
+
+
+def test_checkpoint_s_reaches_a_workers_cli_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CHECKPOINT_S in the worker's environment is how often its CLI runs save their checkpoints, as the
+    worker process builds its role's agent (`main`: `role_agent` over `worker_options`)."""
+    monkeypatch.setenv("CHECKPOINT_S", "7.5")
+    own = Settings(
+        _env_file=None,
+        agent_sandbox="none",
+        agent_workspace_root=str(tmp_path / "ws"),
+        repo_cache_root=str(tmp_path / "cache"),
+        agents={"coder": {"adapter": "claude-code"}},
+    )
+    role = roles_.load(own)["coder"]
+    agent = roles_.role_agent(own, role, False, worker_options(own, "vm1"))
+    assert isinstance(agent, CliAgent)
+    assert (agent.options.checkpoint_s, agent.options.worker) == (7.5, "vm1")

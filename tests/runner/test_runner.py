@@ -11,6 +11,8 @@ from app.protocol.model import TaskState
 from app.store.writer import Writer
 from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
 
+RESTARTED_LOST = "The server restarted while this task was running. The agent's work was lost."
+
 
 async def test_a_task_beyond_max_concurrent_waits_submitted_until_a_slot_frees(tmp_path):
     started: dict[str, asyncio.Event] = {}
@@ -125,7 +127,7 @@ async def test_start_up_adopts_queued_tasks_and_ends_lost_runs(tmp_path):
     # A short lease: the dead replica's lease is void one TTL after a reaper marks it expired.
     async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
         lost = await until(c, "mine-working", TaskState.FAILED)
-        assert status_text(lost) == "The server restarted while this task was running; its agent was lost."
+        assert status_text(lost) == RESTARTED_LOST
         adopted = await until(c, "mine-queued", TaskState.COMPLETED)
         assert texts(adopted) == ["ran mine-queued"]
         reaped = await until(c, "dead-working", TaskState.FAILED)
@@ -152,7 +154,7 @@ async def test_a_started_run_whose_holder_died_before_its_first_event_is_lost_ne
 
     async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
         lost = await until(c, "mine-started", TaskState.FAILED)
-        assert status_text(lost) == "The server restarted while this task was running; its agent was lost."
+        assert status_text(lost) == RESTARTED_LOST
         reaped = await until(c, "dead-started", TaskState.FAILED)
         assert status_text(reaped).startswith("Replica dead running this task stopped renewing its lease")
         claimed = await until(c, "dead-queued", TaskState.COMPLETED)

@@ -22,7 +22,7 @@ from app.protocol.errors import A2AError, PayloadTooLargeError, PermissionDenied
 from app.telemetry import logs
 
 from ..errors import http_headers, jsonrpc_error, rest_error, status_error
-from ..paths import CARD_PATHS, JSONRPC_PATHS, WORKER_PATHS, is_public, route_path
+from ..paths import CARD_PATHS, CHECKPOINT_PATH, JSONRPC_PATHS, WORKER_PATHS, is_public, route_path
 from ..sanity import NUL, nul_error
 from ..versions import raw_version
 from .auth import PRINCIPAL_KEY, Authenticator, challenge
@@ -64,12 +64,16 @@ def error_response(scope: Scope, err: A2AError) -> Response:
 
 class Guard:
     """A NUL in the path or query, body size, then the caller's credential; the principal goes into the
-    scope for `owner_of`."""
+    scope for `owner_of`. A worker's checkpoint upload has its own bound (`checkpoint_body_bytes`, from
+    CHECKPOINT_MAX_MB), which its endpoint checks again for the task's store."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, max_body_bytes: int, checkpoint_body_bytes: int = 0
+    ) -> None:
         self.app = app
         self.auth = authenticator
         self.max_body = max_body_bytes
+        self.checkpoint_body = checkpoint_body_bytes
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http" or is_public(scope["path"]):
@@ -82,8 +86,9 @@ class Guard:
             return
         headers = Headers(scope=scope)
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await self._refuse(scope, receive, send, self._too_large())
+        limit = self._limit(scope)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await self._refuse(scope, receive, send, self._too_large(limit))
             return
         try:
             if scope["path"].startswith(WORKER_PATHS):
@@ -98,19 +103,23 @@ class Guard:
         scope[PRINCIPAL_KEY] = principal
         logs.bind(principal=principal.name)
         if length is None and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
-            body = await self._bounded_body(receive)
+            body = await self._bounded_body(receive, limit)
             if body is None:
-                await self._refuse(scope, receive, send, self._too_large())
+                await self._refuse(scope, receive, send, self._too_large(limit))
                 return
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
-    def _too_large(self) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"The request body exceeds {self.max_body} bytes", {"maxBytes": self.max_body}
-        )
+    def _limit(self, scope: Scope) -> int:
+        """The largest body this request may carry."""
+        if scope["method"] == "PUT" and CHECKPOINT_PATH.match(scope["path"]):
+            return max(self.max_body, self.checkpoint_body)
+        return self.max_body
 
-    async def _bounded_body(self, receive: Receive) -> bytes | None:
+    def _too_large(self, limit: int) -> PayloadTooLargeError:
+        return PayloadTooLargeError(f"The request body exceeds {limit} bytes", {"maxBytes": limit})
+
+    async def _bounded_body(self, receive: Receive, limit: int) -> bytes | None:
         """A chunked body read whole, or None once it passes the limit."""
         chunks: list[bytes] = []
         size = 0
@@ -120,7 +129,7 @@ class Guard:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):

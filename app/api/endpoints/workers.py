@@ -10,11 +10,15 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
 - `POST /workers/v1/contexts` `{role, instance, contexts: [[owner, contextId]]}` → `{contexts: [[owner,
   contextId, open, lastStatusAt]]}`: of those, the contexts with tasks of the role left, how many have not
   ended and the time of the last status (the worker's workspace sweep, `agents/cli/sweep.py`)
-- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS}` (a worker calls at least
-  every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
+- `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS, checkpointMaxBytes}` (a
+  worker calls at least every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
   instance, tasks}` gives leases up
 - `POST /workers/v1/tasks/{id}/calls` `{role, instance, op, args}`: the run's calls to other agents
   (`worker_calls.py`)
+- `PUT|GET /workers/v1/tasks/{id}/checkpoint?role=&instance=`: the run's checkpoint (`worker_checkpoints.py`)
+- `POST /workers/v1/tasks/{id}/requeue` `{role, instance, reason}` → `{handedOn, why?}`: a worker shutting
+  down hands a working task whose run saved a checkpoint back to the queue (`tasks/resume.py`); 409 `lost`
+  once the task is not the worker's
 
 Errors are `{error: {code, message}}`: 400 for a body that does not parse, 404 for an unknown role.
 """
@@ -180,11 +184,14 @@ async def contexts(request: Request) -> Response:
 @router.get("/whoami")
 @_answers
 async def whoami(request: Request) -> Response:
-    """The worker's lease holder name, the lease TTL it must renew within, and how often it must call to
-    stay listed in discovery."""
+    """The worker's lease holder name, the lease TTL it must renew within, how often it must call to stay
+    listed in discovery, and the largest checkpoint archive the server keeps (None: it keeps none)."""
     _, desk, holder = await _open(request, _Ask, query=True)
     heartbeat = desk.announce.every_s if desk.announce is not None else None
-    return _json({"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat})
+    most = desk.checkpoints.max_bytes if desk.checkpoints is not None else None
+    return _json(
+        {"holder": holder, "leaseTtlS": desk.ttl_s, "heartbeatS": heartbeat, "checkpointMaxBytes": most}
+    )
 
 
 @router.post("/release")
@@ -196,6 +203,25 @@ async def release(request: Request) -> Response:
     if ask.leaving and desk.announce is not None:
         await desk.announce.gone(holder)
     return _json({})
+
+
+class _HandOn(_Ask):
+    reason: str = Field(min_length=1, max_length=2000)
+    """What happened to the worker ("Worker box:vm1 shut down while this task was running.")."""
+
+
+@router.post("/tasks/{task_id}/requeue")
+@_answers
+async def requeue(task_id: str, request: Request) -> Response:
+    """The worker shut down cleanly and its run saved a checkpoint: the task goes back to the queue to go
+    on elsewhere, if it has a checkpoint and attempts left (`{handedOn: true}`), else `{handedOn: false,
+    why}` and the worker fails it with that reason."""
+    ask, desk, holder = await _open(request, _HandOn)
+    try:
+        why = await desk.hand_on(holder, task_id, ask.reason)
+    except WorkerLostError:
+        return _error(409, "lost", f"Task {task_id} is not working at this worker")
+    return _json({"handedOn": True} if why is None else {"handedOn": False, "why": why})
 
 
 @router.get("/tasks/{task_id}")

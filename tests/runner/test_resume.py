@@ -1,0 +1,142 @@
+"""Sessions that outlive their holder (`tasks/resume.py`), in process (MemoryBus, SQLite): a running task
+whose holder died, or whose replica shut down cleanly, goes on from its checkpoint on the next holder, with
+the event log continued and every attempt listed; without a checkpoint, or out of attempts, it fails as
+before, saying why."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import select, update
+
+from app.agents.sdk import TaskContext
+from app.protocol.attempts import ATTEMPTS_KEY
+from app.protocol.model import TaskState
+from app.store.db import create_engine
+from app.store.models import EventRow, TaskRow
+from app.store.run_checkpoints import RunCheckpoints
+from app.store.writer import Writer
+from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
+
+
+def messages(task) -> list[str]:
+    return [m.text() for m in task.history]
+
+
+async def event_numbers(tmp_path, task_id: str) -> list[int]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
+    try:
+        async with engine.connect() as conn:
+            query = select(EventRow.seq).where(EventRow.task_id == task_id).order_by(EventRow.seq)
+            return list((await conn.execute(query)).scalars())
+    finally:
+        await engine.dispose()
+
+
+async def test_a_dead_holders_task_with_a_checkpoint_goes_on_here_and_one_without_fails(tmp_path):
+    seen: list[tuple[str, object, bytes | None]] = []
+
+    async def seed(writer: Writer) -> None:
+        await writer.commit(seeded_write("with-checkpoint", TaskState.WORKING, "dead", -60, started=True))
+        await writer.commit(seeded_write("without", TaskState.WORKING, "dead", -60, started=True))
+        store = RunCheckpoints(writer._engine, 1024)
+        await store.save("with-checkpoint", OWNER, b"saved state", {"adapter": "script"}, "dead")
+
+    async def script(task: TaskContext) -> None:
+        assert task.checkpoints is not None
+        checkpoint = await task.checkpoints.load()
+        seen.append((task.id, task.resumed, checkpoint.data if checkpoint else None))
+        await task.say(f"went on from {checkpoint.data.decode() if checkpoint else None}")
+
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
+        done = await until(c, "with-checkpoint", TaskState.COMPLETED)
+        lost = await until(c, "without", TaskState.FAILED)
+    assert texts(done) == ["went on from saved state"]
+    [(task_id, resumed, data)] = seen
+    assert (task_id, data) == ("with-checkpoint", b"saved state"), "the task without a checkpoint never ran"
+    assert resumed is not None and (resumed.attempt, resumed.previous) == (2, "replica dead")
+    assert resumed.reason.startswith("Replica dead running this task stopped renewing its lease")
+    said = messages(done)
+    handed = next(m for m in said if "goes on from its checkpoint of" in m)
+    took = said[said.index(handed) + 1]
+    assert handed.startswith("Replica dead running this task stopped renewing its lease"), handed
+    assert "goes on from its checkpoint of" in handed and "(attempt 2)" in handed
+    assert took == "Replica r1 goes on with this task from its checkpoint (attempt 2).", took
+    [attempt] = done.metadata[ATTEMPTS_KEY]
+    assert (attempt["attempt"], attempt["previous"]) == (2, "replica dead")
+    seqs = await event_numbers(tmp_path, "with-checkpoint")
+    assert seqs == list(range(1, len(seqs) + 1)), "the event log goes on, dense and in order"
+    assert status_text(lost) == (
+        "Replica dead running this task stopped renewing its lease (it died or lost contact). "
+        "The agent's work was lost."
+    )
+
+
+async def test_a_task_out_of_attempts_fails_saying_so(tmp_path):
+    async def seed(writer: Writer) -> None:
+        await writer.commit(seeded_write("tired", TaskState.WORKING, "dead", -60, started=True))
+        earlier = [{"attempt": n, "previous": "replica x", "reason": "died"} for n in (2, 3)]
+        async with writer._engine.begin() as conn:
+            await conn.execute(
+                update(TaskRow).where(TaskRow.id == "tired").values(metadata_={ATTEMPTS_KEY: earlier})
+            )
+        await RunCheckpoints(writer._engine, 1024).save("tired", OWNER, b"state", {}, "dead")
+
+    async def script(task: TaskContext) -> None:
+        raise AssertionError("a task out of attempts never runs again")
+
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0, resume_attempts=2) as c:
+        lost = await until(c, "tired", TaskState.FAILED)
+    assert status_text(lost).endswith(
+        "The agent's work was lost. It went on from a checkpoint 2 time(s) already, the most RESUME_ATTEMPTS "
+        "(2) allows."
+    ), status_text(lost)
+
+
+async def test_a_clean_shutdown_drains_a_task_that_then_goes_on_at_the_next_start(tmp_path):
+    """The drain hook saves a checkpoint: the task waits `working` with nobody holding it, and the next
+    replica (here the same one restarted) goes on with it. A task whose agent saves none fails as before."""
+    started: dict[str, asyncio.Event] = {"keeps": asyncio.Event(), "keeps-none": asyncio.Event()}
+
+    async def first(task: TaskContext) -> None:
+        async def drain() -> bool:
+            if task.text == "keeps-none":
+                return False
+            assert task.checkpoints is not None
+            await task.checkpoints.save(b"half done", {"step": 1})
+            return True
+
+        task.on_drain(drain)
+        await task.working("working on it")
+        started[task.text].set()
+        await asyncio.Event().wait()
+
+    async with running(tmp_path, first) as c:
+        keeps = await send(c, "keeps", blocking=False)
+        none = await send(c, "keeps-none", blocking=False)
+        for event in started.values():
+            await asyncio.wait_for(event.wait(), WAIT_S)
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
+    try:
+        async with engine.connect() as conn:
+            rows = {r.id: r for r in (await conn.execute(select(TaskRow))).all()}
+    finally:
+        await engine.dispose()
+    assert rows[keeps.id].state == "working" and rows[keeps.id].lease_owner is None
+    assert rows[keeps.id].run_started_at is None, "back in the queue"
+    assert rows[none.id].state == "failed"
+
+    async def second(task: TaskContext) -> None:
+        assert task.resumed is not None and task.checkpoints is not None
+        checkpoint = await task.checkpoints.load()
+        assert checkpoint is not None
+        await task.say(f"{task.resumed.previous} left {checkpoint.data.decode()}")
+
+    async with running(tmp_path, second) as c:
+        done = await until(c, keeps.id, TaskState.COMPLETED)
+        failed = await c.service.get(OWNER, none.id)
+    assert texts(done) == ["replica r1 left half done"]
+    assert any(m.startswith("Replica r1 shut down while this task was running.") for m in messages(done))
+    assert (
+        status_text(failed) == "Replica r1 shut down while this task was running. The agent's work was lost."
+    )
