@@ -62,11 +62,18 @@ class Resumed:
     """Who ran it before, for people: "replica r1", "worker w1"."""
     reason: str
     """Why the previous run stopped."""
+    pending: str | None = None
+    """The user's latest message when the previous run may never have had it (sent after the previous
+    run last spoke: an answer to its question that reached the task as its holder died)."""
 
     def note(self) -> str:
         """What the resumed agent is told before it goes on."""
-        return (
+        note = (
             f"Your previous run of this task was interrupted ({self.reason}). The workspace and your session "
             "are as they were at the last checkpoint. Check the state of the work and continue the task "
             "from where it stopped."
         )
+        if self.pending is not None:
+            note += "\n\nThe user's latest message, which the interrupted run may not have received:\n"
+            note += self.pending
+        return note

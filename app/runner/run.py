@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -318,7 +319,22 @@ def resumed(task: Task) -> Resumed | None:
     info = resume_of(last.metadata) if last is not None and last.role is Role.AGENT else None
     if info is None:
         return None
-    return Resumed(attempt=info["attempt"], previous=info["previous"], reason=info["reason"])
+    return Resumed(
+        attempt=info["attempt"], previous=info["previous"], reason=info["reason"], pending=unheard(task)
+    )
+
+
+def unheard(task: Task) -> str | None:
+    """The user's latest message when it came after the agent last spoke before the hand-on (the task's
+    resume markers aside): the previous run may never have had it. Its text, or its data parts as JSON."""
+    said = [m for m in task.history if m.role is Role.USER or resume_of(m.metadata) is None]
+    if not said or said[-1].role is not Role.USER:
+        return None
+    last = said[-1]
+    if last.text():
+        return last.text()
+    data = [p.data for p in last.parts if p.kind == "data"]
+    return json.dumps(data) if data else None
 
 
 def request_for(

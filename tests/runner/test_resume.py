@@ -11,7 +11,8 @@ from sqlalchemy import select, update
 
 from app.agents.sdk import TaskContext
 from app.protocol.attempts import ATTEMPTS_KEY
-from app.protocol.model import TaskState
+from app.protocol.model import Message, Part, Role, TaskState, utcnow
+from app.store import rows
 from app.store.db import create_engine
 from app.store.models import EventRow, TaskRow
 from app.store.run_checkpoints import RunCheckpoints
@@ -140,3 +141,34 @@ async def test_a_clean_shutdown_drains_a_task_that_then_goes_on_at_the_next_star
     assert (
         status_text(failed) == "Replica r1 shut down while this task was running. The agent's work was lost."
     )
+
+
+async def test_an_answer_the_dead_holder_never_had_is_told_to_the_run_that_goes_on(tmp_path):
+    """The task asked, the answer was written for its holder as it died: the run that goes on is told the
+    answer (`Resumed.pending`, in its note); a task whose agent spoke after the user's last message is not."""
+    seen: dict[str, str | None] = {}
+
+    async def seed(writer: Writer) -> None:
+        for task_id, tail in (("answered", ["May I?", "yes, go"]), ("spoke", ["yes, go", "on it"])):
+            write = seeded_write(task_id, TaskState.WORKING, "dead", -60, started=True)
+            now = utcnow()
+            for n, text in enumerate(tail):
+                role = Role.AGENT if text in ("May I?", "on it") else Role.USER
+                said = Message(
+                    f"{task_id}-{n}", role, [Part(text=text)], context_id=f"ctx-{task_id}", task_id=task_id
+                )
+                write.messages.append(rows.message_row(task_id, OWNER, said, now))
+            await writer.commit(write)
+            await RunCheckpoints(writer._engine, 1024).save(task_id, OWNER, b"state", {}, "dead")
+
+    async def script(task: TaskContext) -> None:
+        assert task.resumed is not None
+        seen[task.id] = task.resumed.pending
+        if task.resumed.pending is not None:
+            assert task.resumed.note().endswith(f"may not have received:\n{task.resumed.pending}")
+        await task.say("went on")
+
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
+        for task_id in ("answered", "spoke"):
+            await until(c, task_id, TaskState.COMPLETED)
+    assert seen == {"answered": "yes, go", "spoke": None}
