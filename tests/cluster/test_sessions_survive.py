@@ -7,7 +7,8 @@ a process gone, an event), never for a time.
 
 - A worker killed (`kill -9`) mid-task after a checkpoint: a second worker restores the workspace and the
   session and completes the task; the resumed CLI carries the first run's conversation (the fake API's
-  request), and a stream held through nginx sees every event once and in order, both holders named.
+  request), a stream held through nginx sees every event once and in order, both holders named, and the
+  console's task page (Chromium) lists the attempt.
 - A replica killed mid-task: the other replica goes on with it the same way.
 - A task waiting for an approval on a worker that is killed: the answer, sent through nginx, is taken by
   another worker, which restores the session first.
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
+from playwright.async_api import expect
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -37,6 +39,7 @@ from app.store.models import TaskCheckpointRow
 from scripts.cluster import Replica
 from tests.conftest import migrated_pg_database
 from tests.support.auth import api_keys_env, key_of
+from tests.support.browser import launch, sign_in
 from tests.support.clis import CLI_BIN, install_clis
 from tests.support.cluster import Cluster
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -269,6 +272,13 @@ async def test_a_worker_killed_mid_task_hands_its_session_to_another_worker(team
     [attempt] = task["metadata"]["attempts"]
     assert (attempt["attempt"], attempt["previous"]) == (2, "worker box:w1")
     team.workers.pop("w2").stop()
+    # The console's task page, through nginx, lists the attempt.
+    async with launch() as browser:
+        page = await (await browser.new_context()).new_page()
+        await sign_in(page, base, "alice", f"/console/tasks/{task_id}")
+        attempts = page.locator("#task-attempts")
+        await expect(attempts).to_contain_text("Attempt 2: worker box:w1 stopped", timeout=30_000)
+        await expect(attempts.locator("> span")).to_have_text("2")
 
 
 async def test_a_task_waiting_for_approval_on_a_killed_worker_is_answered_on_another(team: Team) -> None:
