@@ -1,6 +1,6 @@
 """A CLI run's checkpoints (`app/agents/cli/checkpoint.py`): the real Claude Code, Codex and Gemini CLI, in
-their jail, against the fake model APIs, driven in-process through the agent API with an in-memory checkpoint
-store.
+their jail, against the fake model APIs (and the `ndjson` adapter with its fake command), driven in-process
+through the agent API with an in-memory checkpoint store.
 
 Two "machines" are two workspace roots (each with its principal's HOME): a task's run on the first saves a
 checkpoint; a run of the same task on the second, resumed, restores it where the second keeps its workspace
@@ -32,12 +32,14 @@ from app.agents.cli.checkpoint import Place, capture, restore
 from app.agents.cli.claude import ClaudeAgent, claude_project
 from app.agents.cli.codex import CodexAgent
 from app.agents.cli.gemini import GeminiAgent
+from app.agents.cli.ndjson import NdjsonAgent
 from app.agents.cli.run import CliAgent, CliRun
 from app.agents.options import AgentOptions
 from app.agents.sdk import Request, TaskContext
-from app.protocol.events import Event, StatusUpdate
+from app.protocol.events import ArtifactUpdate, Event, StatusUpdate
 from app.protocol.model import Message, Part, Role, TaskState
-from tests.support.clis import CLI_BIN, alive, install_clis
+from tests.cli.test_cli_fakes import NDJSON
+from tests.support.clis import CLI_BIN, FAKES, alive, install_clis
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.fakes.base import FakeServer
 from tests.support.fakes.gemini_fake import GeminiFake, gemini_env, write_gemini_home
@@ -401,6 +403,36 @@ async def test_codex_and_gemini_resume_on_another_machine_with_the_first_runs_se
         assert any(
             "FAKE:tool:made.txt" in b and "previous run of this task was interrupted" in b for b in bodies
         )
+    finally:
+        await a.agent.aclose()
+        await b.agent.aclose()
+
+
+async def test_ndjson_resumes_on_another_machine_told_the_note_in_its_restored_workspace(
+    tmp_path: Path,
+) -> None:
+    """A command of the operator's own keeps no session the server knows: its workspace is carried, and the
+    resumed run's prompt line has the note as its text (the fake reports the file it found)."""
+
+    def machine(root: Path) -> Machine:
+        options = AgentOptions(
+            workspace_root=str(root), command=NDJSON, sandbox_read=(str(FAKES),), cancel_grace_s=2
+        )
+        return Machine(NdjsonAgent(options), root)
+
+    a, b = machine(tmp_path / "root-a"), machine(tmp_path / "root-b")
+    try:
+        ids, store = _ids(), MemoryStore()
+        first = await a.run("WORK 1 0", store, **ids)
+        assert first.state is TaskState.COMPLETED, first.text
+        assert store.point is not None and store.point.manifest["adapter"] == "ndjson"
+        second = await b.run("WORK 1 0", store, resumed=RESUMED, **ids)
+        assert second.state is TaskState.COMPLETED, second.text
+        assert (b.workspace(ids["context"]) / "progress.txt").read_text() == ids["task"]
+        said = "".join(
+            p.text or "" for e in second.events if isinstance(e, ArtifactUpdate) for p in e.artifact.parts
+        )
+        assert f"resumed with progress.txt of {ids['task']}" in said, said
     finally:
         await a.agent.aclose()
         await b.agent.aclose()

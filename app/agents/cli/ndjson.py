@@ -9,6 +9,9 @@ one JSON object per line; stdin stays open while the command runs:
      "model": "<the task's model, else the role's (AGENT_MODEL)>" or null}
     {"type": "answer", "text": "y", "approved": true}      (after it asked with approval_required)
 
+A run that goes on with a task another holder left (a checkpoint restored: `run.py`) gets the resume note
+(`Resumed.note()`, "Your previous run of this task was interrupted ...") as its prompt's `text`.
+
 Output, on stdout, one AgentEvent per line (`kind` or `type` names it; other lines are ignored):
 
     {"kind": "init", "model": "my-model", "session_id": "abc"}
@@ -115,7 +118,7 @@ class NdjsonRun(CliRun):
         await self.proc.send(
             {
                 "type": "prompt",
-                "text": self.request.message.text(),
+                "text": self.request.message.text() if self.note is None else self.note,
                 "taskId": self.request.task_id,
                 "contextId": self.request.context_id,
                 "workspace": str(self.workspace),

@@ -4,9 +4,12 @@
 The prompt decides: `ASK` asks for approval and reports the answer; `SLEEP <marker>` starts `sleep <marker>`
 and waits (for cancel); `SPEND <usd> <marker>` starts `sleep <marker>`, reports ten turns of `<usd>` each
 (a `usage` line per turn) and waits (for its budget to stop it); `CRASH` writes to stderr and exits 3;
-`SILENT` exits 0 without done; `BIG` sends a 2 MB chunk; anything else says hello in two chunks. It ends
-with done (summary, stats and usage; `ASK` also reports usage before it asks, without a cost). Its session
-names the prompt's `model` (the task's), else `fake-ndjson`.
+`SILENT` exits 0 without done; `BIG` sends a 2 MB chunk; `WORK <lines> <interval_s>` writes `progress.txt`
+(the task's id) in its workspace, then streams `<lines>` chunks `<interval_s>` apart; a resumed run (its
+prompt the resume note, "Your previous run of this task was interrupted ...") reports the `progress.txt` it
+found (restored from the checkpoint) and finishes, or fails without one; anything else says hello in two
+chunks. It ends with done (summary, stats and usage; `ASK` also reports usage before it asks, without a
+cost). Its session names the prompt's `model` (the task's), else `fake-ndjson`.
 """
 
 import json
@@ -45,6 +48,21 @@ elif text.startswith("SPEND "):
         out({"kind": "thinking", "text": f"turn {turn} "})
         out({"kind": "usage", "usage": {"model": "fake-ndjson", "output_tokens": 10, "cost_usd": float(usd)}})
     time.sleep(600)
+elif text.startswith("WORK "):
+    _, lines, interval = text.split()
+    with open("progress.txt", "w") as f:
+        f.write(prompt["taskId"])
+    for n in range(int(lines)):
+        out({"kind": "thinking", "text": f"line {n} "})
+        time.sleep(float(interval))
+elif text.startswith("Your previous run of this task was interrupted"):
+    try:
+        with open("progress.txt") as f:
+            found = f.read()
+    except FileNotFoundError:
+        out({"kind": "error", "text": "resumed without progress.txt: the workspace was not restored"})
+        sys.exit(0)
+    out({"kind": "thinking", "text": f"resumed with progress.txt of {found}"})
 elif text == "BIG":
     out({"kind": "thinking", "text": "x" * 2_000_000})
 else:
