@@ -60,20 +60,24 @@ test: $(VENV)/.test-installed
 test-unit: $(VENV)/.test-installed
 	env -u TEST_POSTGRES_URL -u TEST_REDIS_URL $(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
 
-## Leases under chaos at scale (tests/cluster/test_chaos_leases.py, about 20 minutes): 10 runs of 60
+## Leases under chaos at scale (tests/cluster/test_chaos_leases.py, about 25 minutes): 10 runs of 60
 ## streaming tasks, each with a replica killed and restarted, Redis stopped and started, PostgreSQL down 30 s
 ## with a live replica frozen until the reapers mark its leases; then the variant (a replica restarting as
-## PostgreSQL returns). `make test` runs one short run of each. Figures per run are printed; the replicas'
+## PostgreSQL returns); then 4 runs of 18 CLI tasks keeping checkpoints, whose killed replica's tasks must
+## complete elsewhere. `make test` runs one short run of each. Figures per run are printed; the replicas'
 ## logs stay under $(CHAOS_DIR) (emptied at the start).
 CHAOS_TASKS ?= 60
 CHAOS_RUNS ?= 10
 CHAOS_PG_DOWN_S ?= 30
+CHAOS_CLI_TASKS ?= 18
+CHAOS_CLI_RUNS ?= 4
 CHAOS_DIR ?= /tmp/a2a-chaos
 chaos: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start
 	scripts/install-deb.sh nginx nginx
 	CHAOS_TASKS=$(CHAOS_TASKS) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_PG_DOWN_S=$(CHAOS_PG_DOWN_S) \
+		CHAOS_CLI_TASKS=$(CHAOS_CLI_TASKS) CHAOS_CLI_RUNS=$(CHAOS_CLI_RUNS) \
 		TEST_POSTGRES_URL=$(PG_URL) TEST_REDIS_URL=$(TEST_REDIS) \
 		$(BIN)/python -m pytest -q -s --basetemp=$(CHAOS_DIR) tests/cluster/test_chaos_leases.py $(PYTEST_ARGS)
 

@@ -22,8 +22,20 @@ each failed task was on the killed replica and its reason says so; every task of
 no replica still runs an agent (`runningAgents` in /healthz); no "Task exception was never retrieved" in a
 log. The figures of each run are printed.
 
-Sizes: by default (in `make test`) one run of each with 12 tasks and PostgreSQL down for 16 s; `make chaos`
-sets CHAOS_TASKS=60 CHAOS_RUNS=10 CHAOS_PG_DOWN_S=30 (CHAOS_VARIANT_RUNS, CHAOS_TASK_S also exist). Every
+The CLI round: the replicas, each a machine of its own (its own AGENT_WORKSPACE_ROOT), run the `ndjson`
+adapter with its fake CLI (tests/support/fakes/ndjson_agent.py `WORK`: writes `progress.txt`, then streams),
+a checkpoint every second (CHECKPOINT_S=1) and LEASE_TTL_S 3. Its tasks are sent to the replicas in turn and
+followed through nginx as above; once each has a checkpoint taken after its file (the `task_checkpoints`
+row), the busiest replica is killed, its workspace root removed (its disk lost) and it is restarted under
+its name: at once, or, every second run, once the reapers have handed its tasks on. Every task must end
+`completed`: each of the killed replica's lists one attempt (`previous` "replica <id>") and its resumed run
+(told "Your previous run of this task was interrupted") found `progress.txt` restored; each client saw the
+task's event log after its snapshot exactly once, in order, with the hand-on's status; no replica still
+runs an agent.
+
+Sizes: by default (in `make test`) one run of each with 12 tasks and PostgreSQL down for 16 s, and one CLI
+run of 6 tasks streaming 40 s; `make chaos` sets CHAOS_TASKS=60 CHAOS_RUNS=10 CHAOS_PG_DOWN_S=30
+CHAOS_CLI_TASKS=18 CHAOS_CLI_RUNS=4 (CHAOS_VARIANT_RUNS, CHAOS_TASK_S, CHAOS_CLI_TASK_S also exist). Every
 wait is on a condition; the only sleeps are the faults themselves (how long Redis and PostgreSQL stay down).
 """
 
@@ -32,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -41,9 +54,14 @@ from typing import Any
 import asyncpg
 import httpx
 
+from app.agents.jail.sandbox import principal_key
+from app.api.edge.auth import ANONYMOUS
 from scripts.ready import log_tail
+from tests.cli.test_cli_fakes import NDJSON
 from tests.cluster.test_chaos_load import V10, Client, Figures, event_log, reason, rpc
+from tests.cluster.test_sessions_survive import Machines
 from tests.conftest import _fresh_pg_database
+from tests.support.clis import FAKES
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
 from tests.support.rpc import text_message
@@ -61,6 +79,14 @@ has one TTL after a reaper's mark to renew, while all three reconnect at once on
 would report its slow renewal as a live replica's task reaped (4 s did)."""
 REDIS_DOWN_S = 2.0
 MIN_CHUNKS, MAX_CHUNKS = 105, 300
+CLI_TASKS = int(os.environ.get("CHAOS_CLI_TASKS", "6"))
+"""The CLI round's tasks, sent to the replicas in turn: the killed one holds a third of them."""
+CLI_RUNS = int(os.environ.get("CHAOS_CLI_RUNS", "1"))
+CLI_TASK_S = float(os.environ.get("CHAOS_CLI_TASK_S", "40"))
+"""How long each CLI task streams: longer than it takes every task to have its checkpoint."""
+CLI_LINE_S = 0.25
+CLI_LEASE_TTL_S = 3.0
+"""No outage in the CLI round: a short TTL, so the killed replica's tasks are handed on within seconds."""
 
 
 def chunked_script(chunks: int, seconds: float) -> str:
@@ -332,6 +358,17 @@ async def running_agents(cl: Cluster) -> dict[str, int | None]:
     return out
 
 
+async def agents_after_end(cl: Cluster) -> dict[str, int | None]:
+    """Each replica's `runningAgents` once every task has ended: agents of ended tasks must be gone, so a
+    brief poll (a run stops within its cancel grace), not a wait."""
+    agents = await running_agents(cl)
+    deadline = asyncio.get_running_loop().time() + 60
+    while any(agents.values()) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.5)
+        agents = await running_agents(cl)
+    return agents
+
+
 def log_lines(cl: Cluster, task_id: str) -> list[str]:
     """What the replicas logged about a task."""
     return [
@@ -419,12 +456,7 @@ async def finish_run(run: Run, notes: list[str]) -> LeaseFigures:
             problems.append(f"client ({c.version}) of {c.task_id} saw events twice")
         if pending and not c.done() and not c.refused:
             problems.append(f"client ({c.version}) of {c.task_id} never saw the end (task {state})")
-    # Agents of ended tasks must be gone: a brief poll (a run stops within its cancel grace), not a wait.
-    agents = await running_agents(cl)
-    deadline = asyncio.get_running_loop().time() + 60
-    while any(agents.values()) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.5)
-        agents = await running_agents(cl)
+    agents = await agents_after_end(cl)
     figures.agents_left = sum(n or 0 for n in agents.values())
     for r in cl.replicas:
         if not r.alive():
@@ -498,3 +530,257 @@ async def test_replica_restarting_as_the_database_returns(own_services: OwnServi
         name = f"variant {k}/{VARIANT_RUNS}"
         total.add(await variant_sequence(own_services, tmp_path / f"variant-{k}", name))
     print(f"chaos leases total of {VARIANT_RUNS} variant run(s): {total.line()}")
+
+
+# ---- the CLI round: the killed replica's CLI tasks go on from their checkpoints ------------------------
+
+
+@dataclass
+class CliFigures(Figures):
+    resumed: int = 0
+    """Tasks of the killed replica that went on from their checkpoint elsewhere and completed."""
+
+    def line(self) -> str:
+        order = "tasks completed resumed failed stuck lost duplicated reconnects".split()
+        return ", ".join(f"{k} {getattr(self, k)}" for k in order)
+
+
+def workspace_file(cl: Cluster, holder: str, context_id: str) -> Path:
+    """The fake CLI's `progress.txt` in the context's workspace on `holder`'s machine (`Machines`)."""
+    return cl.workdir / "machines" / holder / principal_key(ANONYMOUS) / context_id / "progress.txt"
+
+
+async def checkpoint_after_file(run: Run, task_id: str, written: Path, holder: str) -> None:
+    """Wait until `holder` has saved a checkpoint of the task taken after its CLI wrote `written`."""
+    try:
+        async with asyncio.timeout(120):
+            while True:
+                if written.exists():
+                    rows = await fetch(
+                        run.dsn,
+                        "SELECT extract(epoch FROM taken_at) AS at FROM task_checkpoints"
+                        " WHERE task_id = $1 AND holder = $2",
+                        task_id,
+                        holder,
+                    )
+                    if rows and float(rows[0]["at"]) > written.stat().st_mtime:
+                        return
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(
+            f"no checkpoint of {task_id} by {holder} after {written}; logs:\n  "
+            + "\n  ".join(log_lines(run.cl, task_id))
+        ) from None
+
+
+def said(task: dict[str, Any]) -> str:
+    """Every text of the task's artifacts."""
+    return "".join(p.get("text", "") for a in task.get("artifacts", []) for p in a["parts"])
+
+
+def status_messages(client: Client) -> list[dict[str, Any]]:
+    """The status messages a client saw."""
+    return [
+        ev["status"]["message"]
+        for _, ev in client.events
+        if ev.get("kind") == "status-update" and ev["status"].get("message")
+    ]
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return " ".join(p.get("text", "") for p in message.get("parts", []))
+
+
+async def start_cli_run(services: OwnServices, workdir: Path, name: str) -> tuple[Run, dict[str, str]]:
+    """Three replicas, each a machine of its own, running the `ndjson` adapter with the fake CLI (a
+    checkpoint every second); `CLI_TASKS` tasks of it sent to the replicas in turn (each runs what it is
+    sent), followed through nginx (half over v0.3, half over v1.0), each working with a checkpoint taken
+    after its CLI wrote `progress.txt`. The run and each task's context."""
+    db_url = await _fresh_pg_database(services.pg_url)
+    dsn = db_url.replace("postgresql+asyncpg://", "postgresql://")
+    cl = Machines(
+        db_url,
+        services.redis_url,
+        workdir,
+        3,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX_READ=str(FAKES),
+        CHECKPOINT_S="1",
+        CANCEL_GRACE_S="2",
+        LEASE_TTL_S=f"{CLI_LEASE_TTL_S:g}",
+        QUEUE_POLL_S="0.5",
+        MAX_CONCURRENT_TASKS=str(max(16, 2 * CLI_TASKS)),
+    )
+    print(f"\nchaos leases {name}: cluster in {workdir}", flush=True)
+    await asyncio.to_thread(cl.start)
+    run = Run(name, cl, dsn, [], [], {})
+    contexts: dict[str, str] = {}
+    script = f"WORK {max(int(CLI_TASK_S / CLI_LINE_S), 1)} {CLI_LINE_S:g}"
+    try:
+        for i in range(CLI_TASKS):
+            base = cl.urls[i % len(cl.replicas)]
+            if i % 2:
+                msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": script}]}
+                send = {"message": msg, "configuration": {"returnImmediately": True}}
+                task = (await rpc(base, "SendMessage", send, headers=V10))["task"]
+                client = Client(task["id"], version="1.0")
+            else:
+                send = {"message": text_message(script), "configuration": {"blocking": False}}
+                task = await rpc(base, "message/send", send)
+                client = Client(task["id"])
+            contexts[task["id"]] = task["contextId"]
+            run.clients.append(client)
+            run.following.append(asyncio.create_task(client.follow(cl.nginx_url)))
+        async with asyncio.timeout(120):
+            await asyncio.gather(*(c.streaming.wait() for c in run.clients))
+        ids = list(contexts)
+        async with asyncio.timeout(120):
+            while True:
+                rows = await fetch(
+                    dsn,
+                    "SELECT id, lease_owner FROM tasks WHERE id = ANY($1) AND state = 'working'"
+                    " AND lease_owner IS NOT NULL",
+                    ids,
+                )
+                if len(rows) == len(ids):
+                    break
+                await asyncio.sleep(0.2)
+        run.owners = {r["id"]: r["lease_owner"] for r in rows}
+        for task_id, owner in run.owners.items():
+            await checkpoint_after_file(run, task_id, workspace_file(cl, owner, contexts[task_id]), owner)
+    except BaseException:
+        await stop_run(run)
+        raise
+    print(f"chaos leases {name}: tasks per replica {dict(sorted(Counter(run.owners.values()).items()))}")
+    return run, contexts
+
+
+async def check_cli_run(run: Run, on_killed: set[str], reaped: bool) -> CliFigures:
+    """Every task completed; each of the killed replica's (`on_killed`) went on from its checkpoint once (one
+    attempt naming the replica, its resumed run found `progress.txt` restored), the others ran once; each
+    client saw the task's event log after its snapshot exactly once, in order; no replica runs an agent any
+    more. `reaped`: the killed replica was restarted only once the reapers had handed its tasks on, so each
+    hand-on's text names it too."""
+    cl = run.cl
+    await until_clients_end(run, CLI_TASK_S + 300)
+    for t in run.following:
+        if t.done():
+            t.result()
+    assert run.killed is not None
+    killed_id = cl.replicas[run.killed].replica_id
+    figures = CliFigures(tasks=len(run.clients))
+    problems: list[str] = []
+    reasons: Counter[str] = Counter()
+    for c in run.clients:
+        final = await rpc(cl.nginx_url, "tasks/get", {"id": c.task_id})
+        state = final["status"]["state"]
+        owner = run.owners[c.task_id]
+        if state == "completed":
+            figures.completed += 1
+        else:
+            if state == "failed":
+                figures.failed += 1
+            else:
+                figures.stuck += 1
+            problems.append(
+                f"task {c.task_id} of {owner} ended {state}: {reason(final)!r}; replica logs:\n  "
+                + "\n  ".join(log_lines(cl, c.task_id))
+            )
+        attempts = (final.get("metadata") or {}).get("attempts", [])
+        found = f"resumed with progress.txt of {c.task_id}"
+        if c.task_id in on_killed:
+            if [(a.get("attempt"), a.get("previous")) for a in attempts] != [(2, f"replica {killed_id}")]:
+                problems.append(f"task {c.task_id} of the killed {killed_id} lists attempts {attempts}")
+            if found not in said(final):
+                problems.append(f"the resumed run of {c.task_id} did not find progress.txt restored")
+            elif state == "completed":
+                figures.resumed += 1
+            # The hand-on's status names the replica that died in its `resume` metadata (its text says
+            # why: the lease that stopped, or the replica's restart), the next one names who goes on.
+            seen_messages = status_messages(c)
+            resumes = [(m.get("metadata") or {}).get("resume") for m in seen_messages]
+            resumes = [r for r in resumes if r]
+            if [(r.get("attempt"), r.get("previous")) for r in resumes] != [(2, f"replica {killed_id}")]:
+                problems.append(f"client of {c.task_id} saw the resumes {resumes}")
+            else:
+                why = resumes[0]["reason"]
+                reasons[re.sub(r"a2a-\d+", "<replica>", why)] += 1
+                if reaped and not why.startswith(f"Replica {killed_id} running this task stopped renewing"):
+                    problems.append(f"the hand-on of {c.task_id} says {why!r}")
+            on = "goes on with this task from its checkpoint (attempt 2)."
+            if not any(text_of(m).startswith("Replica ") and text_of(m).endswith(on) for m in seen_messages):
+                texts = [text_of(m) for m in seen_messages]
+                problems.append(f"client of {c.task_id} saw no status naming who went on: {texts}")
+        elif attempts or found in said(final):
+            problems.append(f"task {c.task_id} of live replica {owner} was handed on: {attempts}")
+
+        log = await event_log(run.dsn, c.task_id)
+        assert log == list(range(1, len(log) + 1)), f"the event log of {c.task_id} has a hole: {log}"
+        snapshot, seen = c.seqs_after_snapshot()
+        expected = [s for s in log if s > snapshot]
+        figures.lost += len(set(expected) - set(seen))
+        figures.duplicated += len(seen) - len(set(seen))
+        figures.reconnects += max(c.connections - 1, 0)
+        if c.refused:
+            problems.append(f"v1.0 client of {c.task_id} was refused its resume after {seen[-1:]}")
+        elif seen != expected:
+            problems.append(f"client ({c.version}) of {c.task_id} saw {seen}, the log after it is {expected}")
+        elif not c.done() or c.events[-1][1]["status"]["state"] != state:
+            problems.append(f"client of {c.task_id} never saw the end (task {state})")
+    agents = await agents_after_end(cl)
+    for r in cl.replicas:
+        if agents[r.replica_id]:
+            problems.append(f"replica {r.replica_id} still runs {agents[r.replica_id]} agent(s)")
+        if "Task exception was never retrieved" in cl.log(r.index):
+            problems.append(f"'Task exception was never retrieved' in {r.log_path}")
+    print(f"chaos leases {run.name}: {figures.line()}")
+    for text, n in reasons.most_common():
+        print(f"  {n} handed on: {text!r}")
+    assert not problems, f"chaos leases {run.name} (logs in {cl.workdir}):\n" + "\n".join(problems)
+    return figures
+
+
+async def until_handed_on(run: Run, holder: str, task_ids: set[str], within: float = 120) -> None:
+    """Wait until no task of `task_ids` is held by `holder` any more (the reapers handed them on)."""
+    async with asyncio.timeout(within):
+        while await fetch(
+            run.dsn, "SELECT id FROM tasks WHERE id = ANY($1) AND lease_owner = $2", list(task_ids), holder
+        ):
+            await asyncio.sleep(0.2)
+
+
+async def cli_sequence(services: OwnServices, workdir: Path, name: str, reaped: bool) -> CliFigures:
+    """kill -9 of the replica holding the most CLI tasks, each with its checkpoint; its machine's disk lost
+    (its workspace root removed), and the replica restarted under the same name: at once (its tasks are
+    handed on by its restart or by the other replicas' reapers, whichever comes first), or with `reaped`
+    once the reapers have handed them on."""
+    run, contexts = await start_cli_run(services, workdir, name)
+    try:
+        by_owner = await working_by_owner(run.dsn)
+        run.killed = run.busiest(by_owner)
+        killed_id = run.cl.replicas[run.killed].replica_id
+        on_killed = {t for t in by_owner.get(killed_id, []) if t in contexts}
+        assert len(on_killed) >= 2, f"the killed replica holds {on_killed} only: {by_owner}"
+        await asyncio.to_thread(run.cl.kill, run.killed)
+        shutil.rmtree(run.cl.workdir / "machines" / killed_id)
+        if reaped:
+            await until_handed_on(run, killed_id, on_killed)
+        await asyncio.to_thread(run.cl.start_replica, run.killed)
+        when = "once the reapers handed its tasks on" if reaped else "at once"
+        print(
+            f"  {killed_id} killed with {len(on_killed)} CLI tasks, its workspaces removed, restarted {when}"
+        )
+        return await check_cli_run(run, on_killed, reaped)
+    finally:
+        await stop_run(run)
+
+
+async def test_a_killed_replicas_cli_tasks_complete_from_their_checkpoints(
+    own_services: OwnServices, tmp_path: Path
+):
+    total = CliFigures()
+    for k in range(1, CLI_RUNS + 1):
+        name = f"cli run {k}/{CLI_RUNS}"
+        total.add(await cli_sequence(own_services, tmp_path / f"cli-{k}", name, reaped=k % 2 == 0))
+    print(f"chaos leases total of {CLI_RUNS} CLI run(s): {total.line()}")
