@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
 """Longest wait before the next pass after the database failed one."""
-RESTARTED = "The server restarted while this task was running."
 
 
 class Reaper:
@@ -101,7 +100,7 @@ class Reaper:
             return
         for held in await self._leases.mine():
             if held.running:
-                await self._losses.end_lost(held, RESTARTED, restarted=True)
+                await self._losses.end_lost(held, restarted_reason(held.owner), restarted=True)
         self._recovered = True
 
     async def _refuse_unserved(self) -> None:
@@ -129,6 +128,11 @@ async def reap(leases: Leases, losses: Losses, alive: Collection[str] = ()) -> N
     for held in await leases.expired():
         if held.running and held.task_id not in alive:
             await losses.end_lost(held, lost_reason(held.owner))
+
+
+def restarted_reason(holder: str) -> str:
+    """What happened to a task whose holder is this replica's previous life: it restarted under its name."""
+    return f"{holder_name(holder, start=True)} restarted while this task was running."
 
 
 def lost_reason(holder: str) -> str:

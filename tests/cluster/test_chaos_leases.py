@@ -696,8 +696,8 @@ async def check_cli_run(run: Run, on_killed: set[str], reaped: bool) -> CliFigur
                 problems.append(f"the resumed run of {c.task_id} did not find progress.txt restored")
             elif state == "completed":
                 figures.resumed += 1
-            # The hand-on's status names the replica that died in its `resume` metadata (its text says
-            # why: the lease that stopped, or the replica's restart), the next one names who goes on.
+            # The hand-on's status names the replica that died, in its `resume` metadata and its text (the
+            # lease that stopped, or the replica's restart); the next one names who goes on.
             seen_messages = status_messages(c)
             resumes = [(m.get("metadata") or {}).get("resume") for m in seen_messages]
             resumes = [r for r in resumes if r]
@@ -706,7 +706,8 @@ async def check_cli_run(run: Run, on_killed: set[str], reaped: bool) -> CliFigur
             else:
                 why = resumes[0]["reason"]
                 reasons[re.sub(r"a2a-\d+", "<replica>", why)] += 1
-                if reaped and not why.startswith(f"Replica {killed_id} running this task stopped renewing"):
+                said_why = "running this task stopped renewing" if reaped else "restarted while this task"
+                if not why.startswith(f"Replica {killed_id} {said_why}"):
                     problems.append(f"the hand-on of {c.task_id} says {why!r}")
             on = "goes on with this task from its checkpoint (attempt 2)."
             if not any(text_of(m).startswith("Replica ") and text_of(m).endswith(on) for m in seen_messages):

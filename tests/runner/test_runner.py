@@ -11,7 +11,7 @@ from app.protocol.model import TaskState
 from app.store.writer import Writer
 from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
 
-RESTARTED_LOST = "The server restarted while this task was running. The agent's work was lost."
+RESTARTED_LOST = "Replica r1 restarted while this task was running. The agent's work was lost."
 
 
 async def test_a_task_beyond_max_concurrent_waits_submitted_until_a_slot_frees(tmp_path):
