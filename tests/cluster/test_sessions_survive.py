@@ -269,6 +269,9 @@ async def test_a_worker_killed_mid_task_hands_its_session_to_another_worker(team
     assert "Worker box:w2 goes on with this task from its checkpoint (attempt 2)." in said, said
     assert (team.workspace("w2", context) / "a.txt").read_text() == "first\n", "the workspace was restored"
     assert resumed_requests(team.fake, BUSY), "the resumed CLI went on with the first run's conversation"
+    sessions = [(e.get("metadata") or {}).get("session", {}).get("sessionId") for _, e in events]
+    reported = [s for s in sessions if s]
+    assert len(reported) == 2 and reported[0] == reported[1], f"w2's CLI resumed w1's session: {reported}"
     [attempt] = task["metadata"]["attempts"]
     assert (attempt["attempt"], attempt["previous"]) == (2, "worker box:w1")
     team.workers.pop("w2").stop()
