@@ -20,6 +20,10 @@ run from its own code and venv (.cache/releases/<commit>/, made once). On a fres
 5. Every task the check made is in its expected final state (completed, one canceled) on both replicas;
    ListTasks counts all of them; no answer was a 5xx, not even in nginx's access log; no replica logged a
    traceback.
+6. The next roll loses no running coding task: this code's a2a-2 runs three CLI tasks of the role `coder` (the
+   `ndjson` adapter's fake CLI, tests/support/fakes/ndjson_agent.py `WORK`), each with a checkpoint saved; it
+   is stopped (SIGTERM), drains them, and each goes on on a2a-1 from its checkpoint and completes, with one
+   attempt naming a2a-2. (The previous release cannot drain, so this is this code rolled onto itself.)
 
 Exit status 0 when all holds; otherwise each problem is printed. `run()` is what the test calls
 (tests/cluster/test_upgrade.py). PostgreSQL and Redis are given; the check owns only its replicas, nginx
@@ -50,15 +54,27 @@ import httpx
 from scripts.cluster import Cluster
 from scripts.releases import Prepared, Release, ReleaseError, prepare, previous
 
+FAKE_CLI = Path(__file__).resolve().parents[1] / "tests" / "support" / "fakes"
+CODER = "/agents/coder"
+"""The role of the coding tasks of step 6."""
 ENV = {
     "AGENT_ADAPTER": "scripted",
+    "AGENTS": json.dumps(
+        {
+            "default": {"adapter": "scripted"},
+            "coder": {"adapter": "ndjson", "command": f"{sys.executable} {FAKE_CLI / 'ndjson_agent.py'}"},
+        }
+    ),
+    "AGENT_SANDBOX_READ": str(FAKE_CLI),
+    "CHECKPOINT_S": "1",
     "AUTH_MODE": "off",
     "LOG_LEVEL": "warning",
     "SSE_KEEPALIVE_S": "1",
     "TASK_RATE_PER_MIN": "0",
     "MAX_STREAMS_PER_PRINCIPAL": "0",
 }
-"""Every replica's settings (both versions know them): the scripted test agent, no credentials."""
+"""Every replica's settings (both versions know them): the scripted test agent, a CLI role for step 6 (a
+checkpoint every second: the release ignores the setting), no credentials."""
 
 READYZ_WANTS_OWN_HEAD = {
     "73b6970c937972ab2179c4ae97ec448133ea2e1c": "its /readyz wants the database at its own head exactly",
@@ -445,6 +461,7 @@ async def _scenario(d: Driver, cluster: Cluster, prepared: Prepared, report: Rep
         await load.stop()
         report.load_sends = load.sent
     await _final(d, cluster)
+    await _drain(d, cluster)
 
 
 async def _mixed(d: Driver, cluster: Cluster, prepared: Prepared, report: Report) -> None:
@@ -543,6 +560,41 @@ async def _final(d: Driver, cluster: Cluster) -> None:
         d.check(not wrong, f"tasks not as expected at {base}: {wrong[:5]}")
 
 
+async def _drain(d: Driver, cluster: Cluster) -> None:
+    """6. a2a-2 stopped while its CLI tasks work: each drained, handed on, completed on a2a-1."""
+    new, other = cluster.replicas[1], cluster.replicas[0]
+    loop = asyncio.get_running_loop()
+    ids = []
+    for _ in range(3):
+        params = {"message": _text("WORK 120 0.5"), "configuration": {"blocking": False}}
+        ids.append((await d.rpc(new.url + CODER, "message/send", params))["id"])
+    dsn = cluster.database_url.replace("postgresql+asyncpg://", "postgresql://")
+    deadline = time.monotonic() + STEP_TIMEOUT_S * 4
+    while True:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch("SELECT task_id FROM task_checkpoints WHERE task_id = ANY($1)", ids)
+        finally:
+            await conn.close()
+        if len(rows) == len(ids):
+            break
+        d.check(time.monotonic() < deadline, f"CLI tasks {ids} on {new.replica_id}: no checkpoint of each")
+        await asyncio.sleep(0.2)
+    await loop.run_in_executor(None, cluster.terminate, 1)
+    for task_id in ids:
+        deadline = time.monotonic() + STEP_TIMEOUT_S * 4
+        while _state(task := await d.get(other.url + CODER, task_id)) not in TERMINAL:
+            d.check(time.monotonic() < deadline, f"CLI task {task_id}, drained from {new.replica_id}: stuck")
+            await asyncio.sleep(0.2)
+        d.check(_state(task) == "completed", f"CLI task {task_id}, drained: {_state(task)} {task['status']}")
+        attempts = [(a.get("attempt"), a.get("previous")) for a in task["metadata"].get("attempts", [])]
+        d.check(attempts == [(2, f"replica {new.replica_id}")], f"CLI task {task_id}: attempts {attempts}")
+    d.report.notes.append(
+        f"{len(ids)} CLI tasks drained from {new.replica_id} completed on {other.replica_id}"
+    )
+    await loop.run_in_executor(None, cluster.start_replica, 1)
+
+
 def run(
     database_url: str,
     redis_url: str,
@@ -559,7 +611,8 @@ def run(
     prepared = prepare(release, log=log)
     log(f"upgrade-check: release {release} beside this code; logs in {workdir}")
     db = asyncio.run(_fresh_database(database_url))
-    cluster = Cluster(db, redis_url, workdir, 2, env=ENV)
+    places = {"AGENT_WORKSPACE_ROOT": str(workdir / "workspaces"), "REPO_CACHE_ROOT": str(workdir / "repos")}
+    cluster = Cluster(db, redis_url, workdir, 2, env={**ENV, **places})
     cluster.replicas[0].server, cluster.replicas[0].cwd = prepared.server, prepared.src
 
     async def drive() -> None:
