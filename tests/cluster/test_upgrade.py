@@ -4,8 +4,8 @@ The previous release of RELEASES and this code on one fresh PostgreSQL database 
 migrations run while the release serves, then sends, streams resumed with Last-Event-ID, answers, cancels,
 GetTask and ListTasks across the versions, then the roll (the release's replica out of nginx, stopped, back
 with this code); then this code's replica stopped while it runs three CLI tasks, each of which must go on on
-the other from its checkpoint and complete. No 5xx, every task in its expected final state. The release's venv is made once under
-.cache/releases/ (about 40 s); the check itself takes about a minute.
+the other from its checkpoint and complete. No 5xx, every task in its expected final state. The release's
+venv is made once under .cache/releases/ (about 40 s); the check itself takes about a minute.
 """
 
 from __future__ import annotations
