@@ -118,6 +118,21 @@ async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
         await conn.close()
 
 
+async def holders(dsn: str, ids: list[str], within: float = 120) -> dict[str, str]:
+    """Each task's lease holder, once every one of them is `working` and held (a run started on it)."""
+    async with asyncio.timeout(within):
+        while True:
+            rows = await fetch(
+                dsn,
+                "SELECT id, lease_owner FROM tasks WHERE id = ANY($1) AND state = 'working'"
+                " AND lease_owner IS NOT NULL",
+                ids,
+            )
+            if len(rows) == len(ids):
+                return {r["id"]: r["lease_owner"] for r in rows}
+            await asyncio.sleep(0.2)
+
+
 async def working_by_owner(dsn: str) -> dict[str, list[str]]:
     """The working tasks by lease holder."""
     rows = await fetch(
@@ -202,18 +217,7 @@ async def start_run(services: OwnServices, workdir: Path, name: str) -> Run:
         async with asyncio.timeout(120):
             await asyncio.gather(*(c.streaming.wait() for c in run.clients))
         ids = [c.task_id for c in run.clients]
-        async with asyncio.timeout(120):
-            while True:
-                rows = await fetch(
-                    dsn,
-                    "SELECT id, lease_owner FROM tasks WHERE id = ANY($1) AND state = 'working'"
-                    " AND lease_owner IS NOT NULL",
-                    ids,
-                )
-                if len(rows) == len(ids):
-                    break
-                await asyncio.sleep(0.2)
-        run.owners = {r["id"]: r["lease_owner"] for r in rows}
+        run.owners = await holders(dsn, ids)
     except BaseException:
         await stop_run(run)
         raise
@@ -635,18 +639,7 @@ async def start_cli_run(services: OwnServices, workdir: Path, name: str) -> tupl
         async with asyncio.timeout(120):
             await asyncio.gather(*(c.streaming.wait() for c in run.clients))
         ids = list(contexts)
-        async with asyncio.timeout(120):
-            while True:
-                rows = await fetch(
-                    dsn,
-                    "SELECT id, lease_owner FROM tasks WHERE id = ANY($1) AND state = 'working'"
-                    " AND lease_owner IS NOT NULL",
-                    ids,
-                )
-                if len(rows) == len(ids):
-                    break
-                await asyncio.sleep(0.2)
-        run.owners = {r["id"]: r["lease_owner"] for r in rows}
+        run.owners = await holders(dsn, ids)
         for task_id, owner in run.owners.items():
             await checkpoint_after_file(run, task_id, workspace_file(cl, owner, contexts[task_id]), owner)
     except BaseException:
