@@ -43,6 +43,8 @@ RETRY_S = 1.0
 """Longest wait before a background loop tries again after the database failed it."""
 DRAIN_S = 30.0
 """How long a draining agent has, beyond the cancel grace, to save its checkpoint at shutdown."""
+RUNNING = (TaskState.SUBMITTED, TaskState.WORKING)
+"""The states of a task whose agent was running when its run stopped (`Runner._running`)."""
 
 
 class RunLeases(Protocol):
@@ -212,17 +214,20 @@ class Runner:
             loop.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
         ids = list(self._runs)
-        drained = await asyncio.gather(*(self._drain(t) for t in ids))
+        running = {t for t in ids if self._running(t)}
+        drained = await asyncio.gather(*(self._drain(t) for t in ids if t in running))
+        saves = dict(zip([t for t in ids if t in running], drained, strict=True))
         if heartbeat is not None:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         waiting: list[str] = []
-        for task_id, saved in zip(ids, drained, strict=True):
+        for task_id in ids:
+            saved = saves.get(task_id, False)
             await self.stop(task_id)
             live = self._tasks.get(task_id)
-            if live is None:
+            if live is None or live.task.status.state.terminal:
                 continue
-            if live.task.status.state is TaskState.WORKING:
+            if task_id in running and live.task.status.state in RUNNING:
                 who = holder_name(self._leases.replica_id, start=True)
                 why = f"{who} shut down while this task was running."
                 try:
@@ -237,11 +242,24 @@ class Runner:
         with contextlib.suppress(Exception):
             await self._tasks.release(waiting)
 
-    async def _drain(self, task_id: str) -> bool:
-        """Have a working task's agent stop and save its checkpoint (`TaskContext.drain`); True if saved."""
+    def _running(self, task_id: str) -> bool:
+        """Whether the task's agent is running: `working`, or `submitted` with its agent started (its first
+        events may still be committing, or committed by a commit its cancelled run never saw the end of).
+        At shutdown such a task is drained, then handed on or failed, never released to run again from
+        scratch; one whose agent never started (no context yet), or a pure agent's, is released."""
         run = self._runs.get(task_id)
         live = self._tasks.get(task_id)
-        if run is None or run.ctx is None or live is None or live.task.status.state is not TaskState.WORKING:
+        if run is None or live is None:
+            return False
+        state = live.task.status.state
+        return state is TaskState.WORKING or (
+            state is TaskState.SUBMITTED and run.ctx is not None and not self.pure
+        )
+
+    async def _drain(self, task_id: str) -> bool:
+        """Have a running task's agent stop and save its checkpoint (`TaskContext.drain`); True if saved."""
+        run = self._runs.get(task_id)
+        if run is None or run.ctx is None:
             return False
         try:
             async with asyncio.timeout(self._setup.grace_s + DRAIN_S):

@@ -172,3 +172,44 @@ async def test_an_answer_the_dead_holder_never_had_is_told_to_the_run_that_goes_
         for task_id in ("answered", "spoke"):
             await until(c, task_id, TaskState.COMPLETED)
     assert seen == {"answered": "yes, go", "spoke": None}
+
+
+async def test_a_clean_shutdown_never_queues_a_started_agent_that_has_not_spoken_yet(tmp_path):
+    """An agent that started but emitted nothing (its task still `submitted`) is running all the same:
+    at shutdown it is drained and handed on, or else failed; never put back in the queue to run again
+    from scratch (the run-twice bug: such a task was released as if it waited, its start cleared)."""
+    started: dict[str, asyncio.Event] = {"keeps": asyncio.Event(), "keeps-none": asyncio.Event()}
+
+    async def first(task: TaskContext) -> None:
+        async def drain() -> bool:
+            if task.text == "keeps-none":
+                return False
+            assert task.checkpoints is not None
+            await task.checkpoints.save(b"quiet", {})
+            return True
+
+        task.on_drain(drain)
+        started[task.text].set()
+        await asyncio.Event().wait()
+
+    async with running(tmp_path, first) as c:
+        keeps = await send(c, "keeps", blocking=False)
+        none = await send(c, "keeps-none", blocking=False)
+        for event in started.values():
+            await asyncio.wait_for(event.wait(), WAIT_S)
+        for task_id in (keeps.id, none.id):
+            assert (await c.service.get(OWNER, task_id)).status.state is TaskState.SUBMITTED
+    runs: list[tuple[str, object]] = []
+
+    async def second(task: TaskContext) -> None:
+        runs.append((task.text, task.resumed))
+        await task.say("went on")
+
+    async with running(tmp_path, second) as c:
+        done = await until(c, keeps.id, TaskState.COMPLETED)
+        failed = await c.service.get(OWNER, none.id)
+    assert [(text, resumed is not None) for text, resumed in runs] == [("keeps", True)], runs
+    assert texts(done) == ["went on"]
+    assert failed.status.state is TaskState.FAILED
+    lost = "Replica r1 shut down while this task was running. The agent's work was lost."
+    assert status_text(failed) == lost
