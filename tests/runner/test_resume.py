@@ -12,9 +12,10 @@ from sqlalchemy import select, update
 from app.agents.sdk import TaskContext
 from app.protocol.attempts import ATTEMPTS_KEY
 from app.protocol.model import Message, Part, Role, TaskState, utcnow
+from app.protocol.usage import Usage
 from app.store import rows
 from app.store.db import create_engine
-from app.store.models import EventRow, TaskRow
+from app.store.models import EventRow, TaskRow, TaskUsageRow
 from app.store.run_checkpoints import RunCheckpoints
 from app.store.writer import Writer
 from tests.support.inproc import OWNER, WAIT_S, running, seeded_write, send, status_text, texts, until
@@ -213,3 +214,47 @@ async def test_a_clean_shutdown_never_queues_a_started_agent_that_has_not_spoken
     assert failed.status.state is TaskState.FAILED
     lost = "Replica r1 shut down while this task was running. The agent's work was lost."
     assert status_text(failed) == lost
+
+
+async def test_the_usage_of_every_attempt_is_kept_and_summed(tmp_path):
+    """The drained run reported its spend before it stopped, the run that goes on reports its own: the task's
+    usage is their sum, and each report is a row of the account (what `GET /usage` sums)."""
+    reported = asyncio.Event()
+
+    async def first(task: TaskContext) -> None:
+        async def drain() -> bool:
+            assert task.checkpoints is not None
+            await task.checkpoints.save(b"spent", {})
+            return True
+
+        task.on_drain(drain)
+        await task.usage(Usage.of("m1", input_tokens=100, output_tokens=10, cost_usd=0.25))
+        reported.set()
+        await asyncio.Event().wait()
+
+    async with running(tmp_path, first) as c:
+        keeps = await send(c, "keeps", blocking=False)
+        await asyncio.wait_for(reported.wait(), WAIT_S)
+        while not ((await c.service.get(OWNER, keeps.id)).metadata or {}).get("usage"):
+            await asyncio.sleep(0.05)
+
+    async def second(task: TaskContext) -> None:
+        assert task.resumed is not None
+        await task.complete("done", usage=Usage.of("m1", input_tokens=50, output_tokens=5, cost_usd=0.5))
+
+    async with running(tmp_path, second) as c:
+        done = await until(c, keeps.id, TaskState.COMPLETED)
+    assert done.status.state is TaskState.COMPLETED
+    [attempt] = done.metadata[ATTEMPTS_KEY]
+    assert attempt["attempt"] == 2
+    usage = done.metadata["usage"]
+    assert (usage["reports"], usage["inputTokens"], usage["outputTokens"]) == (2, 150, 15), usage
+    assert usage["costUsd"] == 0.75, usage
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
+    try:
+        async with engine.connect() as conn:
+            query = select(TaskUsageRow.cost_usd).where(TaskUsageRow.task_id == keeps.id)
+            costs = sorted((await conn.execute(query)).scalars())
+    finally:
+        await engine.dispose()
+    assert costs == [0.25, 0.5], "each attempt's report is a row of the account"
