@@ -214,24 +214,22 @@ class Runner:
             loop.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
         ids = list(self._runs)
-        running = {t for t in ids if self._running(t)}
-        drained = await asyncio.gather(*(self._drain(t) for t in ids if t in running))
-        saves = dict(zip([t for t in ids if t in running], drained, strict=True))
+        running = [t for t in ids if self._running(t)]
+        saves = dict(zip(running, await asyncio.gather(*map(self._drain, running)), strict=True))
         if heartbeat is not None:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         waiting: list[str] = []
         for task_id in ids:
-            saved = saves.get(task_id, False)
             await self.stop(task_id)
             live = self._tasks.get(task_id)
             if live is None or live.task.status.state.terminal:
                 continue
-            if task_id in running and live.task.status.state in RUNNING:
+            if task_id in saves and live.task.status.state in RUNNING:
                 who = holder_name(self._leases.replica_id, start=True)
                 why = f"{who} shut down while this task was running."
                 try:
-                    not_on = await self._tasks.hand_on(task_id, why) if saved else ""
+                    not_on = await self._tasks.hand_on(task_id, why) if saves[task_id] else ""
                     if not_on is not None:
                         await self._tasks.fail(task_id, f"{why} The agent's work was lost.{not_on}")
                 except Exception:

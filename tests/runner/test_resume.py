@@ -25,14 +25,32 @@ def messages(task) -> list[str]:
     return [m.text() for m in task.history]
 
 
-async def event_numbers(tmp_path, task_id: str) -> list[int]:
+async def stored(tmp_path, query) -> list:
+    """The rows `query` reads from the test's database, as the components left it."""
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
     try:
         async with engine.connect() as conn:
-            query = select(EventRow.seq).where(EventRow.task_id == task_id).order_by(EventRow.seq)
-            return list((await conn.execute(query)).scalars())
+            return list((await conn.execute(query)).all())
     finally:
         await engine.dispose()
+
+
+async def event_numbers(tmp_path, task_id: str) -> list[int]:
+    query = select(EventRow.seq).where(EventRow.task_id == task_id).order_by(EventRow.seq)
+    return [seq for (seq,) in await stored(tmp_path, query)]
+
+
+def keep_on_drain(task: TaskContext, data: bytes) -> None:
+    """The agent saves `data` as its checkpoint when drained; a task asking "keeps-none" saves none."""
+
+    async def drain() -> bool:
+        if task.text == "keeps-none":
+            return False
+        assert task.checkpoints is not None
+        await task.checkpoints.save(data, {})
+        return True
+
+    task.on_drain(drain)
 
 
 async def test_a_dead_holders_task_with_a_checkpoint_goes_on_here_and_one_without_fails(tmp_path):
@@ -74,6 +92,26 @@ async def test_a_dead_holders_task_with_a_checkpoint_goes_on_here_and_one_withou
     )
 
 
+async def test_a_restarted_replica_hands_on_its_previous_lifes_task_naming_its_restart(tmp_path):
+    """The task this replica's previous life ran (its lease under this replica's name, a checkpoint kept)
+    goes on at the restart, its hand-on naming the restart rather than a lease that stopped: the reason the
+    chaos round accepts either of, when its restart and the reapers race."""
+
+    async def seed(writer: Writer) -> None:
+        await writer.commit(seeded_write("mine", TaskState.WORKING, "r1", 60, started=True))
+        await RunCheckpoints(writer._engine, 1024).save("mine", OWNER, b"before", {}, "r1")
+
+    async def script(task: TaskContext) -> None:
+        assert task.resumed is not None
+        await task.say(f"went on as attempt {task.resumed.attempt} after {task.resumed.previous}")
+
+    async with running(tmp_path, script, seed=seed, lease_ttl_s=1.0) as c:
+        done = await until(c, "mine", TaskState.COMPLETED)
+    assert texts(done) == ["went on as attempt 2 after replica r1"]
+    [attempt] = done.metadata[ATTEMPTS_KEY]
+    assert attempt["reason"] == "Replica r1 restarted while this task was running.", attempt
+
+
 async def test_a_task_out_of_attempts_fails_saying_so(tmp_path):
     async def seed(writer: Writer) -> None:
         await writer.commit(seeded_write("tired", TaskState.WORKING, "dead", -60, started=True))
@@ -101,14 +139,7 @@ async def test_a_clean_shutdown_drains_a_task_that_then_goes_on_at_the_next_star
     started: dict[str, asyncio.Event] = {"keeps": asyncio.Event(), "keeps-none": asyncio.Event()}
 
     async def first(task: TaskContext) -> None:
-        async def drain() -> bool:
-            if task.text == "keeps-none":
-                return False
-            assert task.checkpoints is not None
-            await task.checkpoints.save(b"half done", {"step": 1})
-            return True
-
-        task.on_drain(drain)
+        keep_on_drain(task, b"half done")
         await task.working("working on it")
         started[task.text].set()
         await asyncio.Event().wait()
@@ -118,12 +149,7 @@ async def test_a_clean_shutdown_drains_a_task_that_then_goes_on_at_the_next_star
         none = await send(c, "keeps-none", blocking=False)
         for event in started.values():
             await asyncio.wait_for(event.wait(), WAIT_S)
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
-    try:
-        async with engine.connect() as conn:
-            rows = {r.id: r for r in (await conn.execute(select(TaskRow))).all()}
-    finally:
-        await engine.dispose()
+    rows = {r.id: r for r in await stored(tmp_path, select(TaskRow))}
     assert rows[keeps.id].state == "working" and rows[keeps.id].lease_owner is None
     assert rows[keeps.id].run_started_at is None, "back in the queue"
     assert rows[none.id].state == "failed"
@@ -182,14 +208,7 @@ async def test_a_clean_shutdown_never_queues_a_started_agent_that_has_not_spoken
     started: dict[str, asyncio.Event] = {"keeps": asyncio.Event(), "keeps-none": asyncio.Event()}
 
     async def first(task: TaskContext) -> None:
-        async def drain() -> bool:
-            if task.text == "keeps-none":
-                return False
-            assert task.checkpoints is not None
-            await task.checkpoints.save(b"quiet", {})
-            return True
-
-        task.on_drain(drain)
+        keep_on_drain(task, b"quiet")
         started[task.text].set()
         await asyncio.Event().wait()
 
@@ -222,12 +241,7 @@ async def test_the_usage_of_every_attempt_is_kept_and_summed(tmp_path):
     reported = asyncio.Event()
 
     async def first(task: TaskContext) -> None:
-        async def drain() -> bool:
-            assert task.checkpoints is not None
-            await task.checkpoints.save(b"spent", {})
-            return True
-
-        task.on_drain(drain)
+        keep_on_drain(task, b"spent")
         await task.usage(Usage.of("m1", input_tokens=100, output_tokens=10, cost_usd=0.25))
         reported.set()
         await asyncio.Event().wait()
@@ -250,11 +264,6 @@ async def test_the_usage_of_every_attempt_is_kept_and_summed(tmp_path):
     usage = done.metadata["usage"]
     assert (usage["reports"], usage["inputTokens"], usage["outputTokens"]) == (2, 150, 15), usage
     assert usage["costUsd"] == 0.75, usage
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a2a.db'}")
-    try:
-        async with engine.connect() as conn:
-            query = select(TaskUsageRow.cost_usd).where(TaskUsageRow.task_id == keeps.id)
-            costs = sorted((await conn.execute(query)).scalars())
-    finally:
-        await engine.dispose()
+    query = select(TaskUsageRow.cost_usd).where(TaskUsageRow.task_id == keeps.id)
+    costs = sorted(cost for (cost,) in await stored(tmp_path, query))
     assert costs == [0.25, 0.5], "each attempt's report is a row of the account"
