@@ -134,6 +134,24 @@ class Leases:
         """
         return (await self.take_from(task_id, owner=owner)) is not False
 
+    async def take_queued(self, task_id: str) -> bool:
+        """Take a queued task nobody has claimed (`queued_before`'s), to refuse it: never one a holder
+        claimed, however expired its lease (a live worker may be slow to renew it while its run goes on)."""
+        stmt = (
+            update(_tasks)
+            .where(
+                _tasks.c.id == task_id,
+                self._role,
+                _tasks.c.state == TaskState.SUBMITTED.value,
+                _tasks.c.lease_owner.is_(None),
+                _tasks.c.run_started_at.is_(None),
+            )
+            .values(lease_owner=self.replica_id, lease_expires_at=self.expiry(), lease_suspect_at=None)
+            .returning(_tasks.c.id)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
     async def take_from(
         self, task_id: str, *, owner: str | None = None, force: bool = False
     ) -> str | Literal[False] | None:

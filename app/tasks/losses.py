@@ -79,8 +79,10 @@ class Losses:
 
     async def refuse(self, task_id: str, reason: str) -> bool:
         """Fail a queued task nobody will run (its role has no live instance), if it is still queued and
-        this replica can take it; True when it did."""
-        if not await self._leases.take(task_id):
+        nobody has claimed it (`Leases.take_queued`); True when it did. A claim that came between the
+        reaper's look and this is left to its holder, even with its lease expired: taking it, then letting
+        it go for not being queued, would drop a live run's lease with nothing written."""
+        if not await self._leases.take_queued(task_id):
             return False
         stored = await self._repo.get_task(task_id, owner=None, to_write=True)
         if stored is None or stored.task.status.state is not TaskState.SUBMITTED:

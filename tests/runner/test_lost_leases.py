@@ -32,6 +32,7 @@ from app.protocol.model import TaskState, utcnow
 from app.store.models import EventRow, TaskRow
 from app.tasks.control import UnreachableHolderError
 from app.tasks.follow import DEAF_POLL_S
+from app.tasks.losses import Losses
 from app.wiring import wire
 from tests.support.inproc import (
     OWNER,
@@ -425,3 +426,33 @@ async def test_an_answer_whose_write_collides_with_another_writers_is_a_503_to_s
         with pytest.raises(UnsupportedOperationError):
             await send(r1, "yes", task_id=task_id)
         assert (await r2.service.get(OWNER, task_id)).status.state is TaskState.CANCELED
+
+
+async def test_a_refusal_never_takes_a_task_a_worker_claimed_however_expired_its_lease(tmp_path):
+    """The reaper refuses a task queued while no instance of its role is live (`Losses.refuse`). A worker's
+    claim can come between its look and the refusal, and on a busy machine the worker's lease can be expired
+    by then while its run goes on: the refusal leaves such a task to the worker. Taking it and letting it go
+    again for not being queued dropped the worker's lease with nothing written (seen: `stored: (2, None)`),
+    and a `working` task nobody holds is claimed as one handed on. Only a task nobody claimed is refused."""
+    worker = "worker:box:w1"
+
+    async def seed(writer: Any) -> None:
+        await writer.commit(seeded_write("working", TaskState.WORKING, worker, -30, started=True))
+        await writer.commit(seeded_write("starting", TaskState.SUBMITTED, worker, -30, started=True))
+        await writer.commit(seeded_write("queued", TaskState.SUBMITTED, worker, -30))
+
+    async with running(tmp_path, Agent(), seed=seed, lease_ttl_s=60.0, queue_poll_s=600.0) as c:
+        async with c.engine.begin() as conn:  # never claimed: what `queued_before` lists
+            await conn.execute(
+                update(TaskRow).where(TaskRow.id == "queued").values(lease_owner=None, lease_expires_at=None)
+            )
+        losses = Losses(c.tasks)
+        for task_id, state in (("working", "working"), ("starting", "submitted")):
+            assert not await losses.refuse(task_id, "No agent of the role is available.")
+            owner, _, _, stored_state = await lease(c, task_id)
+            assert (owner, stored_state) == (worker, state), f"{task_id}: the worker's claim was taken"
+            assert await c.tasks.parts.leases.recorded(task_id) == (1, worker), "nothing written"
+        assert await losses.refuse("queued", "No agent of the role is available.")
+        refused = await c.service.get(OWNER, "queued")
+        assert refused.status.state is TaskState.FAILED
+        assert status_text(refused) == "No agent of the role is available."
