@@ -12,6 +12,8 @@ import { renderUsage, taskSpend } from "./usage.js";
 
 const TASK_REFRESH_MS = 1500;
 const RESUBSCRIBE_MS = 500;
+const STREAMED_MAX = 2000;
+const LOADS_MAX = 3;
 
 function applyEvent(task, item) {
   // Folds one stream item into the task; true when it carried a usage report (the sum is then stale).
@@ -49,6 +51,20 @@ function applyEvent(task, item) {
     else task.artifacts.push({ ...art, parts: [...(art.parts || [])] });
   }
   return false;
+}
+
+function remember(streamed, seq, item) {
+  // The stream's items the page applied since its last snapshot (the newest STREAMED_MAX): a snapshot that
+  // comes back older than some of them gets them again (`reload`).
+  streamed.push([seq, item]);
+  if (streamed.length > STREAMED_MAX) streamed.shift();
+}
+
+function bridges(streamed, from, to) {
+  // Whether the stream's items hold every event after `from` up to `to`.
+  const have = new Set(streamed.map(([seq]) => seq));
+  for (let seq = from + 1; seq <= to; seq++) if (!have.has(seq)) return false;
+  return true;
 }
 
 function toolCalls(task) {
@@ -161,7 +177,7 @@ function renderTask(head, tail, info, task) {
   ].filter((node) => node !== null));
 }
 
-async function follow(token, task, render, reload, refreshUsage, cursor) {
+async function follow(token, task, render, reload, refreshUsage, cursor, streamed) {
   // SubscribeToTask through A2A from the snapshot's last event (`Last-Event-ID`), so nothing is read twice;
   // after a dropped connection again from the last event seen (any replica serves it from the log). A
   // stream ends at input-required: the page then looks again at the snapshot until the task moves on.
@@ -181,7 +197,9 @@ async function follow(token, task, render, reload, refreshUsage, cursor) {
           if (ev.id) lastEventId = ev.id;
           const msg = JSON.parse(ev.data);
           if (msg.error) break;
-          if (applyEvent(task, msg.result || {})) refreshUsage();
+          const item = msg.result || {};
+          if (applyEvent(task, item)) refreshUsage();
+          remember(streamed, Number(ev.id) || 0, item);
           render(Number(ev.id) || 0);
         }
         ended = "closed";
@@ -220,6 +238,7 @@ export async function taskView(view, taskId) {
   let panelKey = null; // what the steering panel was built for: rebuilt only when that changes
   let pending = false;
   let seen = Number(info.lastSeq) || 0; // the newest event the page shows, from a snapshot or the stream
+  const streamed = []; // what the stream gave since the last snapshot: [event number, item]
   const render = (seq = 0) => {
     if (seq > seen) seen = seq;
     if (pending) return;
@@ -241,15 +260,31 @@ export async function taskView(view, taskId) {
   };
   const reload = async () => {
     // The whole task again (its snapshot replaces what the page holds), the cursor to stream on from. A
-    // snapshot taken before events the page already shows (two loads crossed: one after a reply, one by the
-    // follower) would roll the page back, and a half-typed follow-up with it: load once more, which now
-    // sees them (an event is stored before it is streamed).
+    // snapshot can come back older than events the page already shows: the stream outran the load (each
+    // load again can be outrun too, on a busy machine), or two loads crossed. Those events are applied
+    // again on top of it from what the stream gave, so the page never rolls back (a chunk of the answer,
+    // a half-typed follow-up); only events that came from an earlier snapshot instead need another load,
+    // which sees them (an event is stored before it is streamed).
     let fresh = await load();
-    if ((Number(fresh.lastSeq) || 0) < seen) fresh = await load();
-    info = fresh;
-    seen = Math.max(seen, Number(info.lastSeq) || 0);
+    for (let n = 1; n < LOADS_MAX && !bridges(streamed, Number(fresh.lastSeq) || 0, seen); n++) fresh = await load();
+    const at = Number(fresh.lastSeq) || 0;
     for (const key of Object.keys(task)) if (key !== "endpoint") delete task[key];
-    Object.assign(task, info.task);
+    Object.assign(task, fresh.task);
+    if (bridges(streamed, at, seen)) {
+      let upto = at;
+      for (const [seq, item] of streamed) {
+        if (seq > upto) {
+          applyEvent(task, item);
+          upto = seq;
+        }
+      }
+      seen = Math.max(seen, at);
+    } else {
+      seen = at; // still older after LOADS_MAX loads: the page stands on it, and a stream goes on from it
+    }
+    const newer = streamed.filter(([seq]) => seq > at);
+    streamed.splice(0, streamed.length, ...newer);
+    info = { ...fresh, lastSeq: seen };
     render();
     return info;
   };
@@ -265,7 +300,9 @@ export async function taskView(view, taskId) {
     if (following) return;
     following = true;
     try {
-      if (info.own && info.endpoint) await follow(token, task, render, reload, refreshUsage, String(info.lastSeq));
+      if (info.own && info.endpoint) {
+        await follow(token, task, render, reload, refreshUsage, String(info.lastSeq), streamed);
+      }
       // Someone else's task (an admin watching): its snapshot, until it ends.
       while (token === viewToken && !info.own && !TERMINAL.has(task.status?.state)) {
         await sleep(TASK_REFRESH_MS);

@@ -27,6 +27,7 @@ from tests.cli.test_cli_claude import CLAUDE_ENV
 from tests.conftest import make_server
 from tests.support.clis import (
     CLI_BIN,
+    get_task,
     response_text,
     send_message,
     status_text,
@@ -157,6 +158,8 @@ async def test_deny_on_one_of_two_open_calls_leaves_the_other_open(served: Serve
     done = await decide(c, task, second["id"], "allow_once")
     assert done["status"]["state"] == "completed", status_text(done)
     assert response_text(done).endswith("Done: 1 ran, 1 failed.")
+    stored = await get_task(c, task["id"])  # as the store folded it at the end, not the send's answer
+    assert response_text(stored) == response_text(done)
 
 
 async def test_y_still_decides_every_open_call(served: Served) -> None:

@@ -5,6 +5,7 @@ a new task), output that tries to run script, and one principal never seeing ano
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
@@ -217,6 +218,56 @@ async def test_a_snapshot_that_changes_nothing_leaves_the_text_being_typed_alone
     assert await page.evaluate("document.activeElement === window.typedIn"), "focus taken from the box"
     await page.keyboard.type(" more")
     assert await page.input_value("#reply-text") == "say:half more"
+    assert not watch.errors and not watch.dialogs
+    await page.context.close()
+
+
+async def test_a_snapshot_the_stream_outran_never_rolls_the_page_back(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    """The cause of an answer's end missing from a finished task's page (seen with Claude Code's approvals on
+    a busy machine): after an answer the page loads the task again while its stream goes on, and a snapshot
+    that comes back after the stream has shown newer events replaced them; loading once more was not enough,
+    as that load can be outrun too. Here every load after the answer is taken when asked and answered only
+    once the stream has shown something newer: the page must still end with every word, once each."""
+    base = console_server.base_url
+    steps = "say:first words;ask:go on?;say: one;sleep:1;say: two;sleep:1;say: three;sleep:1;say: four"
+    task = await send(base, steps)
+    page, watch = await open_page(browser, console_server, path=f"/console/tasks/{task['id']}")
+    await expect(page.locator("#question")).to_contain_text("go on?", timeout=WAIT_MS)
+    response = page.locator("[data-artifact='assistant-response']")
+    words = ["first words", "answer:yes", " one", " two", " three", " four"]
+    late: list[str] = []
+
+    async def outrun(route: Any) -> None:
+        fetched = await route.fetch()
+        snapshot = await fetched.json()
+        has = "".join(p.get("text", "") for a in snapshot["task"].get("artifacts", []) for p in a["parts"])
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WAIT_MS / 1000):
+                while snapshot["task"]["status"]["state"] != "TASK_STATE_COMPLETED":
+                    shown = await response.inner_text()
+                    if any(w.strip() in shown and w.strip() not in has for w in words):
+                        late.append(snapshot["lastSeq"])
+                        break
+                    if await state_of(page).get_attribute("data-state") == "completed":
+                        late.append(snapshot["lastSeq"])
+                        break
+                    await asyncio.sleep(0.05)
+        await route.fulfill(response=fetched)
+
+    def snapshots(url: str) -> bool:
+        return url.endswith(f"/console/api/tasks/{task['id']}")
+
+    await page.route(snapshots, outrun)
+    await page.fill("#reply-text", "yes")
+    await page.click("#answer")
+    await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    await expect(response).to_contain_text("four", timeout=WAIT_MS)
+    assert late, "no load was outrun"  # what the page must survive did happen
+    await page.unroute(snapshots)
+    shown = await response.inner_text()
+    assert shown == "assistant-response\n" + "".join(words), "the page lost or repeated part of the answer"
     assert not watch.errors and not watch.dialogs
     await page.context.close()
 

@@ -81,6 +81,15 @@ async def test_each_open_call_has_its_options_as_buttons(
     await expect(state_of(page)).to_have_attribute("data-state", "input-required")
     await page.click(f"button[data-call='{second['id']}'][data-option='allow_once']")
     await expect(state_of(page)).to_have_attribute("data-state", "completed", timeout=WAIT_MS)
+    # The stored task first, then the page: a page without the answer then says which of the two lost it.
+    stored = await get_task(base, task["id"])
+    said = [
+        p.get("text", "")
+        for a in stored["artifacts"]
+        if a.get("name") == "assistant-response"
+        for p in a["parts"]
+    ]
+    assert "".join(said).endswith("Done: 1 ran, 1 failed."), f"the stored answer is not whole: {said}"
     await expect(page.locator("[data-artifact='assistant-response']")).to_contain_text(
         "Done: 1 ran, 1 failed."
     )
