@@ -73,8 +73,11 @@ class Losses:
             ended = bool(await self._tasks.apply(live, [event]))
         except SeqTakenError:
             return False
-        if ended and not restarted:
-            self._tasks.notices.tell(held.owner, held.task_id)
+        if ended:
+            # The one line a lost run leaves on the replica that ended it (a hand-on says its own).
+            log.warning("task %s ended failed: %s", held.task_id, reason)
+            if not restarted:
+                self._tasks.notices.tell(held.owner, held.task_id)
         return ended
 
     async def refuse(self, task_id: str, reason: str) -> bool:
@@ -91,6 +94,9 @@ class Losses:
         live = LiveTask(stored.task, stored.owner, stored.last_seq, stored.push)
         event = status_update(task_id, stored.task.context_id, TaskState.FAILED, reason)
         try:
-            return bool(await self._tasks.apply(live, [event]))
+            refused = bool(await self._tasks.apply(live, [event]))
         except SeqTakenError:
             return False
+        if refused:
+            log.warning("task %s ended failed: %s", task_id, reason)
+        return refused

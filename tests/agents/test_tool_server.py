@@ -10,6 +10,8 @@ import asyncio
 import json
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -198,3 +200,44 @@ async def test_the_socket_is_private_and_gone_after_close(tmp_path: Path) -> Non
     assert not path.exists() and not folder.exists()
     with pytest.raises(FileNotFoundError):
         connect(path)
+
+
+LOADS_OFF_THE_LOOP = """
+import asyncio, importlib.abc, sys, threading
+from app.agents.cli.run import tool_server
+
+where = []
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "app.agents.cli.tools":
+            where.append(threading.current_thread() is threading.main_thread())
+        return None
+
+async def main():
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    server = await tool_server()
+    ticker.cancel()
+    print(server.__name__, where, ticks > 0)
+
+sys.meta_path.insert(0, Watch())
+asyncio.run(main())
+"""
+
+
+def test_a_run_loads_the_tool_server_in_a_thread_while_the_event_loop_goes_on() -> None:
+    """A fresh process, as a server or worker starts: starting it loads no mcp SDK, and the first run that
+    serves tools loads it in a thread (`run.tool_server`) while the loop goes on, as a worker's lease renewals
+    must (an import held the loop for over a second on a busy machine)."""
+    out = subprocess.run(
+        [sys.executable, "-c", LOADS_OFF_THE_LOOP], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out == ["ToolServer", "[False]", "True"], out

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.agents.jail.sandbox import principal_key
 from app.api.edge.auth import hash_key
-from app.store.models import TaskCheckpointRow
+from app.store.models import TaskCheckpointRow, TaskRow
 from scripts.cluster import Replica
 from tests.conftest import migrated_pg_database
 from tests.support.auth import api_keys_env, key_of
@@ -138,7 +138,9 @@ async def team(tmp_path_factory: Any) -> AsyncIterator[Team]:
         AGENTS=json.dumps(AGENTS),
         AGENT_ROLES="default",
         WORKER_KEYS=json.dumps({hash_key(WORKER_KEY): "box"}),
-        LEASE_TTL_S="2",
+        # Long enough that a busy machine does not void a live holder's lease (two TTLs with no renewal),
+        # short enough that a killed one's is void within seconds: every wait is for that state, not a time.
+        LEASE_TTL_S="5",
         QUEUE_POLL_S="0.5",
         DISCOVERY_HEARTBEAT_S="1",
         DISCOVERY_MAX_AGE_S="10",
@@ -211,7 +213,12 @@ async def checkpoint_after(team: Team, task_id: str, written: Path) -> None:
                         return
                 await asyncio.sleep(0.2)
     except TimeoutError:
-        pytest.fail(f"no checkpoint of task {task_id} after {written} was written\n{team.logs()}")
+        async with engine.connect() as conn:
+            query = select(TaskRow.state, TaskRow.status, TaskRow.lease_owner).where(TaskRow.id == task_id)
+            stored = (await conn.execute(query)).first()
+        pytest.fail(
+            f"no checkpoint of task {task_id} after {written} was written; stored: {stored}\n{team.logs()}"
+        )
     finally:
         await engine.dispose()
 

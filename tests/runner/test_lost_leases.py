@@ -428,12 +428,13 @@ async def test_an_answer_whose_write_collides_with_another_writers_is_a_503_to_s
         assert (await r2.service.get(OWNER, task_id)).status.state is TaskState.CANCELED
 
 
-async def test_a_refusal_never_takes_a_task_a_worker_claimed_however_expired_its_lease(tmp_path):
+async def test_a_refusal_never_takes_a_task_a_worker_claimed_however_expired_its_lease(tmp_path, caplog):
     """The reaper refuses a task queued while no instance of its role is live (`Losses.refuse`). A worker's
     claim can come between its look and the refusal, and on a busy machine the worker's lease can be expired
     by then while its run goes on: the refusal leaves such a task to the worker. Taking it and letting it go
     again for not being queued dropped the worker's lease with nothing written (seen: `stored: (2, None)`),
     and a `working` task nobody holds is claimed as one handed on. Only a task nobody claimed is refused."""
+    caplog.set_level(logging.WARNING)
     worker = "worker:box:w1"
 
     async def seed(writer: Any) -> None:
@@ -456,3 +457,35 @@ async def test_a_refusal_never_takes_a_task_a_worker_claimed_however_expired_its
         refused = await c.service.get(OWNER, "queued")
         assert refused.status.state is TaskState.FAILED
         assert status_text(refused) == "No agent of the role is available."
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        ended = [m for m in said if " ended failed: " in m]
+        assert ended == ["task queued ended failed: No agent of the role is available."], said
+
+
+async def test_a_worker_reaped_before_its_run_spoke_leaves_its_task_failed_and_a_line_saying_so(
+    tmp_path, caplog
+):
+    """What a worker whose renewals stopped for two lease TTLs, right after its claim, finds when it asks:
+    `stored: (2, None)`. Not a lease let go: a reaper ended the task `failed` at its second event (an ending
+    clears the lease), as the worker had written nothing yet. The replica that ended it says so in its log,
+    the one place that tells it apart (once it said nothing at all)."""
+    caplog.set_level(logging.WARNING)
+    worker = "worker:box:w1"
+
+    async def seed(writer: Any) -> None:
+        await writer.commit(seeded_write("claimed", TaskState.SUBMITTED, worker, -30, started=True))
+
+    async with running(tmp_path, Agent(), seed=seed, lease_ttl_s=60.0, queue_poll_s=600.0) as c:
+        long_ago = utcnow() - timedelta(hours=1)
+        async with c.engine.begin() as conn:  # void: expired, and marked long ago
+            await conn.execute(
+                update(TaskRow)
+                .where(TaskRow.id == "claimed")
+                .values(lease_expires_at=long_ago, lease_suspect_at=long_ago)
+            )
+        await c.reaper.sweep()
+        reaped = await until(c, "claimed", TaskState.FAILED)
+        assert await c.tasks.parts.leases.recorded("claimed") == (2, None)
+        assert status_text(reaped).startswith("Worker box:w1 running this task stopped renewing its lease")
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(m.startswith("task claimed ended failed: Worker box:w1") for m in said), said

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import signal
@@ -122,6 +123,16 @@ def exit_reason(binary: str, code: int, stderr: str) -> str:
     else:
         how = "exited without a result"
     return f"{binary} {how}" + (f": {stderr}" if stderr else "")
+
+
+async def tool_server() -> type[ToolServer]:
+    """The run's tool server class. The mcp SDK costs most of a second of CPU to import, so only a run that
+    serves tools loads it (not every start of every server), and in a thread: on the event loop, a first run's
+    import on a busy machine held it for over a second (1.1 s at a load of 6.5), and a remote worker renews
+    its leases from that loop."""
+    module = await asyncio.to_thread(importlib.import_module, f"{__package__}.tools")
+    server: type[ToolServer] = module.ToolServer
+    return server
 
 
 class CliRun(AgentRun):
@@ -375,11 +386,8 @@ class CliRun(AgentRun):
     async def _run(self) -> AsyncIterator[AgentEvent]:
         calls = getattr(self.request, "calls", None)
         if calls is not None and self.takes_tools:
-            # The mcp SDK costs a server process most of a second to import: only a run that serves tools
-            # loads it, not every start of every server.
-            from .tools import ToolServer
-
-            self.tools = await ToolServer(calls, self.workspace).start()
+            server = await tool_server()
+            self.tools = await server(calls, self.workspace).start()
         try:
             async with contextlib.aclosing(self._process()) as events:
                 async for ev in events:
