@@ -368,7 +368,10 @@ async def test_allow_always_as_a_data_part_asks_no_second_time(approvals: Served
     again = await wait_until_stopped(c, again)
     assert again["status"]["state"] == "completed", (status_text(again), asked["always"])
     written = (approvals.workspace(task) / name).read_text()
-    assert written == "hi\n" * 4, (written, [status_text(t) for t in (task, again)])
+    if written != "hi\n" * 4:
+        stored = await result(c, "tasks/get", {"id": again["id"]})
+        said = [" ".join(p.get("text", "") for p in m["parts"]) for m in stored.get("history", [])]
+        pytest.fail(f"{written!r} after the second task; it said {said}, answered {response_text(stored)!r}")
 
 
 async def test_file_edit_asks_first_and_y_writes_the_file(approvals: Served) -> None:
