@@ -180,7 +180,8 @@ function renderTask(head, tail, info, task) {
 async function follow(token, task, render, reload, refreshUsage, cursor, streamed) {
   // SubscribeToTask through A2A from the snapshot's last event (`Last-Event-ID`), so nothing is read twice;
   // after a dropped connection again from the last event seen (any replica serves it from the log). A
-  // stream ends at input-required: the page then looks again at the snapshot until the task moves on.
+  // stream that ends at input-required (a server may end it there; ours goes on) has the page look again at
+  // the snapshot until the task moves on.
   const live = $("live");
   let lastEventId = cursor;
   while (token === viewToken && !TERMINAL.has(task.status?.state)) {
@@ -266,11 +267,15 @@ export async function taskView(view, taskId) {
     // a half-typed follow-up); only events that came from an earlier snapshot instead need another load,
     // which sees them (an event is stored before it is streamed).
     let fresh = await load();
-    for (let n = 1; n < LOADS_MAX && !bridges(streamed, Number(fresh.lastSeq) || 0, seen); n++) fresh = await load();
+    let whole = bridges(streamed, Number(fresh.lastSeq) || 0, seen);
+    for (let n = 1; n < LOADS_MAX && !whole; n++) {
+      fresh = await load();
+      whole = bridges(streamed, Number(fresh.lastSeq) || 0, seen);
+    }
     const at = Number(fresh.lastSeq) || 0;
     for (const key of Object.keys(task)) if (key !== "endpoint") delete task[key];
     Object.assign(task, fresh.task);
-    if (bridges(streamed, at, seen)) {
+    if (whole) {
       let upto = at;
       for (const [seq, item] of streamed) {
         if (seq > upto) {

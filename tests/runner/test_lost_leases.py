@@ -432,8 +432,9 @@ async def test_a_refusal_never_takes_a_task_a_worker_claimed_however_expired_its
     """The reaper refuses a task queued while no instance of its role is live (`Losses.refuse`). A worker's
     claim can come between its look and the refusal, and on a busy machine the worker's lease can be expired
     by then while its run goes on: the refusal leaves such a task to the worker. Taking it and letting it go
-    again for not being queued dropped the worker's lease with nothing written (seen: `stored: (2, None)`),
-    and a `working` task nobody holds is claimed as one handed on. Only a task nobody claimed is refused."""
+    again for not being queued dropped the worker's lease with nothing written, and a `working` task nobody
+    holds is claimed as one handed on (found reading the code, not seen in a run). Only a task nobody claimed
+    is refused."""
     caplog.set_level(logging.WARNING)
     worker = "worker:box:w1"
 
