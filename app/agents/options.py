@@ -8,12 +8,15 @@ nothing else: no database URL, no credentials, never the settings themselves.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from sqlalchemy.engine import make_url
 
 from app.options import from_attributes
 from app.ssrf import IPNetwork, Policy as UrlPolicy
@@ -41,7 +44,7 @@ SETTING_OF: dict[str, str] = {
     "command": "AGENT_COMMAND",
     "cancel_grace_s": "CANCEL_GRACE_S",
     "checkpoint_s": "CHECKPOINT_S",
-    "replica_id": "REPLICA_ID",
+    "owner": "REPLICA_ID",
     "database_file": "DATABASE_URL",
     "claude_bin": "CLAUDE_BIN",
     "codex_bin": "CODEX_BIN",
@@ -82,6 +85,19 @@ ROLE_FIELDS = frozenset(
     }
 )
 """The fields a role's entry in AGENTS may set (its `bin`, `model`, ...); the others are server-wide."""
+
+
+def replica_tag(replica_id: str, database_url: str) -> str:
+    """`replica:<REPLICA_ID>@<digest of its database>`: a replica's next life finds what it left, and two
+    deployments on one host that reuse a REPLICA_ID (`a2a-1`, or hostname:port in another folder) never
+    kill each other's CLIs as their own orphans. The database, not the folder, names the deployment: its
+    replicas share it and each life of one serves it. Its password is left out (rotating it keeps the tag),
+    a relative SQLite path is resolved, and only a digest reaches the CLI's environment."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database:
+        url = url.set(database=str(Path(url.database).resolve()))
+    digest = hashlib.sha256(url.render_as_string(hide_password=True).encode()).hexdigest()[:16]
+    return f"replica:{replica_id}@{digest}"
 
 
 class ServerSettings(Protocol):
@@ -162,8 +178,9 @@ class AgentOptions:
     codex_bin: str = "codex"
     gemini_bin: str = "gemini"
     cursor_bin: str = "cursor-agent"
-    replica_id: str = ""
-    """Tags the CLI processes so a restarted replica kills what its previous life left ("": untagged)."""
+    owner: str = ""
+    """The tag the CLI processes carry so a restarted replica (or worker) kills what its previous life left,
+    and nothing else's ("": untagged): `replica_tag` in a server, `worker:<instance>:<root>` on a worker."""
     database_file: str | None = None
     """The SQLite database file, which no AGENT_SANDBOX_READ path may show (None with PostgreSQL)."""
     repo_allow: str = ""
@@ -293,6 +310,7 @@ class AgentOptions:
             env_passthrough=s.agent_passthrough_names,
             sandbox_read=s.agent_sandbox_read_paths,
             database_file=sqlite,
+            owner=replica_tag(s.replica_id, s.database_url) if s.replica_id else "",
         )
 
     def replace(self, **changes: Any) -> AgentOptions:

@@ -203,7 +203,7 @@ def worker_options(settings: Settings, instance: str) -> AgentOptions:
     kill the CLIs of a replica, or of a worker of another cluster named alike, as its own orphans)."""
     root = Path(settings.agent_workspace_root).resolve()
     tag = f"worker:{instance}:{root}"
-    return AgentOptions.from_settings(settings).replace(worker=instance, replica_id=tag)
+    return AgentOptions.from_settings(settings).replace(worker=instance, owner=tag)
 
 
 def main(server_url: str, role_name: str, instance: str | None, slots: int | None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.agents.errors import SettingError
-from app.agents.options import AgentOptions
+from app.agents.options import AgentOptions, replica_tag
 from app.agents.repos.policy import RepoPolicy
 from app.agents.repos.source import RepoSource
 from app.settings import SettingError as SettingsSettingError, Settings
@@ -60,7 +60,7 @@ def test_from_settings_takes_every_agent_setting() -> None:
         codex_bin="/opt/codex",
         gemini_bin="/opt/gemini",
         cursor_bin="/opt/cursor",
-        replica_id="r-1",
+        owner=replica_tag("r-1", "sqlite+aiosqlite:///./data/x.db"),
         database_file="./data/x.db",
         role=None,
     )
@@ -74,6 +74,27 @@ def test_from_settings_resolves_the_network_and_knows_no_database_file_on_postgr
     assert (bare.sandbox, bare.network) == ("none", "host")
     host = AgentOptions.from_settings(Settings(_env_file=None, agent_network="host"))
     assert (host.sandbox, host.network) == ("bwrap", "host")
+
+
+def test_a_replicas_cli_tag_names_its_id_and_its_database_and_nothing_of_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a restarted replica reaps by: the same in each life of one replica (a rotated password, a
+    relative SQLite path from its folder), never another deployment's replica of the same id."""
+    pg = "postgresql+asyncpg://a2a:old@db.internal:5432/a2a"
+    tag = replica_tag("a2a-1", pg)
+    assert tag.startswith("replica:a2a-1@") and "db.internal" not in tag and "old" not in tag
+    assert replica_tag("a2a-1", pg.replace(":old@", ":new@")) == tag, "a rotated password keeps the tag"
+    assert replica_tag("a2a-1", pg.replace("/a2a", "/other")) != tag, "another deployment's database"
+    assert replica_tag("a2a-2", pg) != tag
+    monkeypatch.chdir(tmp_path)
+    relative = replica_tag("a2a-1", "sqlite+aiosqlite:///./data/a2a.db")
+    assert relative == replica_tag("a2a-1", f"sqlite+aiosqlite:///{tmp_path / 'data' / 'a2a.db'}")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert replica_tag("a2a-1", "sqlite+aiosqlite:///./data/a2a.db") != relative, "another folder's file"
+    settings = Settings(_env_file=None, replica_id="a2a-1", database_url=pg)
+    assert AgentOptions.from_settings(settings).owner == tag
 
 
 def test_a_role_is_a_checked_copy_and_the_server_wide_options_stay() -> None:

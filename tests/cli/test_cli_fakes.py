@@ -237,6 +237,40 @@ async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start_and_never
         server.stop()
 
 
+async def test_a_deployment_reusing_a_replica_id_never_kills_anothers_cli(tmp_path: Path) -> None:
+    """Two deployments on one host, each its own database, whose replicas share a REPLICA_ID (`a2a-1` in
+    both, as two test clusters had): the second's start, and its restart after a SIGKILL, kill nothing of
+    the first's, whose run goes on. Each start reaps only what its own previous life left."""
+    common = {
+        "AGENT_ADAPTER": "ndjson",
+        "AGENT_COMMAND": NDJSON,
+        "AGENT_SANDBOX": "none",
+        "REPLICA_ID": f"a2a-{uuid.uuid4().hex[:8]}",
+    }
+    first = await make_server(
+        "sqlite", tmp_path / "one", AGENT_WORKSPACE_ROOT=str(tmp_path / "one" / "ws"), **common
+    )
+    try:
+        marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+        async with httpx.AsyncClient(base_url=first.base_url, timeout=60) as client:
+            task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            sleeper = await wait_for_process(marker)
+            # Ready means started: its agents' setup, the reaping included, ran before /readyz said so.
+            second = await make_server(
+                "sqlite", tmp_path / "two", AGENT_WORKSPACE_ROOT=str(tmp_path / "two" / "ws"), **common
+            )
+            try:
+                second.kill()
+                second.start()
+            finally:
+                second.stop()
+            assert alive(sleeper), "the other deployment's start killed this one's CLI as its orphan"
+            after = await result(client, "tasks/get", {"id": task["id"]})
+            assert after["status"]["state"] in ("submitted", "working"), after["status"]
+    finally:
+        first.stop()
+
+
 async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
     """In the jail (the default) a SIGKILLed server's CLIs end at once: bwrap dies with its parent and
     takes the jail's whole pid namespace with it."""

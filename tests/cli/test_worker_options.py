@@ -31,10 +31,10 @@ def settings(tmp_path: Path, allow: str) -> Settings:
 def test_a_workers_options_are_its_own_settings_named_as_the_worker(tmp_path: Path) -> None:
     own = settings(tmp_path, str(tmp_path / "git"))
     options = worker_options(own, "vm1")
-    assert (options.worker, options.replica_id) == ("vm1", f"worker:vm1:{(tmp_path / 'ws').resolve()}")
+    assert (options.worker, options.owner) == ("vm1", f"worker:vm1:{(tmp_path / 'ws').resolve()}")
     other = worker_options(settings(tmp_path / "other", str(tmp_path / "git")), "vm1")
-    assert other.replica_id != options.replica_id, "a worker named alike on another root is not its orphan"
-    assert options.replica_id != own.replica_id, "a replica's tag (hostname:port by default) is not reused"
+    assert other.owner != options.owner, "a worker named alike on another root is not its orphan"
+    assert options.owner != AgentOptions.from_settings(own).owner, "a replica's tag is not reused"
     assert (options.workspace_root, options.repo_cache_root) == (
         own.agent_workspace_root,
         own.repo_cache_root,

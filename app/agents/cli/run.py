@@ -415,9 +415,7 @@ class CliRun(AgentRun):
             jail = await self.agent.ready_jail()
             tools = self.tools.folder if self.tools is not None else None
             launcher = None if jail is None else functools.partial(_jailed, jail, self.workspace, home, tools)
-            proc = CliProcess(
-                argv, self.workspace, env, owner=self.options.replica_id or None, launcher=launcher
-            )
+            proc = CliProcess(argv, self.workspace, env, owner=self.options.owner or None, launcher=launcher)
             try:
                 await proc.start()
             except OSError as exc:
@@ -626,10 +624,10 @@ class CliAgent(EventAgent):
         running: their tasks are ended as lost by the runner, so nothing may go on working in their
         workspaces."""
         await self.ready_jail()
-        owner = self.options.replica_id
+        owner = self.options.owner
         left = await asyncio.to_thread(reap_orphans, owner) if owner else 0
         if left:
-            log.warning("killed %d process(es) a previous run of replica %s left", left, owner)
+            log.warning("killed %d process(es) a previous run of %s left", left, owner)
 
     async def ready_jail(self) -> Jail | None:
         """The jail runs are started in (None with AGENT_SANDBOX=none); its proxy is started on first use,
