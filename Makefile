@@ -39,10 +39,10 @@ migrate: $(VENV)/.installed
 
 ## Install test needs, start a throwaway PostgreSQL and Redis on loopback (nginx and Prometheus installed for
 ## the cluster tests, bubblewrap for the coding agents' jail, Debian's chromium for the console's browser tests; the
-## pinned coding-agent CLIs from npm into .cache/cli; the agent frameworks' venvs into .cache/frameworks), run the suite on SQLite and PostgreSQL in three pytest-xdist
+## pinned coding-agent CLIs from npm into .cache/cli; the agent frameworks' venvs into .cache/frameworks), run the suite on SQLite and PostgreSQL in four pytest-xdist
 ## workers (tests/support/parallel.py; the cluster tests, the soak's short form among them, one after another in
-## one of them). `PYTEST_XDIST=` runs it in one process.
-PYTEST_XDIST ?= -n 3
+## two of them, in halves of about equal time). `PYTEST_XDIST=` runs it in one process.
+PYTEST_XDIST ?= -n 4
 test: $(VENV)/.test-installed
 	scripts/pg.sh start
 	scripts/redis.sh start

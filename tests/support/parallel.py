@@ -1,4 +1,4 @@
-"""Running the suite in several pytest-xdist workers (`make test` runs `pytest -n 3`, docs/testing.md).
+"""Running the suite in several pytest-xdist workers (`make test` runs `pytest -n 4`, docs/testing.md).
 
 What the workers must not share, and how they don't:
 
@@ -9,10 +9,11 @@ What the workers must not share, and how they don't:
   (`gw0`) uses `TEST_REDIS_URL`; every other worker starts a Redis of its own on a free port
   (scripts/redis.sh) and points `TEST_REDIS_URL` at it; it is stopped when the worker ends.
 - Machine time: the tests that start clusters of three replicas behind nginx or stop and restart PostgreSQL or
-  Redis (tests/cluster/, and tests/console/test_console_cluster.py) form one group, `cluster`: they run one
-  after another in one worker, as they did before, and start first (together they take the longest, about 8
-  minutes). Every other test file is a group of its own, so a module's servers and browser pages start once,
-  in one worker. The groups are given to xdist by a scheduler of ours (`make_scheduler`, tests/conftest.py's
+  Redis (tests/cluster/, and tests/console/test_console_cluster.py) form two groups, `cluster` and
+  `cluster-2` (`SECOND_FILES`), of about equal time: each runs one test after another in one worker, and both
+  start first (together they take the longest, about 19 minutes; the halves run side by side). Every other
+  test file is a group of its own, so a module's servers and browser pages start once, in one worker. The
+  groups are given to xdist by a scheduler of ours (`make_scheduler`, tests/conftest.py's
   `pytest_xdist_make_scheduler`: pytest 9.2 gives an item's node id no `_nodeid` any more, which xdist's own
   `--dist loadgroup` renames to group), used by every distributing mode but `--dist each`.
 """
@@ -34,6 +35,24 @@ SERIAL = "cluster"
 """The xdist group of the tests that start clusters or take PostgreSQL or Redis away."""
 SERIAL_PREFIXES = ("tests/cluster/", "tests/console/test_console_cluster.py")
 """Its tests, by node id (relative to the checkout)."""
+SECOND = "cluster-2"
+"""The other half of those tests, in a worker of its own beside `cluster` (each worker has its own Redis)."""
+SECOND_FILES = (
+    "tests/cluster/test_chaos_leases.py",
+    "tests/cluster/test_remote_worker.py",
+    "tests/cluster/test_cluster_chaos.py",
+    "tests/cluster/test_sessions_survive.py",
+    "tests/cluster/test_db_recovery.py",
+    "tests/console/test_console_cluster.py",
+    "tests/cluster/test_pools.py",
+    "tests/cluster/test_prometheus.py",
+    "tests/cluster/test_push_cluster.py",
+    "tests/cluster/test_worker_repository.py",
+    "tests/cluster/test_workers.py",
+    "tests/cluster/test_mcp_cluster.py",
+    "tests/cluster/test_grpc_cluster.py",
+)
+"""Chosen by measured time (a JUnit report of a whole run): each half takes about 9.5 minutes."""
 
 
 def worker() -> str | None:
@@ -91,19 +110,23 @@ def unconfigure() -> None:
 
 
 def group(nodeid: str) -> str:
-    """The group of a test, by its node id: `cluster` (one worker, one at a time), else its file."""
+    """The group of a test, by its node id: `cluster` or `cluster-2` (one worker each, one at a time), else
+    its file."""
     path = nodeid.split("::", 1)[0]
+    if path in SECOND_FILES:
+        return SECOND
     if path.startswith(SERIAL_PREFIXES):
         return SERIAL
     return path
 
 
 def serial_first(items: list[pytest.Item]) -> None:
-    """In a worker: the `cluster` group first in the collection (the order work is handed out in), so the
-    longest group starts at once."""
+    """In a worker: the two cluster groups first in the collection (the order work is handed out in), so the
+    longest groups start at once."""
     if worker() is None:
         return
-    items.sort(key=lambda item: group(item.nodeid) != SERIAL)  # stable: the rest keeps its order
+    # stable: the rest keeps its order
+    items.sort(key=lambda item: group(item.nodeid) not in (SERIAL, SECOND))
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
