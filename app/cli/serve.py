@@ -42,13 +42,9 @@ def load_settings() -> Settings:
 
 
 def migrate() -> None:
-    from alembic import command
-    from alembic.config import Config
+    from app.store import migrations
 
-    settings = load_settings()
-    cfg = Config("alembic.ini")
-    cfg.set_main_option("sqlalchemy.url", settings.database_url)
-    command.upgrade(cfg, "head")
+    migrations.upgrade(load_settings().database_url)
 
 
 def checked_app(settings: Settings) -> FastAPI:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 from datetime import UTC, datetime
 
@@ -12,6 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import insert, inspect, text
 
 from app.protocol.model import utcnow
+from app.store import migrations
 from app.store.db import create_engine
 from app.store.models import ArtifactRow, Base, TaskRow
 from app.store.repo import Repository
@@ -135,3 +137,23 @@ async def test_downgrade_of_0006_keeps_history_and_one_row_per_reused_message_id
         assert rows == ["m", "n"]
     finally:
         await engine.dispose()
+
+
+def test_migrate_works_from_any_working_folder(tmp_path):
+    """`a2a-server migrate` finds this code's migrations from the package, not the working folder: run from
+    an empty one, it brings a new SQLite file to the head `/readyz` checks for (it once failed there with
+    alembic's "No 'script_location' key found")."""
+    db = tmp_path / "db.sqlite"
+    done = subprocess.run(
+        [str(BIN / "a2a-server"), "migrate"],
+        cwd=tmp_path,
+        env={**os.environ, "DATABASE_URL": f"sqlite+aiosqlite:///{db}"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with sqlite3.connect(db) as conn:
+        (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert version == migrations.script().get_current_head()
+    assert {"tasks", "events"} <= tables

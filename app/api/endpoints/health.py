@@ -8,40 +8,27 @@ from __future__ import annotations
 
 import asyncio
 from functools import lru_cache
-from pathlib import Path
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-import app
+from app.store import migrations
 
 from ..deps import components
 from ..faults import requests_outage
 
 router = APIRouter()
 
-_ROOT = Path(app.__file__).resolve().parent.parent
-"""Where `alembic.ini` and `migrations/` are, found from the package so that moving this module keeps them."""
-
-
-@lru_cache
-def _script() -> ScriptDirectory:
-    cfg = Config(str(_ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(_ROOT / "migrations"))
-    return ScriptDirectory.from_config(cfg)
-
 
 def head_revision() -> str | None:
     """The newest alembic revision shipped with this code."""
-    return _script().get_current_head()
+    return migrations.script().get_current_head()
 
 
 @lru_cache
 def _known_revisions() -> frozenset[str]:
-    return frozenset(r.revision for r in _script().walk_revisions())
+    return frozenset(r.revision for r in migrations.script().walk_revisions())
 
 
 def migration_gap(current: str | None) -> str | None:
