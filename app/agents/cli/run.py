@@ -50,6 +50,7 @@ from app.protocol.model import Message
 from ..approvals import ALLOW_ONCE, ToolCall, decisions, summary, unattended
 from ..checkpoints import CheckpointError
 from ..events import AgentEvent, AgentEventKind, AgentRun, EventAgent
+from ..jail import scratch
 from ..jail.egress import EgressProxy, Policy
 from ..jail.sandbox import Jail, agent_env, check as jail_check, check_command, principal_home
 from ..options import AgentOptions
@@ -622,12 +623,20 @@ class CliAgent(EventAgent):
     async def setup(self) -> None:
         """Start the jail's egress proxy, and kill the CLIs a killed previous life of this replica left
         running: their tasks are ended as lost by the runner, so nothing may go on working in their
-        workspaces."""
+        workspaces. Then remove the socket folders killed servers left (`jail/scratch.py`): housekeeping,
+        so its failure is logged and never stops the start."""
         await self.ready_jail()
         owner = self.options.owner
         left = await asyncio.to_thread(reap_orphans, owner) if owner else 0
         if left:
             log.warning("killed %d process(es) a previous run of %s left", left, owner)
+        try:
+            swept = await asyncio.to_thread(scratch.sweep)
+        except Exception:
+            log.warning("could not sweep the scratch folders killed servers left", exc_info=True)
+        else:
+            if swept:
+                log.info("removed %d scratch folder(s) killed servers left", swept)
 
     async def ready_jail(self) -> Jail | None:
         """The jail runs are started in (None with AGENT_SANDBOX=none); its proxy is started on first use,

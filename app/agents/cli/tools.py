@@ -26,9 +26,7 @@ import json
 import logging
 import mimetypes
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from app.protocol.model import Part
 
 from ..calls import AgentCalls, CallError
 from ..calls_wire import agents_to_wire, child_to_wire
+from ..jail import scratch
 from ..jail.sandbox import IN_JAIL_TOOLS, IN_JAIL_TOOLS_RELAY, TOOLS_RELAY, TOOLS_SERVER_NAME, relay_python
 
 log = logging.getLogger(__name__)
@@ -130,8 +129,12 @@ class ToolServer:
     def __init__(self, calls: AgentCalls, workspace: Path) -> None:
         self.calls = calls
         self.workspace = workspace
-        self.folder = Path(tempfile.mkdtemp(prefix="a2a-tools-"))
-        """Mode 0700 (mkdtemp's): only the server's user reaches the socket, and only through this path."""
+        self._scratch = scratch.make("a2a-tools-")
+        """Mode 0700 (mkdtemp's): only the server's user reaches the socket, and only through this path. Its
+        owner record (a later start removes the folder should this process be killed) is beside `folder`."""
+        self.folder = self._scratch / "run"
+        """What the jail shows, read-only: the socket and a CLI's settings, not the record (a host pid)."""
+        self.folder.mkdir(mode=0o700)
         self.path = self.folder / "tools.sock"
         self._listener: asyncio.AbstractServer | None = None
         self._sessions: set[asyncio.Task[None]] = set()
@@ -159,7 +162,7 @@ class ToolServer:
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+        scratch.remove(self._scratch)
 
     def relay(self, jailed: bool) -> list[str]:
         """The argv of the stdio MCP server a CLI starts: the relay to this socket, as the CLI sees both."""

@@ -21,9 +21,9 @@ import ipaddress
 import logging
 import os
 import socket
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+
+from . import scratch
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,9 @@ class EgressProxy:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._dir = Path(tempfile.mkdtemp(prefix="a2a-egress-"))
+        self._dir = scratch.make("a2a-egress-")
+        """Only the socket is bound into a jail; the folder's owner record lets a later start remove it
+        should this process be killed (`scratch.sweep`)."""
         self.path = self._dir / "proxy.sock"
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -138,9 +140,7 @@ class EgressProxy:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-            self._dir.rmdir()
+        scratch.remove(self._dir)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
