@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from app.agents.calls import AgentInfo, CallError, ChildTask
 from app.agents.cli.tools import ToolServer
+from app.agents.jail import scratch
 from app.protocol.model import Part
 
 MINE = "child-1"
@@ -187,6 +188,8 @@ async def test_the_socket_is_private_and_gone_after_close(tmp_path: Path) -> Non
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert tmp_path not in path.parents
+    assert list(folder.iterdir()) == [path], "the jail is shown the socket, not the owner record"
+    assert scratch.read_owner(folder.parent) is not None
     async with client(server) as c:
         assert len((await c.list_tools()).tools) == 5
     # A session still open when the run ends: it answers, then the close ends it.
@@ -197,7 +200,7 @@ async def test_the_socket_is_private_and_gone_after_close(tmp_path: Path) -> Non
     await server.aclose()
     assert await asyncio.wait_for(reader.read(), 30) == b""
     writer.close()
-    assert not path.exists() and not folder.exists()
+    assert not path.exists() and not folder.parent.exists()
     with pytest.raises(FileNotFoundError):
         connect(path)
 

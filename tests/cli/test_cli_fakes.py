@@ -295,6 +295,63 @@ async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
         server.stop()
 
 
+def bound_from_the_host(context_id: str) -> dict[str, Path]:
+    """What a live jailed run of `context_id` was shown from the host, by where its bwrap binds it: the
+    egress socket and the tool folder."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if argv[0].endswith("bwrap") and any(context_id in a for a in argv):
+            at = {inside: argv.index(inside) - 1 for inside in ("/run/a2a/egress.sock", "/run/a2a/tools")}
+            return {inside: Path(argv[i]) for inside, i in at.items() if i >= 0}
+    return {}
+
+
+async def test_a_killed_servers_socket_folders_are_removed_at_its_next_start(tmp_path: Path) -> None:
+    """The egress proxy's folder and a run's tool folder (`jail/scratch.py`) outlive a SIGKILLed server,
+    which never removes them; its next start does. Under a TMPDIR of the test's own, so it sees and sweeps
+    nobody else's."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    server = await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX_READ=str(FAKES),
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        REPLICA_ID=f"scratch-{uuid.uuid4().hex[:8]}",
+        TMPDIR=str(tmp),
+    )
+    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
+            await wait_for_process(marker)
+            shown = bound_from_the_host(task["contextId"])
+            egress, tools = shown["/run/a2a/egress.sock"].parent, shown["/run/a2a/tools"].parent
+            assert egress.parent == tmp and egress.name.startswith("a2a-egress-"), shown
+            assert tools.parent == tmp and tools.name.startswith("a2a-tools-"), shown
+            left = {egress, tools}
+            assert set(tmp.glob("a2a-*")) == left
+            server.kill()
+            assert all(p.is_dir() for p in left), "the killed server removed them (nothing left to test)"
+            server.start()
+            try:
+                async with asyncio.timeout(60):
+                    while any(os.path.lexists(p) for p in left):
+                        await asyncio.sleep(0.1)
+            except TimeoutError:
+                kept = sorted(p.name for p in left if os.path.lexists(p))
+                raise AssertionError(f"the next start left {kept}\n{server.log_tail()}") from None
+            [live] = tmp.glob("a2a-egress-*")  # the new life's proxy, its owner alive: kept
+            assert live not in left
+    finally:
+        server.stop()
+
+
 def test_ndjson_needs_a_command() -> None:
     with pytest.raises(ValueError, match="AGENT_COMMAND"):
         NdjsonAgent(AgentOptions(command="  "))
