@@ -329,7 +329,17 @@ async def test_a_killed_servers_socket_folders_are_removed_at_its_next_start(tmp
     try:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
             task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
-            await wait_for_process(marker)
+            try:
+                await wait_for_process(marker)
+            except TimeoutError:
+                got = await client.post(
+                    "/a2a/jsonrpc",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task["id"]}},
+                )
+                raise AssertionError(
+                    f"no CLI run within 60 s; the task: {got.text[:1500]}\n"
+                    f"folders: {sorted(p.name for p in tmp.iterdir())}\n{server.log_tail()}"
+                ) from None
             shown = bound_from_the_host(task["contextId"])
             egress, tools = shown["/run/a2a/egress.sock"].parent, shown["/run/a2a/tools"].parent
             assert egress.parent == tmp and egress.name.startswith("a2a-egress-"), shown
