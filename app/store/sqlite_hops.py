@@ -4,8 +4,8 @@ aiosqlite runs each sqlite3 call in its connection's thread, and SQLAlchemy's ad
 step of a statement: make a cursor, execute, fetch the rows, close the cursor; and a pooled connection
 given back is rolled back whether or not a transaction is open. Each call is a trip between the event loop
 and that thread (a queue put, a wake-up, the loop woken back through its self-pipe, the GIL handed over
-twice): about 18 of them per blocking `message/send` of an agent that answers at once, most of SQLite's cost
-per request (profiled with py-spy; docs/ARCHITECTURE.md, "The embedded default").
+twice): about 18 of them per blocking `message/send` of an agent that answers at once, where a py-spy
+profile of such sends found a fifth of the server's time holding the GIL.
 
 `Connection` is aiosqlite's, with a `cursor()` whose `execute` makes the sqlite3 cursor, runs the statement,
 reads its rows, description, rowcount and last row id, and closes it, all in one trip; reading the rows and
