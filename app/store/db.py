@@ -11,6 +11,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from . import sqlite_hops
+
 
 def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
@@ -59,6 +61,7 @@ def create_engine(
                 cur.execute("PRAGMA wal_autocheckpoint=0")
             cur.close()
 
+        sqlite_hops.use(engine)
         return engine
     engine = create_async_engine(
         url,
