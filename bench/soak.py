@@ -1169,9 +1169,16 @@ class Checks:
             if s.refused:
                 f.resumes_refused += 1
             if not s.events:
+                stored_end = log.get(s.task_id or "", [])[-1:]
+                if s.refused and stored_end and (stored_end[0]["final"] or stored_end[0]["state"] in ENDED):
+                    continue  # its task ended (a fault failed it) before it was subscribed to
                 if s.task_id:
                     f.streams_unfinished += 1
-                    self.problems.append(f"stream of {s.marker} ({s.version} {s.op}) saw no event")
+                    trail = " ".join(f"{e['seq']}:{e['state'] or e['kind']}" for e in log.get(s.task_id, []))
+                    self.problems.append(
+                        f"stream of {s.task_id} ({s.marker}, {s.version} {s.op}) saw no event"
+                        f"{' (its resume refused)' if s.refused else ''}; stored events {trail or 'none'}"
+                    )
                 continue
             seqs = [e[0] for e in s.events]
             gaps = [(a, b) for a, b in itertools.pairwise(seqs) if b > a + 1]
