@@ -167,3 +167,21 @@ async def test_a_failed_sweep_never_stops_the_start(
         await agent.setup()
     assert "could not sweep" in caplog.text and "no temporary folder" in caplog.text
     await agent.aclose()
+
+
+def test_a_temporary_folder_too_long_for_a_socket_gives_way_to_tmp(tmp_path: Path, monkeypatch) -> None:
+    """A TMPDIR deep in a tree (an xdist worker's test folder) once failed every run with "AF_UNIX path too
+    long"; past `LONGEST_ROOT` the folders go to /tmp (where the sweep looks too)."""
+    assert scratch.LONGEST_ROOT + len("/a2a-tools-XXXXXXXX/run/tools.sock") <= 107, "the deepest socket fits"
+    short = Path("/tmp")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert scratch.base() == (tmp_path if len(str(tmp_path)) <= scratch.LONGEST_ROOT else short)
+    deep = tmp_path / ("d" * max(1, scratch.LONGEST_ROOT + 1 - len(str(tmp_path)) - 1))
+    deep.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    assert scratch.base() == short
+    folder = scratch.make("a2a-tools-")
+    try:
+        assert folder.parent == short and scratch.read_owner(folder) is not None
+    finally:
+        scratch.remove(folder)

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -312,9 +313,9 @@ def bound_from_the_host(context_id: str) -> dict[str, Path]:
 async def test_a_killed_servers_socket_folders_are_removed_at_its_next_start(tmp_path: Path) -> None:
     """The egress proxy's folder and a run's tool folder (`jail/scratch.py`) outlive a SIGKILLed server,
     which never removes them; its next start does. Under a TMPDIR of the test's own, so it sees and sweeps
-    nobody else's."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    nobody else's: a short one (pytest's folder in an xdist worker is too long for a socket's path, and the
+    folders would go to /tmp, `scratch.LONGEST_ROOT`)."""
+    tmp = Path(tempfile.mkdtemp(prefix="a2a-t-", dir="/tmp"))
     server = await make_server(
         "sqlite",
         tmp_path,
@@ -360,6 +361,7 @@ async def test_a_killed_servers_socket_folders_are_removed_at_its_next_start(tmp
             assert live not in left
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_ndjson_needs_a_command() -> None:

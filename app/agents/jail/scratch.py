@@ -30,6 +30,10 @@ from typing import NamedTuple
 PREFIXES = ("a2a-egress-", "a2a-tools-")
 """The folders `sweep` looks at; `make` takes only these."""
 RECORD = "owner.json"
+LONGEST_ROOT = 70
+"""A unix socket's path holds at most 107 bytes, and the deepest under a folder is 34
+(`/a2a-tools-XXXXXXXX/run/tools.sock`): a temporary folder longer than this (a TMPDIR deep in a test's or
+a CI job's tree) gives way to `/tmp`, or every run would fail with "AF_UNIX path too long"."""
 
 
 class Owner(NamedTuple):
@@ -43,11 +47,11 @@ class Owner(NamedTuple):
 
 
 def make(prefix: str, root: Path | None = None) -> Path:
-    """A new folder (mode 0700) named `<prefix>...` in `root` (the temporary folder), its record written
+    """A new folder (mode 0700) named `<prefix>...` in `root` (`base()`), its record written
     before it is returned."""
     if prefix not in PREFIXES:
         raise ValueError(f"{prefix!r} is not a scratch prefix ({', '.join(PREFIXES)})")
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root if root is not None else base()))
     me = _me()
     if me is not None:
         partial = folder / f".{RECORD}.tmp"
@@ -60,20 +64,26 @@ def make(prefix: str, root: Path | None = None) -> Path:
     return folder
 
 
+def base() -> Path:
+    """Where the folders go: the temporary folder, or `/tmp` when that is too long for a socket's path."""
+    tmp = Path(tempfile.gettempdir())
+    return tmp if len(str(tmp)) <= LONGEST_ROOT else Path("/tmp")
+
+
 def remove(folder: Path) -> None:
     """Remove a folder `make` made, with whatever is in it."""
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def sweep(root: Path | None = None) -> int:
-    """Remove the folders in `root` (the temporary folder) whose recorded owner is gone (module docstring);
+    """Remove the folders in `root` (`base()`) whose recorded owner is gone (module docstring);
     how many. Call it off the event loop: it reads the folder and /proc."""
     me = _me()
     if me is None:
         return 0
-    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    where = Path(root) if root is not None else base()
     try:
-        with os.scandir(base) as scan:
+        with os.scandir(where) as scan:
             entries = [e for e in scan if e.name.startswith(PREFIXES)]
     except OSError:
         return 0
