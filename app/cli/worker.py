@@ -28,7 +28,6 @@ It imports the runner and its remote stand-ins, the roles, the agents' options a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -50,6 +49,8 @@ from app.runner.runner import Runner
 from app.settings import Settings
 from app.tasks.held import LiveTask
 from app.telemetry import logs, traces
+
+log = logging.getLogger(__name__)
 
 
 class Worker:
@@ -133,8 +134,12 @@ class Worker:
             news.cancel()
             await asyncio.gather(news, return_exceptions=True)
             await self.agent.aclose()
-            with contextlib.suppress(Exception):
+            try:
                 await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
+            except Exception as exc:  # the listing then drops it after DISCOVERY_MAX_AGE_S
+                log.warning(
+                    "could not tell the server this worker is leaving (%s): listed until it ages out", exc
+                )
 
     def _calls(self, live: LiveTask) -> RemoteCalls:
         """A run's calls to other agents, made by the server for its task while this worker holds it."""
