@@ -1109,7 +1109,7 @@ class Checks:
         for e in events:
             log[e["task_id"]].append(e)
         for r in stuck:
-            trail = " ".join(f"{e['seq']}:{e['state'] or e['kind']}" for e in log.get(r["id"], []))
+            trail = _trail(log.get(r["id"], []))
             self.problems.append(
                 f"stuck: task {r['id']} ({(r['title'] or '')[:40]!r}) is {r['state']},"
                 f" lease {r['lease_owner']}; events {trail}\n" + self.log_lines(r["id"])
@@ -1174,7 +1174,7 @@ class Checks:
                     continue  # its task ended (a fault failed it) before it was subscribed to
                 if s.task_id:
                     f.streams_unfinished += 1
-                    trail = " ".join(f"{e['seq']}:{e['state'] or e['kind']}" for e in log.get(s.task_id, []))
+                    trail = _trail(log.get(s.task_id, []))
                     self.problems.append(
                         f"stream of {s.task_id} ({s.marker}, {s.version} {s.op}) saw no event"
                         f"{' (its resume refused)' if s.refused else ''}; stored events {trail or 'none'}"
@@ -1201,6 +1201,11 @@ class Checks:
                 last = stored[seqs[-1]]
                 if s.events[-1][1] != "task" and not (last["final"] or last["state"] in ENDED):
                     self.problems.append(f"stream of {s.task_id} ended on seq {seqs[-1]}, not a final event")
+
+
+def _trail(events: list[asyncpg.Record]) -> str:
+    """A task's stored events, short: `1:submitted 2:working 3:completed`."""
+    return " ".join(f"{e['seq']}:{e['state'] or e['kind']}" for e in events)
 
 
 # ---- the report ----------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from tests.support.clis import (
     wait_until_stopped,
 )
 from tests.support.rpc import result, text_message
+from tests.support.server import ServerProcess
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 """The system's python: a jailed fake sees /usr, not the test's virtualenv."""
@@ -184,8 +185,26 @@ async def test_ndjson_exit_without_done_fails_with_the_reason(
     assert status_text(task) == f"{Path(PYTHON).name} {reason}"
 
 
+async def jailed_ndjson(tmp_path: Path, **env: str) -> ServerProcess:
+    """A SQLite server running the ndjson fake in the jail (the default), its workspaces under `tmp_path`."""
+    return await make_server(
+        "sqlite",
+        tmp_path,
+        AGENT_ADAPTER="ndjson",
+        AGENT_COMMAND=NDJSON,
+        AGENT_SANDBOX_READ=str(FAKES),
+        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        **env,
+    )
+
+
+def sleep_marker() -> str:
+    """A `sleep` command line no other process on the host has: what `SLEEP <n>` makes the fake run."""
+    return f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+
+
 async def test_ndjson_cancel_stops_the_command_and_its_children(ndjson: Served) -> None:
-    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    marker = sleep_marker()
     task = await send_message(ndjson.client, f"SLEEP {marker.split()[1]}", blocking=False)
     sleeper = await wait_for_process(marker)
     canceled = await result(ndjson.client, "tasks/cancel", {"id": task["id"]})
@@ -216,7 +235,7 @@ async def test_cli_left_by_a_killed_server_is_killed_at_its_next_start_and_never
     )
     try:
         for kill in range(KILLS):
-            marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+            marker = sleep_marker()
             async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
                 task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
                 sleeper = await wait_for_process(marker)
@@ -252,7 +271,7 @@ async def test_a_deployment_reusing_a_replica_id_never_kills_anothers_cli(tmp_pa
         "sqlite", tmp_path / "one", AGENT_WORKSPACE_ROOT=str(tmp_path / "one" / "ws"), **common
     )
     try:
-        marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+        marker = sleep_marker()
         async with httpx.AsyncClient(base_url=first.base_url, timeout=60) as client:
             task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
             sleeper = await wait_for_process(marker)
@@ -275,15 +294,8 @@ async def test_a_deployment_reusing_a_replica_id_never_kills_anothers_cli(tmp_pa
 async def test_a_jailed_cli_dies_with_its_killed_server(tmp_path: Path) -> None:
     """In the jail (the default) a SIGKILLed server's CLIs end at once: bwrap dies with its parent and
     takes the jail's whole pid namespace with it."""
-    server = await make_server(
-        "sqlite",
-        tmp_path,
-        AGENT_ADAPTER="ndjson",
-        AGENT_COMMAND=NDJSON,
-        AGENT_SANDBOX_READ=str(FAKES),
-        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
-    )
-    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    server = await jailed_ndjson(tmp_path)
+    marker = sleep_marker()
     try:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
             await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
@@ -316,17 +328,8 @@ async def test_a_killed_servers_socket_folders_are_removed_at_its_next_start(tmp
     nobody else's: a short one (pytest's folder in an xdist worker is too long for a socket's path, and the
     folders would go to /tmp, `scratch.LONGEST_ROOT`)."""
     tmp = Path(tempfile.mkdtemp(prefix="a2a-t-", dir="/tmp"))
-    server = await make_server(
-        "sqlite",
-        tmp_path,
-        AGENT_ADAPTER="ndjson",
-        AGENT_COMMAND=NDJSON,
-        AGENT_SANDBOX_READ=str(FAKES),
-        AGENT_WORKSPACE_ROOT=str(tmp_path / "ws"),
-        REPLICA_ID=f"scratch-{uuid.uuid4().hex[:8]}",
-        TMPDIR=str(tmp),
-    )
-    marker = f"sleep 300.{uuid.uuid4().int % 10_000_000:07d}"
+    server = await jailed_ndjson(tmp_path, REPLICA_ID=f"scratch-{uuid.uuid4().hex[:8]}", TMPDIR=str(tmp))
+    marker = sleep_marker()
     try:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
             task = await send_message(client, f"SLEEP {marker.split()[1]}", blocking=False)
