@@ -61,6 +61,7 @@ from tests.cli.test_cli_fakes import NDJSON
 from tests.cluster.test_chaos_load import V10, Client, Figures, event_log, reason, rpc
 from tests.cluster.test_sessions_survive import Machines
 from tests.conftest import _fresh_pg_database
+from tests.support.checkpoints import holds_files
 from tests.support.clis import FAKES
 from tests.support.cluster import Cluster
 from tests.support.own_services import OwnServices
@@ -555,24 +556,23 @@ def workspace_file(cl: Cluster, holder: str, context_id: str) -> Path:
 
 
 async def checkpoint_after_file(run: Run, task_id: str, written: Path, holder: str) -> None:
-    """Wait until `holder` has saved a checkpoint of the task taken after its CLI wrote `written`."""
+    """Wait until `holder` has saved a checkpoint of the task whose archive holds `written` (its CLI's
+    file): the archive itself, not its `taken_at` (`tests/support/checkpoints.py`)."""
     try:
         async with asyncio.timeout(120):
             while True:
-                if written.exists():
-                    rows = await fetch(
-                        run.dsn,
-                        "SELECT extract(epoch FROM taken_at) AS at FROM task_checkpoints"
-                        " WHERE task_id = $1 AND holder = $2",
-                        task_id,
-                        holder,
-                    )
-                    if rows and float(rows[0]["at"]) > written.stat().st_mtime:
-                        return
+                rows = await fetch(
+                    run.dsn,
+                    "SELECT data FROM task_checkpoints WHERE task_id = $1 AND holder = $2",
+                    task_id,
+                    holder,
+                )
+                if rows and holds_files(bytes(rows[0]["data"]), written.name):
+                    return
                 await asyncio.sleep(0.2)
     except TimeoutError:
         raise AssertionError(
-            f"no checkpoint of {task_id} by {holder} after {written}; logs:\n  "
+            f"no checkpoint of {task_id} by {holder} holds {written}; logs:\n  "
             + "\n  ".join(log_lines(run.cl, task_id))
         ) from None
 

@@ -35,11 +35,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.agents.jail.sandbox import principal_key
 from app.api.edge.auth import hash_key
-from app.store.models import TaskCheckpointRow, TaskRow
+from app.store.models import TaskRow
 from scripts.cluster import Replica
 from tests.conftest import migrated_pg_database
 from tests.support.auth import api_keys_env, key_of
 from tests.support.browser import launch, sign_in
+from tests.support.checkpoints import holds
 from tests.support.clis import CLI_BIN, install_clis
 from tests.support.cluster import Cluster
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -160,6 +161,14 @@ async def team(tmp_path_factory: Any) -> AsyncIterator[Team]:
         fake.stop()
 
 
+@pytest.fixture(autouse=True)
+async def workers_stopped(team: Team) -> AsyncIterator[None]:
+    """Each test's workers stopped when it ends, passed or not: none takes the next test's tasks."""
+    yield
+    for name in list(team.workers):
+        await asyncio.to_thread(team.workers.pop(name).stop)
+
+
 async def rpc(base: str, path: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base, timeout=60, headers=key_of("alice")) as c:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
@@ -198,27 +207,19 @@ async def until(base: str, path: str, task_id: str, done: Any, team: Team) -> di
     return task
 
 
-async def checkpoint_after(team: Team, task_id: str, written: Path) -> None:
-    """Wait until the task has a checkpoint taken after `written` appeared (the work it must keep)."""
+async def checkpoint_after(team: Team, task_id: str, *files: str) -> None:
+    """Wait until the task's stored checkpoint holds the CLI's session and each of `files` of its workspace
+    (the work it must keep): the archive itself, not a time (`tests/support/checkpoints.py`)."""
     engine = create_async_engine(team.database_url)
     try:
         async with asyncio.timeout(WAIT_S):
-            while True:
-                if written.exists():
-                    seen = written.stat().st_mtime
-                    async with engine.connect() as conn:
-                        query = select(TaskCheckpointRow.taken_at).where(TaskCheckpointRow.task_id == task_id)
-                        taken = (await conn.execute(query)).scalar()
-                    if taken is not None and taken.timestamp() > seen:
-                        return
+            while not await holds(engine, task_id, *files, session=True):
                 await asyncio.sleep(0.2)
     except TimeoutError:
         async with engine.connect() as conn:
             query = select(TaskRow.state, TaskRow.status, TaskRow.lease_owner).where(TaskRow.id == task_id)
             stored = (await conn.execute(query)).first()
-        pytest.fail(
-            f"no checkpoint of task {task_id} after {written} was written; stored: {stored}\n{team.logs()}"
-        )
+        pytest.fail(f"no checkpoint of task {task_id} holds {files}; stored: {stored}\n{team.logs()}")
     finally:
         await engine.dispose()
 
@@ -258,7 +259,7 @@ async def test_a_worker_killed_mid_task_hands_its_session_to_another_worker(team
             while not events:
                 await asyncio.sleep(0.1)
         task_id, context = events[0][1]["id"], events[0][1]["contextId"]
-        await checkpoint_after(team, task_id, team.workspace("w1", context) / "a.txt")
+        await checkpoint_after(team, task_id, "a.txt")
         w1.kill()
         team.worker("w2")
         await asyncio.wait_for(reader, WAIT_S)
@@ -305,7 +306,7 @@ async def test_a_task_waiting_for_approval_on_a_killed_worker_is_answered_on_ano
     await until(
         base, "/agents/coder", task_id, lambda t: t["status"]["state"] in ENDED | {"input-required"}, team
     )
-    await checkpoint_after(team, task_id, team.workspace("w3", context))
+    await checkpoint_after(team, task_id)
     w3.kill()
     team.worker("w4", AGENT_FORCE="false")
     await start(base, "/agents/coder", message("y", taskId=task_id, contextId=context))
@@ -325,7 +326,7 @@ async def test_a_replica_killed_mid_task_hands_its_session_to_the_other(team: Te
     sent = await start(cluster.urls[0], "", message(BUSY))
     task_id, context = sent["id"], sent["contextId"]
     dead = cluster.replicas[0].replica_id
-    await checkpoint_after(team, task_id, team.workspace(dead, context) / "a.txt")
+    await checkpoint_after(team, task_id, "a.txt")
     reader = asyncio.create_task(resubscribe(cluster.urls[1], task_id, events))  # the one that lives
     try:
         async with asyncio.timeout(WAIT_S):
@@ -355,8 +356,8 @@ async def test_a_replica_stopped_with_sigterm_drains_its_three_cli_tasks_to_the_
         sent = await start(cluster.urls[0], "", message(text))
         ids.append((sent["id"], sent["contextId"]))
     first = cluster.replicas[0].replica_id
-    for task_id, context in ids:
-        await checkpoint_after(team, task_id, team.workspace(first, context) / "c.txt")
+    for task_id, _context in ids:
+        await checkpoint_after(team, task_id, "c.txt")
     await asyncio.to_thread(cluster.terminate, 0, True)
     other = cluster.replicas[1].replica_id
     for n, (task_id, context) in enumerate(ids):
