@@ -135,7 +135,7 @@ class Worker:
             await asyncio.gather(news, return_exceptions=True)
             await self.agent.aclose()
             try:
-                await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=3)
+                await self.server.call("POST", "/workers/v1/release", {"leaving": True}, give_up_s=10)
             except Exception as exc:  # the listing then drops it after DISCOVERY_MAX_AGE_S
                 log.warning(
                     "could not tell the server this worker is leaving (%s): listed until it ages out", exc

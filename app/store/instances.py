@@ -1,7 +1,10 @@
 """The agent instances live now (discovery): one row per role a process runs, named `role:instance_id`.
 
 A process writes its rows every heartbeat (`upsert`, which sets `last_seen`), reads the ones seen within the
-maximum age (`live`), and deletes its own on a clean shutdown (`forget`). A process that died without saying
+maximum age (`live`), and deletes its own on a clean shutdown (`forget`). A remote worker's row is written by
+whichever replica the worker calls, so its goodbye marks the row left instead (`leave`): a call the worker
+sent before it left, handled by another replica after, refreshes nothing (`upsert(revive=False)`), and the
+worker's next life clears the mark with its first call (`revive`). A process that died without saying
 so leaves rows that are hidden once older than the maximum age and deleted later, a bounded batch now and
 then (`purge_stale`), so the table holds what was live lately, not every name ever used. Times are the
 writers' clocks, as for leases.
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -99,8 +102,11 @@ class Instances:
         self._pg = engine.dialect.name == "postgresql"
         self._purged_at: float | None = None
 
-    async def upsert(self, instances: Sequence[InstanceRecord], now: datetime | None = None) -> None:
-        """Insert or refresh these instances' rows, `last_seen` now (or `now`), in one transaction."""
+    async def upsert(
+        self, instances: Sequence[InstanceRecord], now: datetime | None = None, *, revive: bool = True
+    ) -> None:
+        """Insert or refresh these instances' rows, `last_seen` now (or `now`), in one transaction; with
+        `revive` False, a row marked left stays as it is."""
         if not instances:
             return
         now = now or utcnow()
@@ -108,7 +114,8 @@ class Instances:
         insert = postgresql.insert(_t) if self._pg else sqlite.insert(_t)
         stmt = insert.on_conflict_do_update(
             index_elements=[_t.c.name],
-            set_={c: insert.excluded[c] for c in (*_UPDATED, "last_seen", "started_at")},
+            set_={**{c: insert.excluded[c] for c in (*_UPDATED, "last_seen", "started_at")}, "left_at": None},
+            where=None if revive else _t.c.left_at.is_(None),
         )
         async with self._engine.begin() as conn:
             await conn.execute(stmt, values)
@@ -119,7 +126,7 @@ class Instances:
         await self.purge_stale(max_age_s, now)
         query = (
             select(_t)
-            .where(_t.c.last_seen >= now - timedelta(seconds=max_age_s))
+            .where(_t.c.last_seen >= now - timedelta(seconds=max_age_s), _t.c.left_at.is_(None))
             .order_by(_t.c.role, _t.c.name)
         )
         async with self._engine.connect() as conn:
@@ -146,6 +153,21 @@ class Instances:
             return
         async with self._engine.begin() as conn:
             await conn.execute(delete(_t).where(_t.c.name.in_(list(names))))
+
+    async def leave(self, names: Collection[str], now: datetime | None = None) -> None:
+        """Mark these instances' rows left (a remote worker's goodbye): out of the listing at once, and not
+        refreshed by `upsert(revive=False)` until `revive`."""
+        if not names:
+            return
+        async with self._engine.begin() as conn:
+            await conn.execute(update(_t).where(_t.c.name.in_(list(names))).values(left_at=now or utcnow()))
+
+    async def revive(self, name: str) -> None:
+        """Clear the left mark of this instance's row (the worker's next life said hello)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(_t).where(_t.c.name == name, _t.c.left_at.is_not(None)).values(left_at=None)
+            )
 
     async def purge(self, older_than_s: float, limit: int = PURGE_BATCH, now: datetime | None = None) -> int:
         """Delete at most `limit` rows not seen for `older_than_s`; how many."""

@@ -267,7 +267,8 @@ class IdempotencyKeyRow(Base):
 
 class AgentInstanceRow(Base):
     """One process's instance of a role, for discovery (`GET /agents`): refreshed every heartbeat, hidden
-    once `last_seen` is older than the maximum age, deleted on a clean shutdown or, long stale, lazily."""
+    once `last_seen` is older than the maximum age, deleted (a replica) or marked left (a worker) on a clean
+    shutdown, deleted lazily once long stale."""
 
     __tablename__ = "agent_instances"
 
@@ -286,6 +287,9 @@ class AgentInstanceRow(Base):
     """Agent runs of the role at the last heartbeat."""
     last_seen: Mapped[datetime]
     started_at: Mapped[datetime]
+    left_at: Mapped[datetime | None]
+    """When a remote worker said it is leaving: hidden from then on, and its late calls (a claim sent before
+    it left, handled after) do not bring it back; its next life's first call (`whoami`) does."""
 
     __table_args__ = (Index("ix_agent_instances_last_seen", "last_seen"),)
     """Listing the live ones and deleting the long stale ones both look by `last_seen`."""

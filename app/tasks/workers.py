@@ -92,16 +92,26 @@ class Announcer:
             holder.removeprefix(WORKER_PREFIX), "worker", slots, running or 0, started
         )
         try:
-            await self._instances.upsert([record])
+            await self._instances.upsert([record], revive=False)
         except Exception:
             self._last.pop(holder, None)  # try again on its next call
             raise
 
-    async def gone(self, holder: str) -> None:
-        """The worker said it is leaving: out of the listing at once."""
+    async def hello(self, holder: str) -> None:
+        """A life of the worker begins (its first call): its previous life's goodbye mark is cleared."""
         self._last.pop(holder, None)
         self._started.pop(holder, None)
-        await self._instances.forget([instance_name(self._template.role, holder.removeprefix(WORKER_PREFIX))])
+        await self._instances.revive(self._name(holder))
+
+    async def gone(self, holder: str) -> None:
+        """The worker said it is leaving: out of the listing at once, and kept out by the calls it sent
+        before that are handled after (by any replica) until its next life's `hello`."""
+        self._last.pop(holder, None)
+        self._started.pop(holder, None)
+        await self._instances.leave([self._name(holder)])
+
+    def _name(self, holder: str) -> str:
+        return instance_name(self._template.role, holder.removeprefix(WORKER_PREFIX))
 
 
 class WorkerDesk:

@@ -19,6 +19,7 @@ from app.runner.discovery import Discovery, Instance
 from app.store.db import create_engine
 from app.store.instances import STALE_FACTOR, InstanceRecord, Instances
 from app.store.models import AgentInstanceRow
+from app.tasks.workers import Announcer
 from tests.conftest import BACKENDS, migrated_database_url
 
 WAIT_S = 10.0
@@ -98,6 +99,28 @@ async def test_forget_removes_only_the_names_given(store):
     assert await names(store) == ["default:b"]
     await store.forget([])
     assert await names(store) == ["default:b"]
+
+
+async def test_a_worker_that_left_is_not_listed_again_by_a_late_call_until_its_next_life(store):
+    """The goodbye (`gone`) and a claim the worker sent before it are handled by two replicas: the claim's
+    refresh (`seen`), handled after, lists nothing; the worker's next start (`hello`, its whoami) does."""
+    template = described("coder")
+    here, there = Announcer(store, template, 1.0), Announcer(store, template, 1.0)
+    await here.seen("worker:box:vm1", 2, 0)
+    assert await names(store) == ["coder:box:vm1"]
+    await there.gone("worker:box:vm1")
+    assert await names(store) == []
+    here._last.clear()  # the late call is past the heartbeat throttle
+    await here.seen("worker:box:vm1", 2, 1)
+    assert await names(store) == [], "a call sent before the goodbye lists the worker again"
+    await there.hello("worker:box:vm1")
+    await here.seen("worker:box:vm1", 2, 0)
+    [back] = await store.live(MAX_AGE_S)
+    assert (back.name, back.running) == ("coder:box:vm1", 0), "the next life is listed"
+    # A replica's own heartbeat is never held back by a mark: its rows are its own.
+    await store.leave(["default:r1"])
+    await store.upsert([record(instance="r1")])
+    assert await names(store) == ["coder:box:vm1", "default:r1"]
 
 
 async def test_purge_deletes_long_stale_rows_a_bounded_batch_at_a_time(store):

@@ -11,8 +11,9 @@ credential nowhere else. The protocol (docs/teams.md "Remote workers"):
   contextId, open, lastStatusAt]]}`: of those, the contexts with tasks of the role left, how many have not
   ended and the time of the last status (the worker's workspace sweep, `agents/cli/sweep.py`)
 - `GET /workers/v1/whoami?role=&instance=` → `{holder, leaseTtlS, heartbeatS, checkpointMaxBytes}` (a
-  worker calls at least every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role,
-  instance, tasks}` gives leases up
+  worker's first call: a worker that left is listed again by its next claim or sync, which it makes at
+  least every `heartbeatS` to stay listed in discovery); `POST /workers/v1/release` `{role, instance, tasks,
+  leaving}` gives leases up (`leaving`: the worker stops, out of the listing at once)
 - `POST /workers/v1/tasks/{id}/calls` `{role, instance, op, args}`: the run's calls to other agents
   (`worker_calls.py`)
 - `PUT|GET /workers/v1/tasks/{id}/checkpoint?role=&instance=`: the run's checkpoint (`worker_checkpoints.py`)
@@ -187,6 +188,8 @@ async def whoami(request: Request) -> Response:
     """The worker's lease holder name, the lease TTL it must renew within, how often it must call to stay
     listed in discovery, and the largest checkpoint archive the server keeps (None: it keeps none)."""
     _, desk, holder = await _open(request, _Ask, query=True)
+    if desk.announce is not None:
+        await desk.announce.hello(holder)
     heartbeat = desk.announce.every_s if desk.announce is not None else None
     most = desk.checkpoints.max_bytes if desk.checkpoints is not None else None
     return _json(
