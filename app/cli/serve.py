@@ -70,7 +70,11 @@ def checked_app(settings: Settings) -> FastAPI:
 def serve() -> None:
     import uvicorn
 
+    from app.store import migrations
+
     settings = load_settings()
+    if why := migrations.unmigrated(settings.database_url):
+        sys.exit(f"error: {why}")
     logs.setup(settings.log_level, settings.log_format, settings.replica_id)
     traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
     app = checked_app(settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 from datetime import UTC, datetime
@@ -157,3 +158,40 @@ def test_migrate_works_from_any_working_folder(tmp_path):
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert version == migrations.script().get_current_head()
     assert {"tasks", "events"} <= tables
+
+
+def test_serve_on_a_database_never_migrated_exits_with_one_line_saying_to_migrate(tmp_path):
+    """`a2a-server serve` on an empty database exits at once with one line naming the fix, not the 40-line
+    traceback of the first query ("no such table: tasks"); migrated, the same command gets past that check
+    (it then fails on the taken port, which proves it did)."""
+    db = tmp_path / "db.sqlite"
+    env = {**os.environ, "DATABASE_URL": f"sqlite+aiosqlite:///{db}", "AUTH_MODE": "off", "GRPC_PORT": "0"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env["PORT"] = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [str(BIN / "a2a-server"), "serve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+        assert done.stderr.strip().splitlines() == [
+            "error: the database has never been migrated (no tables): run `a2a-server migrate` first"
+            " (`make run` does)"
+        ], done.stderr[-2000:]
+        assert "Traceback" not in done.stdout + done.stderr
+        migrations.upgrade(f"sqlite+aiosqlite:///{db}")
+        served = subprocess.run(
+            [str(BIN / "a2a-server"), "serve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert "never been migrated" not in served.stderr, served.stderr[-2000:]
+    assert served.returncode != 0 and "address already in use" in (served.stdout + served.stderr).lower()
