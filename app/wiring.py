@@ -373,7 +373,9 @@ async def _role(
     )
     reaper = Reaper(
         parts.leases,
-        Losses(tasks),
+        Losses(
+            tasks, ended=partial(_cascade, shared.every, shared.tree, why="ended failed: its run was lost")
+        ),
         min(settings.queue_poll_s, settings.lease_ttl_s / 5),
         name,
         alive=runner.alive if isinstance(runner, Runner) else None,
@@ -517,7 +519,8 @@ async def _cascade(
     every: Mapping[str, Components], tree: Tree, owner: str, task_id: str, *, why: str = "was canceled"
 ) -> None:
     """Cancel the children of a canceled task that still run, each through its role's service (which
-    cancels its own children in turn); also of a remote worker's task that ended (`why`: "ended")."""
+    cancels its own children in turn); also of a remote worker's task that ended (`why`: "ended"), and of a
+    task the reaper failed (its run lost)."""
 
     async def cancel(role: str, child: str) -> None:
         c = every.get(role)

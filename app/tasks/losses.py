@@ -3,13 +3,16 @@ a void lease, or what this replica's previous life ran), unless it goes on elsew
 (`resume.hand_on`), and a queued task whose role has no live instance (`refuse`). A remote worker ends
 neither: the replicas do.
 
-It imports the live tasks (`live.py`), through whose `apply` every ending goes, `held.py` and the stores;
-the reaper (`runner/reaper.py`, one per role, its `Losses` given by the wiring) calls it.
+A failed task's children still running are canceled (the wiring's cascade, as for a canceled task): nothing
+is left to read their answers. It imports the live tasks (`live.py`), through whose `apply` every ending
+goes, `held.py` and the stores; the reaper (`runner/reaper.py`, one per role, its `Losses` given by the
+wiring) calls it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from app.protocol.events import status_update
@@ -30,8 +33,11 @@ log = logging.getLogger(__name__)
 class Losses:
     """Ends one role's tasks that lost their run or will never get one, through its live tasks."""
 
-    def __init__(self, tasks: LiveTasks) -> None:
+    def __init__(self, tasks: LiveTasks, ended: Callable[[str, str], Awaitable[None]] | None = None) -> None:
+        """`ended(owner, task_id)`: cancels the children a failed task's lost run left running (the wiring's
+        cascade); a task handed on keeps them, for its next run."""
         self._tasks = tasks
+        self._ended = ended
         self._leases = tasks.parts.leases
         self._repo = tasks.parts.repo
 
@@ -78,6 +84,8 @@ class Losses:
             log.warning("task %s ended failed: %s", held.task_id, reason)
             if not restarted:
                 self._tasks.notices.tell(held.owner, held.task_id)
+            if self._ended is not None:
+                await self._ended(stored.owner, held.task_id)
         return ended
 
     async def refuse(self, task_id: str, reason: str) -> bool:

@@ -5,7 +5,8 @@ caller too) runs only in a real `a2a-server worker` process, whose run's calls t
 
 The lead hands work to the worker's role and completes with its answer; a run on the worker hands work to
 the replica's role (a child that asks is answered from the worker; usage rolls up into the worker's task);
-a worker's task that ends cancels the children it left running; and the worker's credential reaches the
+a worker's task that ends cancels the children it left running, and so does one the reaper fails when its
+worker is killed; and the worker's credential reaches the
 calls of the task it runs only while it runs it: not for another task, not from another instance, not after
 the run ended.
 """
@@ -55,6 +56,8 @@ async def team(tmp_path_factory: Any) -> AsyncIterator[tuple[ServerProcess, Work
         DISCOVERY_HEARTBEAT_S="1",
         DISCOVERY_MAX_AGE_S="10",
         WORKER_CALL_HOLD_S=str(HOLD_S),
+        # A killed worker's lease is void within seconds (the last test); a live one renews every TTL/3.
+        LEASE_TTL_S="5",
     )
     worker = WorkerProcess(
         server.base_url,
@@ -255,3 +258,33 @@ async def test_the_workers_credential_reaches_only_the_task_it_runs_while_it_run
     ended, _ = await finished(client, "triager", [])
     resp = await call(client, ended["id"], "list_agents")
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "not_held"
+
+
+async def test_a_task_failed_by_the_reaper_when_its_worker_died_cancels_the_children_it_left_running(
+    team: tuple[ServerProcess, WorkerProcess], client: httpx.AsyncClient
+):
+    """The worker is killed (`kill -9`) while its task waits with a child running: the reaper fails the
+    task (no checkpoint to go on from), and the child, whose answer nobody will read, is canceled naming
+    its parent. The worker is started again for whatever runs after."""
+    server, worker = team
+    plan = [{"send": "reviewer", "text": "sleep:120", "wait": False}, {"sleep": 120}]
+    task = await start(client, "triager", plan)
+    async with asyncio.timeout(DEADLINE_S):
+        while not (found := await children(client, task["id"], "reviewer")):
+            await asyncio.sleep(POLL_S)
+    [child] = found
+    await until(client, child["id"], "reviewer", "working")
+    lives = worker.started()
+    worker.kill()
+    try:
+        lost = await until(client, task["id"], "triager", "failed", "canceled", "completed")
+        assert lost["status"]["state"] == "failed", lost["status"]
+        ended = await until(client, child["id"], "reviewer", "canceled", "completed", "failed")
+        assert ended["status"]["state"] == "canceled", (ended["status"], server.log_tail())
+        said = ended["status"]["message"]["parts"][0]["text"]
+        assert said == f"Its parent task {task['id']} ended failed: its run was lost", said
+    finally:
+        worker.start()
+        async with asyncio.timeout(DEADLINE_S):
+            while worker.started() == lives:
+                await asyncio.sleep(POLL_S)
