@@ -30,6 +30,7 @@ from app.agents.calls import AgentCalls, AgentInfo
 from app.agents.checkpoints import CheckpointStore
 from app.agents.cli.sweep import Contexts, Sweep
 from app.agents.repos.cache import RepoCache
+from app.agents.repos.errors import RepoError
 from app.agents.sdk import Agent
 from app.agents.workspace import approval_mode, repo_policy
 from app.api.bindings import grpc_server, grpc_v03, grpc_v10
@@ -38,13 +39,20 @@ from app.api.card.options import CardOptions
 from app.api.deps import Components
 from app.api.edge.auth import Authenticator
 from app.api.edge.metrics import Metrics
+from app.api.ops.calls import check_parts
 from app.api.paths import CARD_PATH
 from app.bus.base import Bus
 from app.bus.memory import MemoryBus
 from app.bus.redis import RedisBus
 from app.protocol.budget import check_day
-from app.protocol.errors import A2AError, InternalError, TaskNotCancelableError, TaskNotFoundError
-from app.protocol.model import utcnow
+from app.protocol.errors import (
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+from app.protocol.model import Message, utcnow
 from app.protocol.task_options import TaskLimits
 from app.push.configs import PushConfigs
 from app.push.deliverer import POOL as DELIVERER_POOL, Deliverer, options_from, policy_from
@@ -263,6 +271,7 @@ async def wire(
             hold_s=settings.worker_call_hold_s,
             limits=partial(_limits, every),
             day_budget=None if day is None else partial(_day_budget, usage, day),
+            admit=partial(_admit_child, every),
         )
         shared = _Shared(
             settings,
@@ -501,6 +510,20 @@ async def _task_role(tree: Tree, owner: str, task_id: str) -> str | None:
 def _limits(every: Mapping[str, Components], role: str) -> limits.Limits | None:
     c = every.get(role)
     return c.limits if c is not None else None
+
+
+def _admit_child(every: Mapping[str, Components], role: str, message: Message) -> None:
+    """The checks of a client's message that a run's new child meets on `role` too: the media types the
+    role takes (-32005) and its files' names, sizes and URLs (REPO_ALLOW's file limits, -32602)."""
+    c = every.get(role)
+    if c is None:
+        return
+    check_parts(message, c.input_modes)
+    if c.repos is not None:
+        try:
+            c.repos.attachments(message.parts)
+        except RepoError as exc:
+            raise InvalidParamsError(str(exc), {"field": "parts"}) from None
 
 
 def _agent_info(role: str, role_card: Card) -> AgentInfo:

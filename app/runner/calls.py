@@ -57,13 +57,15 @@ class CallsFactory:
         hold_s: float = 25.0,
         limits: Callable[[str], Limits | None] = lambda _role: None,
         day_budget: Callable[[str], Awaitable[None]] | None = None,
+        admit: Callable[[str, Message], None] = lambda _role, _message: None,
     ) -> None:
         """`services(role)`: the role's task service (None: no such role); `agents`: every role a call may
         reach, in the order `GET /agents` lists them, as its card describes it; `live()`: the instances
         live now (discovery); `limits(role)`: the role's limits, which a child's message meets as a client's
         does (parts, text, the principal's task rate): an agent in a loop cannot start tasks faster than
         its principal may; `day_budget(owner)`: raises while the principal's day is spent (BUDGET_DAY_USD),
-        which a child's creation meets too."""
+        which a child's creation meets too; `admit(role, message)`: raises A2AError for a child's message
+        the role would refuse from a client (the media types it takes, its files' names, sizes and URLs)."""
         self.services = services
         self.agents = agents
         self.live = live
@@ -73,6 +75,7 @@ class CallsFactory:
         self.hold_s = hold_s
         self.limits = limits
         self.day_budget = day_budget
+        self.admit = admit
 
     def for_parent(
         self, owner: str, task_id: str, role: str, metadata: Mapping[str, Any] | None
@@ -135,6 +138,7 @@ class LocalCalls:
             metadata=tree,
         )
         try:
+            self._f.admit(role, message)
             made = await service.send(self.owner, message, SendConfig(blocking=False))
         except A2AError as exc:
             raise CallError(f"Role {role!r} did not take the task: {exc.message}") from None

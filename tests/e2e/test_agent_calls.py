@@ -244,6 +244,25 @@ async def test_a_parent_that_ends_cancels_the_children_still_running(client: htt
     assert ended["status"]["state"] == "canceled"
 
 
+async def test_a_child_meets_its_roles_media_types_as_a_clients_message_does(client: httpx.AsyncClient):
+    """The reviewer takes text/plain only: a child with a PNG is refused before anything is stored (as a
+    client's send is, -32005), the refusal naming the type; a text file goes through."""
+    png = {"name": "shot.png", "mediaType": "image/png", "text": "not really a png"}
+    notes = {"name": "notes.txt", "mediaType": "text/plain", "text": "LGTM"}
+    task = await lead(
+        client,
+        [
+            {"send": "reviewer", "text": "say:seen", "files": [png]},
+            {"send": "reviewer", "text": "say:ok", "files": [notes]},
+        ],
+    )
+    refused, taken = outcomes(task)
+    said = "Role 'reviewer' did not take the task: This agent does not accept image/png; it takes text/plain"
+    assert refused == {"error": said}, refused
+    assert (taken["state"], taken["text"]) == ("completed", "ok"), taken
+    assert [c["id"] for c in await children(client, task["id"], "reviewer")] == [taken["taskId"]]
+
+
 async def test_a_child_past_agent_call_wait_s_comes_back_working(client: httpx.AsyncClient):
     waited, canceled = outcomes(
         await lead(client, [{"send": "reviewer", "text": "sleep:120"}, {"cancel": None}])

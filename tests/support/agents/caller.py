@@ -3,8 +3,9 @@
 The message text is a JSON list of steps, run in order; each step's outcome is one entry of the list the
 task completes with (its final message's text, JSON):
 
-- `{"send": role, "text": str | list, "wait": bool}`  `send_to_agent` (a list is sent as its JSON: the plan
-  of a caller on that role); the outcome is the child as the call returned it
+- `{"send": role, "text": str | list, "wait": bool, "files": [{"name", "mediaType", "text"}]}`
+  `send_to_agent` (a list is sent as its JSON: the plan of a caller on that role; each file inline, its
+  text as its bytes); the outcome is the child as the call returned it
 - `{"answer": text}`    `answer_task` of the last child
 - `{"get": id | null}`  `get_task` of that task (null: the last child)
 - `{"poll": state}`     `get_task` of the last child until it is in `state`
@@ -22,7 +23,7 @@ import asyncio
 import json
 from typing import Any
 
-from app.agents.sdk import Agent, CallError, ChildTask, Skill, TaskContext, Usage
+from app.agents.sdk import Agent, CallError, ChildTask, Part, Skill, TaskContext, Usage
 
 POLL_S = 0.05
 
@@ -58,7 +59,11 @@ class CallerAgent(Agent):
     ) -> tuple[Any, str | None]:
         if "send" in step:
             text = step["text"] if isinstance(step["text"], str) else json.dumps(step["text"])
-            child = await task.send_to_agent(step["send"], text, wait=step.get("wait", True))
+            files = [
+                Part(raw=f["text"].encode(), filename=f.get("name"), media_type=f.get("mediaType"))
+                for f in step.get("files", [])
+            ]
+            child = await task.send_to_agent(step["send"], text, files, wait=step.get("wait", True))
             return shown(child), child.task_id
         if "answer" in step:
             return shown(await task.answer_task(last or "", step["answer"])), last
