@@ -7,9 +7,9 @@
   `session/request_permission` is a call of an approval (`gemini_call`); each decision selects the ACP
   option of its kind (`pick_option`).
 
-With the run's calls, the run's tool server (`tools.py`) is the MCP server `a2a`: in ACP's `session/new`
-`mcpServers`, and unattended in a system settings file of the run's (GEMINI_CLI_SYSTEM_SETTINGS_PATH), with
-`trust` (no confirmation).
+With the run's calls, the run's tool server (`tools.py`) is the MCP server `a2a`, in both modes in a system
+settings file of the run's (GEMINI_CLI_SYSTEM_SETTINGS_PATH), with `trust`: Gemini never asks before the
+run's own tools (an ACP `session/new` entry cannot carry `trust`, so none is sent).
 
 Both trust the workspace (`--skip-trust`): it is the folder the server was told the agent works in, and an
 untrusted folder makes headless Gemini exit 55. A later unattended turn in the same context resumes the CLI
@@ -38,6 +38,7 @@ from ..jail.sandbox import TOOLS_SERVER_NAME, agent_env
 from ..sdk import Request
 from .gemini_events import AcpParser, StreamJsonParser, acp_usage
 from .modes import HeadlessRun, RpcRun, TwoModeAgent
+from .run import CliRun
 
 ACP_VERSION = 1
 SYSTEM_SETTINGS_ENV = "GEMINI_CLI_SYSTEM_SETTINGS_PATH"
@@ -149,14 +150,7 @@ class GeminiHeadlessRun(HeadlessRun):
             (folder / PROJECT_MARKER).write_text(str(self.workspace))
 
     def environment(self) -> dict[str, str]:
-        """With the run's tools: system settings naming them (headless Gemini reads MCP servers from its
-        settings only; `mcpServers` merges with the user's, and a system file the jail hides anyway)."""
-        tools = self.tools_command()
-        if not tools:
-            return {}
-        server = {"command": tools[0], "args": tools[1:], "trust": True}
-        settings = json.dumps({"mcpServers": {TOOLS_SERVER_NAME: server}})
-        return {SYSTEM_SETTINGS_ENV: self.tools_file("gemini-settings.json", settings)}
+        return tools_settings(self)
 
     def command(self) -> list[str]:
         argv = [self.agent.binary, "--output-format", "stream-json", "--approval-mode", "yolo"]
@@ -166,6 +160,19 @@ class GeminiHeadlessRun(HeadlessRun):
         if session := self.session_id():
             argv += ["--resume", session]
         return [*argv, f"--prompt={self.prompt()}"]
+
+
+def tools_settings(run: CliRun) -> dict[str, str]:
+    """With the run's tools: system settings naming them, trusted (no confirmation: they act for the run's
+    own task alone). Headless Gemini reads MCP servers from its settings only, and an ACP session's own
+    `mcpServers` cannot say `trust`, so both modes name them here; `mcpServers` merges with the user's, and a
+    system file the jail hides anyway."""
+    tools = run.tools_command()
+    if not tools:
+        return {}
+    server = {"command": tools[0], "args": tools[1:], "trust": True}
+    settings = json.dumps({"mcpServers": {TOOLS_SERVER_NAME: server}})
+    return {SYSTEM_SETTINGS_ENV: run.tools_file("gemini-settings.json", settings)}
 
 
 class GeminiAcpRun(RpcRun):
@@ -194,11 +201,13 @@ class GeminiAcpRun(RpcRun):
             return self.parser.feed(params["update"])
         return []
 
+    def environment(self) -> dict[str, str]:
+        return tools_settings(self)
+
     async def _open_session(self) -> None:
-        servers = []
-        if tools := self.tools_command():
-            servers.append({"name": TOOLS_SERVER_NAME, "command": tools[0], "args": tools[1:], "env": []})
-        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": servers})
+        # The run's tools come from the system settings (`tools_settings`): one named here would replace
+        # that entry, untrusted, and Gemini would ask before each call.
+        await self.call("session/new", {"cwd": str(self.workspace), "mcpServers": []})
 
     async def on_response(self, method: str | None, result: dict[str, Any], error: Any) -> list[AgentEvent]:
         if error is not None:
