@@ -73,11 +73,12 @@ def serve() -> None:
     from app.store import migrations
 
     settings = load_settings()
-    if why := migrations.unmigrated(settings.database_url):
-        sys.exit(f"error: {why}")
     logs.setup(settings.log_level, settings.log_format, settings.replica_id)
     traced = traces.setup(traces.endpoint_from(settings), settings.replica_id, settings.otel_service_name)
     app = checked_app(settings)
+    # After the settings' own checks: a bad setting is the line to fix first, migrated or not.
+    if why := migrations.unmigrated(settings.database_url):
+        sys.exit(f"error: {why}")
     # The start-up line is logged whatever LOG_LEVEL says (its logger is at INFO).
     start = logging.getLogger("app.start")
     start.setLevel(logging.INFO)
