@@ -90,8 +90,11 @@ _PLAIN = re.compile(rf"""(?i)\b({_NAMES})(\s*[:=]\s*)((?:bearer|basic|token)\s+)
 """A secret-named header or `key=value`: `Authorization: Bearer x`, `token=x`."""
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
-_HINT = re.compile(rf"(?i){_NAMES}|bearer|eyJ")
-"""A cheap first look: text without any of these needs no rewriting (the usual record)."""
+_HINTS = ("token", "key", "auth", "secret", "passw", "credential", "bearer", "eyj")
+"""A cheap first look: case-folded text without any of these needs no rewriting (the usual record). Each
+name of `_NAMES`, `Bearer` and a JWT's `eyJ` holds one of them; substring tests of the folded text are
+several times cheaper than one case-insensitive search of the alternatives, which cost an access line half
+its time."""
 MASK = "***"
 MIN_SECRET = 8
 """Configured values shorter than this are not masked (a `1` or `true` would mask half of every line)."""
@@ -115,7 +118,8 @@ def redact(text: str) -> str:
     """`text` with every secret it shows masked."""
     if _secrets_re is not None:
         text = _secrets_re.sub(MASK, text)
-    if not _HINT.search(text):
+    folded = text.casefold()
+    if not any(hint in folded for hint in _HINTS):
         return text
     text = _QUOTED.sub(lambda m: f"{m[1]}{m[2]}{MASK}{m[2]}", text)
     text = _PLAIN.sub(lambda m: f"{m[1]}{m[2]}{m[3] or ''}{MASK}", text)
@@ -201,10 +205,16 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(tags)}]" if tags else line
 
 
+@lru_cache(maxsize=4)
+def _second(seconds: int) -> str:
+    """A second's ISO text, made once for every record of that second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
 def _iso(created: float) -> str:
     seconds = int(created)
     millis = int((created - seconds) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    return f"{_second(seconds)}.{millis:03d}Z"
 
 
 Format = Literal["auto", "text", "json"]
@@ -222,6 +232,12 @@ def setup(level: str, fmt: str, replica: str, stream: IO[str] | None = None) -> 
     """Every record, ours and the libraries' (uvicorn's access line too), through one handler on stderr:
     redacted, then formatted as `fmt` says; the root logger at `level`. Python warnings become records."""
     stream = stream or sys.stderr
+    # No formatter here prints where a call was made, or its thread or process: not looking them up saves
+    # a record a third of its making (the logging HOWTO's "Optimization").
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(stream)
     formatter = JsonFormatter(replica) if resolve(fmt, stream) == "json" else TextFormatter(replica)
     handler.setFormatter(formatter)

@@ -112,6 +112,20 @@ def test_secret_shapes_are_masked(text: str, secret: str) -> None:
     assert "***" in masked
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Authorization", "PROXY-AUTHORIZATION", "X-Api-Key", "API_KEY", "Api-Key", "APIKEY",
+        "X-A2A-NOTIFICATION-TOKEN", "A2A_WORKER_KEY", "A2A_Worker_Token", "Credentials", "TOKEN",
+        "Access_Token", "REFRESH_TOKEN", "Id_Token", "CLIENT_SECRET", "PassWord", "PASSWD", "Secret",
+    ],
+)  # fmt: skip
+def test_every_secret_name_is_masked_in_any_case(name: str) -> None:
+    """The cheap first look (`_HINTS`) lets through every name the masks know, in whatever case."""
+    assert logs.redact(f"{name}: s3cret-VALUE-42 and more") == f"{name}: *** and more"
+    assert logs.redact(f"{name}=s3cret-VALUE-42") == f"{name}=***"
+
+
 def test_text_without_secrets_is_left_alone() -> None:
     text = (
         'task 1b2c: webhook a of task 1b2c: event 3 attempt 2: HTTP 503; retry in 0.5s {"state": "working"}'
