@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -149,6 +150,11 @@ class AgentRun:
 
     async def _run_traced(self) -> None:
         task_id, tasks = self.task_id, self._setup.tasks
+        # One line as a run starts and one as it is over: what an operator follows a replica's or a worker's
+        # work by. A pure agent's runs (an echo, a lookup) are as many as the requests: debug only.
+        level = logging.DEBUG if self._setup.agent.pure else logging.INFO
+        began, live = time.monotonic(), tasks.get(task_id)
+        log.log(level, "task %s: run started on %s", task_id, self._setup.holder or "this replica")
         try:
             await self._run_agent()
         except asyncio.CancelledError:
@@ -172,6 +178,13 @@ class AgentRun:
             # Ending the task failed too: its lease, no longer renewed, lets a reaper end it.
             log.exception("could not record the end of task %s", task_id)
         finally:
+            log.log(
+                level,
+                "task %s: run over after %.1f s, task %s",
+                task_id,
+                time.monotonic() - began,
+                live.task.status.state.value if live is not None else "not held here",
+            )
             if not self._setup.closing():
                 tasks.forget(task_id)
             self._setup.over(task_id)

@@ -1,6 +1,6 @@
 """Structured logs of a real server (`LOG_FORMAT=json`): every line is one JSON object; the access line of a
-send carries its task id, the role and the caller's hashed principal; no key or token the calls carried is
-in the log. (tests/conftest.py checks the last for every log of the run.)"""
+send carries its task id, the role and the caller's hashed principal, as do its run's start and end lines; no
+key or token the calls carried is in the log. (tests/conftest.py checks the last for every log of the run.)"""
 
 from __future__ import annotations
 
@@ -61,6 +61,13 @@ async def test_json_logs_parse_line_by_line_and_carry_the_task_id(backend: str, 
     assert (line["role"], line["context_id"]) == ("default", task["contextId"])
     assert line["http"]["status"] == 200 and line["http"]["path"] == "/a2a/jsonrpc"
     assert any(r["logger"] == "uvicorn.access" and r["http"]["status"] == 401 for r in records)
+    # The run's own two lines at info (the scripted agent is not pure), in its task's context.
+    runs = [r for r in records if r["logger"] == "app.runner.run" and r.get("task_id") == task["id"]]
+    assert [(r["level"], r["message"].split(": ")[1].split(" after")[0]) for r in runs] == [
+        ("info", f"run started on {line['replica']}"),
+        ("info", "run over"),
+    ], runs
+    assert runs[1]["message"].endswith(", task completed") and runs[1]["principal"] == line["principal"]
     text = srv.log_path.read_text()
     for secret in (KEYS["alice"], WEBHOOK_TOKEN, AGENT_SECRET, "alice"):
         assert secret not in text

@@ -5,6 +5,8 @@ previous life (or a dead replica) left: adopting queued tasks, failing lost runs
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 from app.agents.sdk import TaskContext
 from app.protocol.model import TaskState
@@ -211,3 +213,22 @@ async def test_tasks_queued_behind_a_full_runner_start_in_turn_as_slots_free_not
             await started_are(["one", "two", "three"][: i + 2])
         gates["three"].set()
         await until(c, tasks[2].id, TaskState.COMPLETED)
+
+
+async def test_a_run_logs_its_start_and_end_at_info_and_a_pure_agents_at_debug(tmp_path, caplog):
+    """What an operator follows a worker's or a replica's work by: a line as a run starts and one as it is
+    over, with the task's state; a pure agent's runs, one per request, stay at debug."""
+
+    async def script(task: TaskContext) -> None:
+        await task.say("done")
+
+    caplog.set_level(logging.DEBUG, logger="app.runner.run")
+    for pure, level in ((False, logging.INFO), (True, logging.DEBUG)):
+        caplog.clear()
+        async with running(tmp_path / str(pure), script, pure=pure) as c:
+            task = await send(c, "go")
+            assert task.status.state is TaskState.COMPLETED
+        lines = [(r.levelno, r.getMessage()) for r in caplog.records if task.id in r.getMessage()]
+        assert [lv for lv, _ in lines] == [level, level], lines
+        assert lines[0][1].startswith(f"task {task.id}: run started on "), lines
+        assert re.fullmatch(rf"task {task.id}: run over after \d+\.\d s, task completed", lines[1][1]), lines
