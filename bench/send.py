@@ -43,6 +43,7 @@ from .servers import (
     BaselineServer,
     JsServer,
     OurServer,
+    QuietServer,
     ReferenceServer,
     Server,
     SqliteServer,
@@ -65,11 +66,16 @@ SERVERS: dict[str, tuple[str, type[Server]]] = {
     "ours": ("ours", OurServer),
     "baseline": ("ours before", BaselineServer),
     "workers": ("ours, N workers", WorkersServer),
+    "quiet": ("ours, LOG_LEVEL=warning", QuietServer),
     "sqlite": ("ours, SQLite", SqliteServer),
     "js": ("@a2a-js/sdk 1.3.0", JsServer),
     "reference": ("a2a-sdk 1.3.0", ReferenceServer),
 }
-"""`baseline` runs only with `--baseline REV`, `workers` only with `--workers N`; both right after `ours`."""
+"""`baseline` runs only with `--baseline REV`, `workers` only with `--workers N`; both right after `ours`.
+`quiet` (asked for in `--servers`) is ours without the access line, for issue 39's cost of logging."""
+LOG_COST_MOST = 1.05
+"""Issue 39: ours at its default level (an access line per request) costs at most this much of the server
+CPU per send of ours with no access line."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=env("BENCH_SERVERS", "ours,sqlite,js,reference"),
-        help="any of ours,sqlite,js,reference (default: all four)",
+        help="any of ours,quiet,sqlite,js,reference (default: ours,sqlite,js,reference)",
     )
     p.add_argument(
         "--baseline",
@@ -445,6 +451,15 @@ def targets(runs: dict[str, ServerRun]) -> list[Verdict]:
             if p is None
             else (what, p.p99_ms <= 100.0, f"p99 {p.p99_ms:.1f} ms")
         )
+    for c in sorted({c for r in runs.values() for c in r.points}):
+        what = f"c={c}: ours' CPU/send at its defaults <= {LOG_COST_MOST:g}x with no access line (issue 39)"
+        loud, quiet = (runs[k].points.get(c) if k in runs else None for k in ("ours", "quiet"))
+        if loud is None or quiet is None or not quiet.server_cpu_ms:
+            out.append((what, None, f"needs ours and quiet at c={c}"))
+        else:
+            ratio = loud.server_cpu_ms / quiet.server_cpu_ms
+            figures = f"{loud.server_cpu_ms:.3f} vs {quiet.server_cpu_ms:.3f} ms ({ratio:.3f}x)"
+            out.append((what, ratio <= LOG_COST_MOST, figures))
     ours, ref = _point(runs, "ours", TARGET_CONCURRENCY), _point(runs, "reference", TARGET_CONCURRENCY)
     what = (
         f"c={TARGET_CONCURRENCY}: ours >= {TARGET_RATIO:g}x a2a-sdk's reference server,"

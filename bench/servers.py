@@ -122,7 +122,9 @@ class Server:
 
 
 class OurServer(Server):
-    """`a2a-server serve` with the echo agent: one process, one uvicorn worker."""
+    """`a2a-server serve` with the echo agent: one process, one uvicorn worker, at the default LOG_LEVEL
+    (`info`: an access line per request, as a user's server logs). Only the per-principal limits a single
+    load client would trip are off."""
 
     def env(self) -> dict[str, str]:
         return {
@@ -131,7 +133,6 @@ class OurServer(Server):
             "HOST": "127.0.0.1",
             "PORT": str(self.port),
             "AGENT_ADAPTER": "echo",
-            "LOG_LEVEL": "warning",
             "AUTH_MODE": "off",
             "TASK_RATE_PER_MIN": "0",
             "MAX_STREAMS_PER_PRINCIPAL": "0",
@@ -145,6 +146,13 @@ class OurServer(Server):
         subprocess.run(
             [str(BIN / "a2a-server"), "migrate"], cwd=ROOT, env=self.env(), check=True, capture_output=True
         )
+
+
+class QuietServer(OurServer):
+    """Ours with no access line (`LOG_LEVEL=warning`): what the default level's logging costs, beside it."""
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "LOG_LEVEL": "warning"}
 
 
 class WorkersServer(OurServer):
