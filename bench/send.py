@@ -41,6 +41,7 @@ from .load import Point, ensure_wrk, run_python, run_wrk
 from .servers import (
     ROOT,
     BaselineServer,
+    GranianServer,
     JsServer,
     OurServer,
     QuietServer,
@@ -67,12 +68,14 @@ SERVERS: dict[str, tuple[str, type[Server]]] = {
     "baseline": ("ours before", BaselineServer),
     "workers": ("ours, N workers", WorkersServer),
     "quiet": ("ours, LOG_LEVEL=warning", QuietServer),
+    "granian": ("ours on granian", GranianServer),
     "sqlite": ("ours, SQLite", SqliteServer),
     "js": ("@a2a-js/sdk 1.3.0", JsServer),
     "reference": ("a2a-sdk 1.3.0", ReferenceServer),
 }
 """`baseline` runs only with `--baseline REV`, `workers` only with `--workers N`; both right after `ours`.
-`quiet` (asked for in `--servers`) is ours without the access line, for issue 39's cost of logging."""
+`quiet` and `granian` (asked for in `--servers`): ours without the access line, under uvicorn and under
+granian, for issue 39's cost of logging and of the HTTP server."""
 LOG_COST_MOST = 1.05
 """Issue 39: ours at its default level (an access line per request) costs at most this much of the server
 CPU per send of ours with no access line."""
@@ -87,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=env("BENCH_SERVERS", "ours,sqlite,js,reference"),
-        help="any of ours,quiet,sqlite,js,reference (default: ours,sqlite,js,reference)",
+        help="any of ours,quiet,granian,sqlite,js,reference (default: ours,sqlite,js,reference)",
     )
     p.add_argument(
         "--baseline",

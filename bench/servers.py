@@ -27,6 +27,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def with_children(pid: int) -> list[int]:
+    """A process and its children (a supervisor's worker processes)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    return [pid, *(int(p) for p in children.read_text().split())] if children.exists() else [pid]
+
+
 def _dsn(url: str) -> str:
     """asyncpg's DSN for a SQLAlchemy URL."""
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)
@@ -155,6 +161,25 @@ class QuietServer(OurServer):
         return {**super().env(), "LOG_LEVEL": "warning"}
 
 
+class GranianServer(QuietServer):
+    """Ours under granian instead of uvicorn (`bench/granian_app.py`), one process, uvloop, HTTP/1.1, no
+    access line: beside `quiet`, the HTTP server's own cost (issue 39)."""
+
+    def command(self) -> list[str]:
+        return [
+            str(BIN / "granian"),
+            *("--interface", "asgi", "--factory", "--host", "127.0.0.1", "--port", str(self.port)),
+            *("--workers", "1", "--loop", "uvloop", "--http", "1", "--no-ws", "--log-level", "warning"),
+            "bench.granian_app:app",
+        ]
+
+    @property
+    def pids(self) -> list[int]:
+        """Granian's supervisor and its worker process: their CPU is the server's."""
+        assert self.proc is not None
+        return with_children(self.proc.pid)
+
+
 class WorkersServer(OurServer):
     """Ours with `WORKERS` processes on one port (each its own replica, sharing PostgreSQL and Redis)."""
 
@@ -170,9 +195,7 @@ class WorkersServer(OurServer):
     def pids(self) -> list[int]:
         """The supervisor and its workers: their CPU is the server's."""
         assert self.proc is not None
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        kids = [int(p) for p in children.read_text().split()] if children.exists() else []
-        return [self.proc.pid, *kids]
+        return with_children(self.proc.pid)
 
 
 class SqliteServer(OurServer):
