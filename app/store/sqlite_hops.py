@@ -26,6 +26,7 @@ from typing import Any
 
 import aiosqlite
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 _Row = Any
@@ -104,11 +105,33 @@ def _run_many(
         cur.close()
 
 
+def _run_batch(raw: sqlite3.Connection, statements: list[tuple[str, list[Sequence[Any]]]]) -> None:
+    """In aiosqlite's thread: BEGIN, every statement, COMMIT; a ROLLBACK and SQLAlchemy's error on any
+    failure (the statement and its parameters named, as its own execute names them)."""
+    sql: str | None = None
+    params: list[Sequence[Any]] = []
+    try:
+        if not raw.in_transaction:
+            raw.execute("BEGIN")
+        for sql, params in statements:
+            raw.executemany(sql, params)
+        raw.commit()
+    except sqlite3.Error as exc:
+        if raw.in_transaction:
+            raw.rollback()
+        raise DBAPIError.instance(sql, params, exc, sqlite3.Error) from exc
+
+
 class Connection(aiosqlite.Connection):
-    """aiosqlite's connection with one-trip cursors and free rollbacks of nothing."""
+    """aiosqlite's connection with one-trip cursors, one-trip batches and free rollbacks of nothing."""
 
     def cursor(self) -> Cursor:  # type: ignore[override]
         return Cursor(self)
+
+    async def batch(self, statements: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        """Run `statements` (SQL and its parameter tuples, each an executemany) as one transaction, in
+        one trip (`sqlite_steps`); the connection must have no transaction of SQLAlchemy's open."""
+        await self._execute(_run_batch, self._conn, statements)
 
     async def rollback(self) -> None:
         if self._connection is not None and not self._connection.in_transaction:

@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.telemetry import traces
 
-from . import steps
+from . import sqlite_steps, steps
 from .models import (
     ARTIFACT_SEQ_PKEY,
     EVENT_SEQ_PKEY,
@@ -86,6 +86,15 @@ _update_task = (
         retry_key=case((bindparam("running", type_=Boolean()), _tasks.c.retry_key), else_=null()),
     )
 )
+
+_insert_task = insert(TaskRow)
+_insert_message = insert(MessageRow)
+_insert_event = insert(EventRow)
+_insert_artifact = insert(ArtifactRow)
+_insert_usage = insert(TaskUsageRow)
+_insert_push_config = insert(PushConfigRow)
+_insert_key = insert(IdempotencyKeyRow)
+_delete_artifacts = delete(ArtifactRow).where(ArtifactRow.task_id == bindparam("_task_id"))
 
 _update_metadata = (
     update(_tasks).where(_tasks.c.id == bindparam("_id")).values(metadata=bindparam("_metadata"))
@@ -208,6 +217,8 @@ class Writer:
             else None
         )
         """PostgreSQL: a batch that `steps.fits` goes in one autocommitted statement."""
+        self._sqlite = engine.dialect.name == "sqlite"
+        """SQLite: a batch is one transaction in one trip to the connection's thread (`sqlite_steps`)."""
         self._held: dict[int, tuple[AsyncConnection, asyncpg.Connection]] = {}
         """Each flusher's autocommitting connection (with its driver connection), kept between batches: a
         pool checkout and return cost a third of the statement's own time."""
@@ -342,47 +353,45 @@ class Writer:
             except BaseException:
                 await self._drop_held(shard)
                 raise
-        messages = [m for w in writes for m in w.messages]
-        events = [e for w in writes for e in w.events]
-        artifacts = [a for w in writes for a in w.artifacts]
-        push_configs = [c for w in writes for c in w.push_configs]
-        notifications = [n for w in writes for n in w.notifications]
+        plan = self._plan(writes, new_tasks, shard)
+        if self._sqlite:
+            await sqlite_steps.write(self._engine, plan)
+            return
+        async with self._engine.begin() as conn:
+            for stmt, rows in plan:
+                if rows:
+                    await conn.execute(stmt, rows)
+
+    def _plan(self, writes: list[Write], new_tasks: list[dict[str, Any]], shard: int) -> sqlite_steps.Plan:
+        """The transaction of `writes`: each statement in order, with its rows."""
         updates: dict[str, dict[str, Any]] = {}
         for w in writes:
             if w.task_update is not None:
                 u = w.task_update
                 updates[u["_id"]] = {**u, "running": u["state"] in RUNNING}
-        async with self._engine.begin() as conn:
-            if new_tasks:
-                await conn.execute(insert(TaskRow), new_tasks)
-            if messages:
-                await conn.execute(insert(MessageRow), messages)
-            if events:
-                await conn.execute(insert(EventRow), events)
-            if artifacts:
-                await conn.execute(insert(ArtifactRow), artifacts)
-            if updates:
-                await conn.execute(_update_task, list(updates.values()))
-            metadata = {w.task_metadata["_id"]: w.task_metadata for w in writes if w.task_metadata}
-            if metadata:
-                await conn.execute(_update_metadata, list(metadata.values()))
-            usage = [u for w in writes for u in w.usage]
-            if usage:
-                await conn.execute(insert(TaskUsageRow), usage)
-            if push_configs:
-                await conn.execute(insert(PushConfigRow), push_configs)
-            if notifications:
-                await conn.execute(_notify, notifications)
-            keys = [w.idempotency_key for w in writes if w.idempotency_key is not None]
-            if keys:
-                await conn.execute(insert(IdempotencyKeyRow), keys)
-            for w in writes:
-                if w.folded_artifacts is not None and (row := w.task_update or w.new_task) is not None:
-                    await _fold(conn, row.get("_id") or row["id"], w.folded_artifacts)
-            if new_tasks:
-                # Last, and in key order: a row lock taken here is held only until the commit that follows,
-                # and two flushers take them in the same order, so they cannot deadlock.
-                await conn.execute(self._count_upsert, _count_rows(new_tasks, shard))
+        metadata = {w.task_metadata["_id"]: w.task_metadata for w in writes if w.task_metadata}
+        plan: sqlite_steps.Plan = [
+            (_insert_task, new_tasks),
+            (_insert_message, [m for w in writes for m in w.messages]),
+            (_insert_event, [e for w in writes for e in w.events]),
+            (_insert_artifact, [a for w in writes for a in w.artifacts]),
+            (_update_task, list(updates.values())),
+            (_update_metadata, list(metadata.values())),
+            (_insert_usage, [u for w in writes for u in w.usage]),
+            (_insert_push_config, [c for w in writes for c in w.push_configs]),
+            (_notify, [n for w in writes for n in w.notifications]),
+            (_insert_key, [w.idempotency_key for w in writes if w.idempotency_key is not None]),
+        ]
+        for w in writes:
+            if w.folded_artifacts is not None and (row := w.task_update or w.new_task) is not None:
+                # A finished task's artifact chunks replaced by its folded artifacts.
+                plan.append((_delete_artifacts, [{"_task_id": row.get("_id") or row["id"]}]))
+                plan.append((_insert_artifact, w.folded_artifacts))
+        if new_tasks:
+            # Last, and in key order: a row lock taken here is held only until the commit that follows,
+            # and two flushers take them in the same order, so they cannot deadlock.
+            plan.append((self._count_upsert, _count_rows(new_tasks, shard)))
+        return plan
 
 
 def _count_rows(new_tasks: list[dict[str, Any]], shard: int) -> list[dict[str, Any]]:
@@ -397,13 +406,6 @@ async def _close_quietly(conn: AsyncConnection) -> None:
         await conn.invalidate()
     except Exception:
         log.debug("closing a writer connection failed", exc_info=True)
-
-
-async def _fold(conn: AsyncConnection, task_id: str, rows: list[dict[str, Any]]) -> None:
-    """Replace a finished task's artifact chunks by its folded artifacts."""
-    await conn.execute(delete(ArtifactRow).where(ArtifactRow.task_id == task_id))
-    if rows:
-        await conn.execute(insert(ArtifactRow), rows)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

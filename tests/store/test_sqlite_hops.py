@@ -20,20 +20,6 @@ async def engine(tmp_path):
     await engine.dispose()
 
 
-@pytest.fixture
-def trips(monkeypatch):
-    """The calls made in aiosqlite's threads, by name."""
-    made: list[str] = []
-    original = sqlite_hops.Connection._execute
-
-    async def counted(self, fn, *args, **kwargs):
-        made.append(getattr(fn, "__name__", repr(fn)))
-        return await original(self, fn, *args, **kwargs)
-
-    monkeypatch.setattr(sqlite_hops.Connection, "_execute", counted)
-    return made
-
-
 async def test_the_engine_connects_through_one_trip_connections(engine):
     async with engine.connect() as conn:
         raw = await conn.get_raw_connection()
