@@ -13,12 +13,24 @@ closing cost none. A rollback with no transaction open costs none either (`in_tr
 without the thread: the connection is checked out by one session, with no statement in flight). Everything
 else (commit, the isolation level SQLAlchemy sets, close) is aiosqlite's own.
 
+One writer at a time (`WriteGate`, one per engine): SQLite lets one connection write at once, and a second
+writer's statement sleeps in SQLite's busy handler, in steps of up to 100 ms, however soon the first
+commits. The group commit's flusher meeting a lease renewal, a heartbeat or a webhook claim there held
+every waiting send's answer: at 64 concurrent sends p99 went from tens of ms to half a second, in some runs
+and not others. So a connection's statement that starts a write transaction waits for the gate first (in
+asyncio, woken as soon as the gate is free, in turn), and gives it back when its transaction ends (commit,
+rollback, close); a statement that leaves no transaction open gives it back at once. The gate is only this
+process's: another process on the file (the admin command line) still meets the busy handler, and a gate
+not free within `GATE_WAIT_S` is passed without (the busy handler then decides, as before), so no two
+transactions of one coroutine on two connections can deadlock on it.
+
 `use(engine)` makes an async SQLite engine connect this way (SQLAlchemy's `do_connect` event hands the
 dialect's connect arguments to `connect` here instead of `aiosqlite.connect`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterable, Sequence
 from functools import partial
@@ -31,6 +43,49 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 _Row = Any
 _Description = tuple[tuple[Any, ...], ...] | None
+
+GATE_WAIT_S = 5.0
+"""Longest a writer waits for the gate before it goes on without (SQLite's busy_timeout is as long)."""
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "BEGIN", "SAVEPOINT", "CREATE", "DROP", "ALTER")
+"""First words of a statement that may start a write transaction (`WITH` may be a read: it gives the gate
+back at once, as its statement leaves no transaction open)."""
+
+
+def _writes(sql: str) -> bool:
+    return sql.lstrip()[:9].upper().startswith(_WRITES)
+
+
+class WriteGate:
+    """One writing connection at a time in this process, the others waiting in asyncio, in turn."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._holder: Connection | None = None
+        self.waiting = 0
+        """Writers waiting for the gate now."""
+        self.passed = 0
+        """Writers that went on without the gate after `GATE_WAIT_S` (a sign of a stuck transaction)."""
+
+    async def enter(self, conn: Connection) -> None:
+        if self._holder is conn:
+            return
+        if self._lock.locked():
+            self.waiting += 1
+            try:
+                await asyncio.wait_for(self._lock.acquire(), GATE_WAIT_S)
+            except TimeoutError:
+                self.passed += 1
+                return
+            finally:
+                self.waiting -= 1
+        else:
+            await self._lock.acquire()
+        self._holder = conn
+
+    def leave(self, conn: Connection) -> None:
+        if self._holder is conn:
+            self._holder = None
+            self._lock.release()
 
 
 class Cursor:
@@ -52,13 +107,21 @@ class Cursor:
         return None
 
     async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] | None = None) -> Cursor:
-        raw = self._conn._conn
-        self._take(await self._conn._execute(_run, raw, sql, () if parameters is None else parameters))
+        conn = self._conn
+        await conn.enter(sql)
+        try:
+            self._take(await conn._execute(_run, conn._conn, sql, () if parameters is None else parameters))
+        finally:
+            conn.settle()
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Sequence[Any] | dict[str, Any]]) -> Cursor:
-        raw = self._conn._conn
-        self._take(await self._conn._execute(_run_many, raw, sql, parameters))
+        conn = self._conn
+        await conn.enter(sql)
+        try:
+            self._take(await conn._execute(_run_many, conn._conn, sql, parameters))
+        finally:
+            conn.settle()
         return self
 
     def _take(self, done: tuple[_Description, list[_Row], int, int | None]) -> None:
@@ -123,34 +186,73 @@ def _run_batch(raw: sqlite3.Connection, statements: list[tuple[str, list[Sequenc
 
 
 class Connection(aiosqlite.Connection):
-    """aiosqlite's connection with one-trip cursors, one-trip batches and free rollbacks of nothing."""
+    """aiosqlite's connection with one-trip cursors, one-trip batches, free rollbacks of nothing, and its
+    write transactions taken through the engine's `WriteGate`."""
+
+    gate: WriteGate | None = None
 
     def cursor(self) -> Cursor:  # type: ignore[override]
         return Cursor(self)
 
+    async def enter(self, sql: str) -> None:
+        """Wait for the gate if `sql` may start a write transaction here."""
+        raw = self._connection
+        if self.gate is not None and raw is not None and not raw.in_transaction and _writes(sql):
+            await self.gate.enter(self)
+
+    def settle(self) -> None:
+        """Give the gate back if this connection's transaction has ended (or never began)."""
+        raw = self._connection
+        if self.gate is not None and (raw is None or not raw.in_transaction):
+            self.gate.leave(self)
+
     async def batch(self, statements: list[tuple[str, list[Sequence[Any]]]]) -> None:
         """Run `statements` (SQL and its parameter tuples, each an executemany) as one transaction, in
         one trip (`sqlite_steps`); the connection must have no transaction of SQLAlchemy's open."""
-        await self._execute(_run_batch, self._conn, statements)
+        await self.enter("BEGIN")
+        try:
+            await self._execute(_run_batch, self._conn, statements)
+        finally:
+            self.settle()
+
+    async def commit(self) -> None:
+        try:
+            await super().commit()
+        finally:
+            self.settle()
 
     async def rollback(self) -> None:
-        if self._connection is not None and not self._connection.in_transaction:
-            return
-        await super().rollback()
+        try:
+            if self._connection is not None and not self._connection.in_transaction:
+                return
+            await super().rollback()
+        finally:
+            self.settle()
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self.gate is not None:
+                self.gate.leave(self)
 
 
-def connect(database: str, **kwargs: Any) -> Connection:
+def connect(database: str, gate: WriteGate | None = None, **kwargs: Any) -> Connection:
     """`aiosqlite.connect`'s twin: the connection (awaited by SQLAlchemy), its thread a daemon's as
-    SQLAlchemy makes aiosqlite's."""
+    SQLAlchemy makes aiosqlite's, its writes through `gate`."""
     kwargs.pop("iter_chunk_size", None)
     conn = Connection(partial(sqlite3.connect, database, **kwargs), 64)
     conn._thread.daemon = True
+    conn.gate = gate
     return conn
 
 
-def use(engine: AsyncEngine) -> None:
-    """Connect `engine` (async, SQLite) through `connect`."""
+def use(engine: AsyncEngine) -> WriteGate:
+    """Connect `engine` (async, SQLite) through `connect`, its connections sharing one `WriteGate`."""
+    gate = WriteGate()
 
     @event.listens_for(engine.sync_engine, "do_connect")
     def _one_trip(_dialect: Any, _record: Any, _cargs: list[Any], cparams: dict[str, Any]) -> None:
-        cparams["async_creator_fn"] = connect
+        cparams["async_creator_fn"] = partial(connect, gate=gate)
+
+    return gate
