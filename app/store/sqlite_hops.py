@@ -15,11 +15,12 @@ else (commit, the isolation level SQLAlchemy sets, close) is aiosqlite's own.
 
 One writer at a time (`WriteGate`, one per engine): SQLite lets one connection write at once, and a second
 writer's statement sleeps in SQLite's busy handler, in steps of up to 100 ms, however soon the first
-commits. The group commit's flusher meeting a lease renewal, a heartbeat or a webhook claim there held
-every waiting send's answer: at 64 concurrent sends p99 went from tens of ms to half a second, in some runs
-and not others. So a connection's statement that starts a write transaction waits for the gate first (in
-asyncio, woken as soon as the gate is free, in turn), and gives it back when its transaction ends (commit,
-rollback, close); a statement that leaves no transaction open gives it back at once. The gate is only this
+commits. The group commit's flusher meeting a lease renewal, a heartbeat or a webhook claim there holds
+every waiting send's answer (the suspect for the half-second p99 some runs of 64 concurrent sends showed;
+with the gate, five rounds gave 86-98 ms and one 140, without it 80-112: bench/README.md). So a statement
+that starts a write transaction waits for the gate first (in asyncio, woken as soon as the gate is free, in
+turn), and gives it back when its transaction ends (commit, rollback, close); a statement that leaves no
+transaction open gives it back at once. The gate is only this
 process's: another process on the file (the admin command line) still meets the busy handler, and a gate
 not free within `GATE_WAIT_S` is passed without (the busy handler then decides, as before), so no two
 transactions of one coroutine on two connections can deadlock on it.
