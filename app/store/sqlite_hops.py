@@ -11,7 +11,7 @@ profile of such sends found a fifth of the server's time holding the GIL.
 reads its rows, description, rowcount and last row id, and closes it, all in one trip; reading the rows and
 closing cost none. A rollback with no transaction open costs none either (`in_transaction` is a flag read
 without the thread: the connection is checked out by one session, with no statement in flight). Everything
-else (commit, the isolation level SQLAlchemy sets, close) is aiosqlite's own.
+else (commit, the isolation level SQLAlchemy sets, close) is aiosqlite's own, but for the gate below.
 
 One writer at a time (`WriteGate`, one per engine): SQLite lets one connection write at once, and a second
 writer's statement sleeps in SQLite's busy handler, in steps of up to 100 ms, however soon the first
@@ -20,10 +20,10 @@ every waiting send's answer (the suspect for the half-second p99 some runs of 64
 with the gate, five rounds gave 86-98 ms and one 140, without it 80-112: bench/README.md). So a statement
 that starts a write transaction waits for the gate first (in asyncio, woken as soon as the gate is free, in
 turn), and gives it back when its transaction ends (commit, rollback, close); a statement that leaves no
-transaction open gives it back at once. The gate is only this
-process's: another process on the file (the admin command line) still meets the busy handler, and a gate
-not free within `GATE_WAIT_S` is passed without (the busy handler then decides, as before), so no two
-transactions of one coroutine on two connections can deadlock on it.
+transaction open gives it back at once. The gate is only this process's: another process on the file (the
+admin command line) still meets the busy handler, and a gate not free within `GATE_WAIT_S` is passed without
+(the busy handler then decides, as before), so no two transactions of one coroutine on two connections can
+deadlock on it.
 
 `use(engine)` makes an async SQLite engine connect this way (SQLAlchemy's `do_connect` event hands the
 dialect's connect arguments to `connect` here instead of `aiosqlite.connect`).
