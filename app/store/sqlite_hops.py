@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 from sqlalchemy import event
@@ -43,6 +43,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 _Row = Any
+_T = TypeVar("_T")
 _Description = tuple[tuple[Any, ...], ...] | None
 
 GATE_WAIT_S = 5.0
@@ -109,20 +110,12 @@ class Cursor:
 
     async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] | None = None) -> Cursor:
         conn = self._conn
-        await conn.enter(sql)
-        try:
-            self._take(await conn._execute(_run, conn._conn, sql, () if parameters is None else parameters))
-        finally:
-            conn.settle()
+        self._take(await conn.gated(sql, _run, conn._conn, sql, () if parameters is None else parameters))
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Sequence[Any] | dict[str, Any]]) -> Cursor:
         conn = self._conn
-        await conn.enter(sql)
-        try:
-            self._take(await conn._execute(_run_many, conn._conn, sql, parameters))
-        finally:
-            conn.settle()
+        self._take(await conn.gated(sql, _run_many, conn._conn, sql, parameters))
         return self
 
     def _take(self, done: tuple[_Description, list[_Row], int, int | None]) -> None:
@@ -210,9 +203,13 @@ class Connection(aiosqlite.Connection):
     async def batch(self, statements: list[tuple[str, list[Sequence[Any]]]]) -> None:
         """Run `statements` (SQL and its parameter tuples, each an executemany) as one transaction, in
         one trip (`sqlite_steps`); the connection must have no transaction of SQLAlchemy's open."""
-        await self.enter("BEGIN")
+        await self.gated("BEGIN", _run_batch, self._conn, statements)
+
+    async def gated(self, sql: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """`fn(*args)` in the connection's thread, through the gate when `sql` may start a write."""
+        await self.enter(sql)
         try:
-            await self._execute(_run_batch, self._conn, statements)
+            return await self._execute(fn, *args)
         finally:
             self.settle()
 
